@@ -1,0 +1,219 @@
+"""``tfshard``: a thin typer layer over ``ingest`` (and, later, ``readers``).
+
+Library errors become one line on stderr and a non-zero exit; ``--debug`` shows
+the traceback. TensorFlow is imported only by the commands that need it, after
+its C++ logging has been quietened.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import sys
+import time
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sharded TFRecords from image folders, verified.")
+_state = {"debug": False}
+
+
+class OnError(str, enum.Enum):
+    skip = "skip"
+    fail = "fail"
+
+
+class Compression(str, enum.Enum):
+    none = "none"
+    gzip = "gzip"
+
+
+def _load_tensorflow() -> None:
+    """Imports TensorFlow once, up front; without --debug its C++ start-up chatter is kept off stderr.
+
+    The CUDA-enabled wheel prints "Could not find cuda drivers" on CPU-only hosts
+    before TF_CPP_MIN_LOG_LEVEL is read, so only an fd-level redirect hides it.
+    """
+    if _state["debug"] or "tensorflow" in sys.modules:
+        import tensorflow  # noqa: F401
+
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _fail(error: BaseException) -> None:
+    if _state["debug"]:
+        raise error
+    typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(1)
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and TensorFlow's own logs."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the library does."),
+) -> None:
+    _state["debug"] = debug
+    if not debug:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING, format="%(levelname)s: %(message)s")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
+    for name, split in manifest.splits.items():
+        typer.echo(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}")
+    rate = f" in {seconds:.1f} s ({manifest.total_records / seconds:,.0f} img/s)" if seconds else ""
+    typer.echo(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
+    converted = manifest.options.get("converted_images", 0)
+    if converted:
+        typer.echo(f"  converted to JPEG: {converted} (non-JPEG content, CMYK, EXIF rotation, resize...)")
+    if manifest.rejected:
+        typer.echo(f"  rejected: {len(manifest.rejected)} files (listed in dataset.json):")
+        for item in manifest.rejected[:10]:
+            typer.echo(f"    {item['path']}: {item['reason']}")
+        if len(manifest.rejected) > 10:
+            typer.echo(f"    ... and {len(manifest.rejected) - 10} more")
+    ignored = manifest.ignored
+    if any(ignored.values()):
+        typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} non-image files")
+
+
+@app.command()
+def images(
+    src: str = typer.Argument(..., help="SRC/<class>/<image> or SRC/<split>/<class>/<image>."),
+    out: str = typer.Argument(..., help="Output folder (local or gs://); created if missing."),
+    shard_size: str = typer.Option("128MiB", help="Target shard size, e.g. 64MiB, 1GB."),
+    num_shards: Optional[int] = typer.Option(None, help="Exact shards per split; wins over --shard-size."),
+    min_shards: int = typer.Option(1, help="At least this many shards per split (>= reader workers)."),
+    compression: Compression = typer.Option(Compression.none, help="Shard compression."),
+    seed: int = typer.Option(0, help="Seed of the write-time shuffle of record order."),
+    shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle record order at write time."),
+    quality: int = typer.Option(95, help="JPEG quality for converted images."),
+    rgb: bool = typer.Option(False, "--rgb", help="Convert grayscale images to 3-channel RGB."),
+    max_side: Optional[int] = typer.Option(None, help="Resize so the longer side is at most N pixels."),
+    max_pixels: int = typer.Option(89_478_485, help="Reject images with more pixels (decompression bombs)."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="Decode every image in full."),
+    on_error: OnError = typer.Option(OnError.skip, help="skip: record bad files in the manifest; fail: stop."),
+    workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs; 0: in-process)."),
+    index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Convert image class folders into sharded TFRecords plus dataset.json."""
+    try:
+        _load_tensorflow()
+        from ingest import ConvertOptions, ImageOptions, convert_images, parse_size
+
+        options = ConvertOptions(
+            shard_bytes=parse_size(shard_size),
+            num_shards=num_shards,
+            min_shards=min_shards,
+            compression=None if compression is Compression.none else compression.value,
+            seed=seed if shuffle else None,
+            on_error=on_error.value,
+            index=index,
+            image=ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate),
+        )
+        started = time.monotonic()
+        manifest = convert_images(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if not quiet:
+        _print_summary(out, manifest, time.monotonic() - started)
+
+
+@app.command()
+def info(
+    out: str = typer.Argument(..., help="A dataset folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+) -> None:
+    """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
+    try:
+        _load_tensorflow()
+        from ingest import load_manifest
+        from ingest.manifest import to_json
+
+        manifest = load_manifest(out)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if as_json:
+        typer.echo(to_json(manifest), nl=False)
+        return
+    typer.echo(f"{out}: {manifest.kind}, format {manifest.format_version}, compression {manifest.compression or 'none'}")
+    typer.echo(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
+    for name, split in manifest.splits.items():
+        counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
+        typer.echo(f"  {name}: {counts}")
+        typer.echo(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
+    options = {k: v for k, v in manifest.options.items() if k != "image"}
+    typer.echo(f"  options: {json.dumps(options, sort_keys=True)}")
+    typer.echo(f"  image options: {json.dumps(manifest.options.get('image', {}), sort_keys=True)}")
+    _print_summary(out, manifest)
+
+
+@app.command()
+def verify(out: str = typer.Argument(..., help="A dataset folder.")) -> None:
+    """Read every record; check CRCs, counts and sha256 against the manifest."""
+    try:
+        _load_tensorflow()
+        from ingest import VerifyError
+        from ingest import verify as verify_dataset
+
+        manifest = verify_dataset(out)
+    except VerifyError as e:
+        for problem in e.problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(1)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    shards = sum(len(s.shards) for s in manifest.splits.values())
+    typer.echo(f"{out}: OK, {manifest.total_records:,} records in {shards} shards match the manifest")
+
+
+@app.command()
+def demo(
+    folder: str = typer.Argument("tfshard-demo", help="Where to put the demo's images and dataset."),
+    workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs)."),
+) -> None:
+    """Make a small image tree (with a few broken files), convert it, verify it, show it."""
+    try:
+        _load_tensorflow()
+        from ingest import ConvertOptions, convert_images, verify as verify_dataset
+        from ingest.demo import make_image_folders
+
+        src = make_image_folders(os.path.join(folder, "images"))
+        out = os.path.join(folder, "images-tfrecord")
+        typer.echo(f"demo: made {src}/{{train,val}}/<class>/*.jpg, including 6 odd or broken files")
+        started = time.monotonic()
+        manifest = convert_images(src, out, ConvertOptions(min_shards=2), workers=workers, overwrite=True)
+        _print_summary(out, manifest, time.monotonic() - started)
+        verify_dataset(out)
+        typer.echo(f"{out}: verified, every record's CRC and every shard's sha256 match dataset.json")
+        typer.echo(f"next: tfshard info {out}")
+    except (ValueError, OSError) as e:
+        _fail(e)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

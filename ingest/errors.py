@@ -1,0 +1,17 @@
+"""The project's exceptions. Each subclasses the builtin a caller would catch anyway."""
+
+
+class InputError(ValueError):
+    """Bad input or options: the message names the path, the problem and the fix."""
+
+
+class OutputExistsError(InputError):
+    """The output folder already holds something this run must not overwrite."""
+
+
+class VerifyError(ValueError):
+    """A written dataset does not match its manifest; ``problems`` lists every finding."""
+
+    def __init__(self, message: str, problems: list[str]):
+        super().__init__(message)
+        self.problems = problems

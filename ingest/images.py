@@ -1,0 +1,197 @@
+"""Turning one image file into the bytes of one record: validate, convert only when needed.
+
+Pure PIL/numpy, no TensorFlow: this runs in the worker processes. Decisions come
+from the file's content, never its name. A JPEG that TensorFlow's
+``decode_jpeg``/``decode_and_crop_jpeg`` can read as it is (RGB or grayscale, no
+EXIF rotation to apply, within ``max_side``) passes through byte for byte;
+everything else (PNG named .jpg, CMYK, palette, alpha, 16-bit, rotated) is
+converted to a baseline JPEG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import io
+import warnings
+
+import numpy as np
+from PIL import Image, ImageOps
+
+from ingest.scan import Rejection, SourceFile
+
+DEFAULT_QUALITY = 95
+DEFAULT_MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold
+_EXIF_ORIENTATION = 0x0112
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How images are validated and converted.
+
+    Attributes:
+      quality: JPEG quality (1-95) for converted images; passthrough JPEGs keep theirs.
+      rgb: convert grayscale to 3-channel RGB (otherwise it stays 1-channel).
+      max_side: resize so the longer side is at most this many pixels (None: never).
+      max_pixels: reject images with more pixels than this (decompression bombs).
+      validate: decode every image in full to catch truncation and corruption.
+        JPEGs are decoded at 1/8 scale (libjpeg's DCT scaling), which still reads
+        every entropy-coded byte; off, only the header is read.
+    """
+
+    quality: int = DEFAULT_QUALITY
+    rgb: bool = False
+    max_side: int | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    validate: bool = True
+
+    def __post_init__(self):
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality: must be in [1, 100] (got {self.quality!r}); 95 keeps nearly all detail")
+        if self.max_side is not None and self.max_side < 1:
+            raise ValueError(f"max_side: must be a positive number of pixels (got {self.max_side!r}); or leave it unset")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels: must be positive (got {self.max_pixels!r})")
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelSums:
+    """Exact integer sums over RGB pixels (grayscale counted as R=G=B), to merge across workers."""
+
+    count: int = 0
+    sums: tuple[int, int, int] = (0, 0, 0)
+    squares: tuple[int, int, int] = (0, 0, 0)
+
+    def __add__(self, other: "PixelSums") -> "PixelSums":
+        return PixelSums(
+            self.count + other.count,
+            tuple(a + b for a, b in zip(self.sums, other.sums)),
+            tuple(a + b for a, b in zip(self.squares, other.squares)),
+        )
+
+    @classmethod
+    def of(cls, pixels: np.ndarray) -> "PixelSums":
+        flat = pixels.reshape(-1, pixels.shape[-1] if pixels.ndim == 3 else 1).astype(np.int64)
+        if flat.shape[1] == 1:
+            flat = np.repeat(flat, 3, axis=1)
+        return cls(int(flat.shape[0]), tuple(int(v) for v in flat.sum(0)), tuple(int(v) for v in (flat * flat).sum(0)))
+
+    def mean_std(self) -> tuple[list[float], list[float]]:
+        """Per-channel mean and standard deviation, scaled to [0, 1]."""
+        if self.count == 0:
+            return [0.0] * 3, [0.0] * 3
+        mean = [s / self.count for s in self.sums]
+        var = [max(q / self.count - m * m, 0.0) for q, m in zip(self.squares, mean)]
+        return [round(m / 255, 6) for m in mean], [round(v**0.5 / 255, 6) for v in var]
+
+
+@dataclasses.dataclass(frozen=True)
+class PreparedImage:
+    """The record-ready form of one source image."""
+
+    source: SourceFile
+    encoded: bytes
+    height: int
+    width: int
+    channels: int
+    converted: str | None  # why it was re-encoded, or None for passthrough
+    pixels: PixelSums
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _to_8bit(image: Image.Image, rgb: bool) -> Image.Image:
+    """Any PIL mode to 'RGB' or 'L'; alpha is dropped, 16/32-bit and float scaled to 8 bits."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        array = np.asarray(image, dtype=np.float64)
+        peak = 65535.0 if image.mode != "F" and array.max(initial=0) > 255 else (1.0 if image.mode == "F" else 255.0)
+        image = Image.fromarray(np.clip(array / peak * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
+    elif image.mode in ("1", "L", "LA", "La"):
+        image = image.convert("L")
+    elif image.mode != "RGB":
+        image = image.convert("RGB")
+    if rgb and image.mode == "L":
+        image = image.convert("RGB")
+    return image
+
+
+def _conversion_reason(image: Image.Image, options: ImageOptions) -> str | None:
+    if image.format != "JPEG":
+        return f"{image.format or 'unknown'} content"
+    if image.mode not in ("RGB", "L"):
+        return f"{image.mode} JPEG"
+    if image.mode == "L" and options.rgb:
+        return "grayscale to RGB"
+    if image.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None):
+        return "EXIF orientation"
+    if options.max_side is not None and max(image.size) > options.max_side:
+        return "resized"
+    return None
+
+
+def _decode_problem(error: Exception) -> str:
+    if isinstance(error, Image.DecompressionBombError):
+        return f"decompression bomb ({error}); raise --max-pixels if the image is genuine"
+    if isinstance(error, FileNotFoundError):
+        return "file not found (removed since the scan?); restore it or run again"
+    if isinstance(error, PermissionError) or getattr(error, "errno", None) == errno.EACCES:
+        return "permission denied; make the file readable (chmod a+r)"
+    if getattr(error, "errno", None) == errno.ELOOP:
+        return "symlink loop (the link resolves to itself); remove or repoint the link"
+    if isinstance(error, Image.UnidentifiedImageError):
+        return "not an image (no known image format in the file content); remove it or replace it with the real image"
+    if isinstance(error, OSError) and "truncated" in str(error):
+        return f"truncated image data ({error}); re-download or re-export the file"
+    return f"corrupt image data ({type(error).__name__}: {error}); re-download or re-export the file"
+
+
+def prepare_image(source: SourceFile, options: ImageOptions) -> PreparedImage | Rejection:
+    """Validates and, where needed, converts one image; never raises for bad input.
+
+    Returns:
+      A ``PreparedImage``, or a ``Rejection`` naming the problem and the fix.
+
+    Example: a PNG saved as ``cat/x.jpg`` comes back as
+    ``PreparedImage(encoded=<JPEG bytes>, converted="PNG content", ...)``; a
+    zero-byte file as ``Rejection("cat/x.jpg", "empty file (0 bytes); ...")``.
+    """
+    try:
+        data = _read(source.path)
+        if not data:
+            return Rejection(source.relpath, "empty file (0 bytes); remove it or replace it with the real image")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+            width, height = image.size
+            if width * height > options.max_pixels:
+                return Rejection(
+                    source.relpath,
+                    f"decompression bomb ({width}x{height} = {width * height} pixels, over the "
+                    f"{options.max_pixels} cap); raise --max-pixels if the image is genuine",
+                )
+            reason = _conversion_reason(image, options)
+            if reason is None:
+                if options.validate:
+                    image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; all entropy data is still decoded
+                    image.load()
+                    pixels = PixelSums.of(np.asarray(image))
+                else:
+                    pixels = PixelSums()
+                return PreparedImage(source, data, height, width, 1 if image.mode == "L" else 3, None, pixels)
+            if image.format == "GIF" or getattr(image, "n_frames", 1) > 1:
+                image.seek(0)
+            image.load()
+            image = _to_8bit(ImageOps.exif_transpose(image), options.rgb)
+            if options.max_side is not None and max(image.size) > options.max_side:
+                image.thumbnail((options.max_side, options.max_side), Image.Resampling.LANCZOS)
+            out = io.BytesIO()
+            image.save(out, "JPEG", quality=options.quality)
+            array = np.asarray(image)
+            return PreparedImage(
+                source, out.getvalue(), image.height, image.width, 1 if image.mode == "L" else 3, reason, PixelSums.of(array)
+            )
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+        return Rejection(source.relpath, _decode_problem(e))

@@ -1,0 +1,101 @@
+"""An ordered, memory-bounded parallel map over worker processes.
+
+The workers never import TensorFlow (they decode and validate with PIL/numpy);
+the parent writes. Results come back in input order so the output is the same
+whatever the number of workers, and at most ``max_pending_bytes`` of input is in
+flight at once, so peak memory is bounded by that budget, not by dataset size.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import multiprocessing
+import os
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on (respects affinity masks and cgroup-pinned CPUs)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _map_chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
+    return [fn(item) for item in chunk]
+
+
+def _chunks(items: Iterable[T], size_of: Callable[[T], int], chunk_items: int) -> Iterator[tuple[list[T], int]]:
+    chunk, chunk_bytes = [], 0
+    for item in items:
+        chunk.append(item)
+        chunk_bytes += size_of(item)
+        if len(chunk) == chunk_items:
+            yield chunk, chunk_bytes
+            chunk, chunk_bytes = [], 0
+    if chunk:
+        yield chunk, chunk_bytes
+
+
+def ordered_map(
+    fn: Callable[[T], R],
+    items: Iterable[T],
+    *,
+    workers: int,
+    size_of: Callable[[T], int] = lambda item: 1,
+    max_pending_bytes: int = 256 * 2**20,
+    chunk_items: int = 8,
+) -> Iterator[R]:
+    """Yields ``fn(item)`` for every item, in order, computed by ``workers`` processes.
+
+    ``workers=0`` runs in this process (for debugging and tiny inputs). Workers are
+    started with ``forkserver`` (``spawn`` where that is missing): forking a parent
+    that has TensorFlow's thread pools running is unsafe.
+
+    Args:
+      fn: a picklable top-level function.
+      items: the inputs; consumed lazily.
+      workers: number of worker processes, or 0.
+      size_of: an item's input size in bytes, for the memory budget.
+      max_pending_bytes: submit no more once this much input is in flight (at
+        least one chunk is always in flight).
+      chunk_items: items per task sent to a worker (amortises the IPC).
+
+    Example:
+      list(ordered_map(abs, [-1, 2, -3], workers=2))  # [1, 2, 3]
+    """
+    if workers < 0:
+        raise ValueError(f"workers: must be 0 (in-process) or more (got {workers!r})")
+    if workers == 0:
+        yield from map(fn, items)
+        return
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    context = multiprocessing.get_context(method)
+    chunks = _chunks(items, size_of, chunk_items)
+    pending: collections.deque = collections.deque()
+    pending_bytes = 0
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        try:
+            exhausted = False
+            while True:
+                while not exhausted and (not pending or pending_bytes < max_pending_bytes):
+                    nxt = next(chunks, None)
+                    if nxt is None:
+                        exhausted = True
+                        break
+                    chunk, chunk_bytes = nxt
+                    pending.append((pool.submit(_map_chunk, fn, chunk), chunk_bytes))
+                    pending_bytes += chunk_bytes
+                if not pending:
+                    return
+                future, chunk_bytes = pending.popleft()
+                pending_bytes -= chunk_bytes
+                yield from future.result()
+        finally:  # the consumer stopped early (an error, --on-error fail): drop queued work
+            for future, _ in pending:
+                future.cancel()
