@@ -1,0 +1,62 @@
+"""The typer layer: one-line errors, info from the manifest alone, the demo end to end."""
+
+import json
+import os
+
+from ingest import ConvertOptions, convert_images
+
+
+def test_images_then_info_and_json(image_tree, tmp_path, cli):
+    src, written = image_tree
+    out = tmp_path / "out"
+    result = cli("images", src, out, "--num-shards", "2", "--workers", "0", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.output == ""  # --quiet
+    info = cli("info", out)
+    assert info.exit_code == 0, info.output
+    assert "cat 6, dog 6" in info.output and "12 records" in info.output
+    as_json = json.loads(cli("info", out, "--json").output)
+    assert as_json["splits"]["train"]["records"] == len(written)
+    assert [s["file"] for s in as_json["splits"]["train"]["shards"]] == [
+        "train-00000-of-00002.tfrecord",
+        "train-00001-of-00002.tfrecord",
+    ]
+
+
+def test_info_reads_no_data(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    out = tmp_path / "out"
+    convert_images(src, str(out), ConvertOptions(num_shards=1), workers=0, progress=False)
+    os.remove(out / "train-00000-of-00001.tfrecord")
+    assert cli("info", out).exit_code == 0  # the manifest alone answers info
+
+
+def test_bad_option_is_one_line_naming_the_value(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    result = cli("images", src, tmp_path / "out", "--shard-size", "12 parsecs")
+    assert result.exit_code == 1
+    assert result.output.strip().count("\n") == 0
+    assert "'12 parsecs'" in result.output and "Traceback" not in result.output
+
+
+def test_missing_source_names_the_path(tmp_path, cli):
+    result = cli("images", tmp_path / "nowhere", tmp_path / "out")
+    assert result.exit_code == 1 and "nowhere: source folder not found" in result.output
+
+
+def test_debug_shows_the_exception(tmp_path, cli):
+    result = cli("--debug", "images", tmp_path / "nowhere", tmp_path / "out")
+    assert result.exit_code != 0 and isinstance(result.exception, FileNotFoundError)
+
+
+def test_demo_converts_verifies_and_reports_rejections(tmp_path, cli):
+    result = cli("demo", tmp_path / "demo", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    assert "verified" in result.output
+    assert "truncated.jpg: truncated image data" in result.output
+    assert "notes.jpg: not an image" in result.output
+    manifest = json.loads((tmp_path / "demo" / "images-tfrecord" / "dataset.json").read_text())
+    assert manifest["splits"]["train"]["records"] == 3 * 24 + 4  # 4 odd-but-good files converted or passed
+    assert manifest["options"]["converted_images"] == 3  # PNG content, CMYK, EXIF rotation
+    again = cli("demo", tmp_path / "demo", "--workers", "0")  # rerun: same inputs, nothing to redo
+    assert again.exit_code == 0, again.output
