@@ -10,6 +10,7 @@ written last; the state folder is removed after it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,7 @@ import tqdm
 
 from ingest import manifest as manifest_lib
 from ingest.errors import InputError, OutputExistsError
-from ingest.images import ImageOptions, PixelSums, PreparedImage, prepare_image
+from ingest.images import ImageOptions, PixelSums, prepare_image
 from ingest.parallel import default_workers, ordered_map
 from ingest.plan import DEFAULT_SHARD_BYTES, ShardSpec, plan_split, shuffled_order
 from ingest.scan import IMAGE_EXTENSIONS, Rejection, SourceFile, SourceTree, scan_image_folders
@@ -112,14 +113,17 @@ def _plan(tree: SourceTree, options: ConvertOptions) -> tuple[dict[str, list[Sou
             log.warning("%s: split %r has class folders but no images; it is left out", tree.root, split)
             continue
         ordered[split] = [files[i] for i in shuffled_order(len(files), options.seed)]
-        specs += plan_split(
-            split,
-            [f.size for f in ordered[split]],
-            target_bytes=options.shard_bytes,
-            num_shards=options.num_shards,
-            min_shards=options.min_shards,
-            compression=options.compression,
-        )
+        try:
+            specs += plan_split(
+                split,
+                [f.size for f in ordered[split]],
+                target_bytes=options.shard_bytes,
+                num_shards=options.num_shards,
+                min_shards=options.min_shards,
+                compression=options.compression,
+            )
+        except ValueError as e:
+            raise InputError(f"{tree.root}: split {split!r}: {e}") from e
     if not specs:
         raise InputError(f"{tree.root}: no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC")
     return ordered, specs
@@ -159,8 +163,14 @@ def _prepare_output(out: str, fingerprint: str, planned_files: list[str], overwr
         return None
     old_files: list[str] = []
     if tf.io.gfile.exists(manifest_path):
-        old = manifest_lib.from_json(tf.io.gfile.GFile(manifest_path).read(), manifest_path)
-        if old.fingerprint == fingerprint:
+        try:
+            old = manifest_lib.from_json(tf.io.gfile.GFile(manifest_path).read(), manifest_path)
+        except ValueError as e:
+            raise OutputExistsError(
+                f"{out}: output folder holds a {manifest_lib.MANIFEST_NAME} tfshard cannot read ({e}); "
+                "remove it or choose another folder"
+            ) from e
+        if old.fingerprint == fingerprint and not overwrite:
             if tf.io.gfile.exists(state_path):
                 tf.io.gfile.rmtree(state_path)
             return old
@@ -187,9 +197,7 @@ def _prepare_output(out: str, fingerprint: str, planned_files: list[str], overwr
     log.info("%s: --overwrite: removing %d files of the previous dataset", out, len(old_files))
     for name in old_files:
         remove_if_exists(join(out, name))
-    for name in tf.io.gfile.listdir(out):
-        if name.startswith(TEMP_PREFIX):
-            remove_if_exists(join(out, name))
+        remove_if_exists(join(out, TEMP_PREFIX + name))
     if tf.io.gfile.exists(state_path):
         tf.io.gfile.rmtree(state_path)
     tf.io.gfile.makedirs(state_path)
@@ -211,15 +219,14 @@ def _committed_results(out: str, specs: list[ShardSpec], index: bool) -> dict[st
         result = _ShardResult.from_json(tf.io.gfile.GFile(record).read())
         if index and not (result.info.index_file and tf.io.gfile.exists(join(out, result.info.index_file))):
             continue
-        if file_sha256(path) == (result.info.sha256, result.info.bytes):
+        index_ok = not index or file_sha256(join(out, result.info.index_file))[0] == result.info.index_sha256
+        if index_ok and file_sha256(path) == (result.info.sha256, result.info.bytes):
             kept[spec.file_name] = result
         else:
             log.warning("%s: does not match its commit record; rewriting it", path)
     return kept
 
 
-def _prepare(task: tuple[SourceFile, ImageOptions]) -> PreparedImage | Rejection:
-    return prepare_image(*task)
 
 
 def _write_shards(
@@ -235,12 +242,12 @@ def _write_shards(
     from ingest.examples import image_example
     from ingest.write import ShardWriter
 
-    tasks = ((ordered[s.split][i], options.image) for s in todo for i in range(s.start, s.stop))
+    tasks = (ordered[s.split][i] for s in todo for i in range(s.start, s.stop))
     results = ordered_map(
-        _prepare,
+        functools.partial(prepare_image, options=options.image),
         tasks,
         workers=workers,
-        size_of=lambda task: task[0].size,
+        size_of=lambda source: source.size,
         max_pending_bytes=max(workers, 1) * options.shard_bytes,
     )
     total_files = sum(s.num_records for s in todo)
@@ -369,9 +376,8 @@ def convert_images(
         return existing
     state = join(out, STATE_DIR)
     write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
-    for name in tf.io.gfile.listdir(out):
-        if name.startswith(TEMP_PREFIX):  # a run that died mid-shard
-            remove_if_exists(join(out, name))
+    for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
+        remove_if_exists(join(out, TEMP_PREFIX + name))
     results = _committed_results(out, specs, options.index)
     if results:
         log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))

@@ -10,10 +10,10 @@ converted to a baseline JPEG.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import io
-import warnings
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -76,10 +76,10 @@ class PixelSums:
             flat = np.repeat(flat, 3, axis=1)
         return cls(int(flat.shape[0]), tuple(int(v) for v in flat.sum(0)), tuple(int(v) for v in (flat * flat).sum(0)))
 
-    def mean_std(self) -> tuple[list[float], list[float]]:
-        """Per-channel mean and standard deviation, scaled to [0, 1]."""
+    def mean_std(self) -> tuple[list[float] | None, list[float] | None]:
+        """Per-channel mean and standard deviation, scaled to [0, 1]; None when no pixel was decoded."""
         if self.count == 0:
-            return [0.0] * 3, [0.0] * 3
+            return None, None
         mean = [s / self.count for s in self.sums]
         var = [max(q / self.count - m * m, 0.0) for q, m in zip(self.squares, mean)]
         return [round(m / 255, 6) for m in mean], [round(v**0.5 / 255, 6) for v in var]
@@ -98,16 +98,37 @@ class PreparedImage:
     pixels: PixelSums
 
 
+_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"RIFF")
+_JPEG_EOI, _JPEG_SOS = b"\xff\xd9", b"\xff\xda"
+
+
 def _read(path: str) -> bytes:
     with open(path, "rb") as f:
         return f.read()
 
 
+@contextlib.contextmanager
+def _own_pixel_cap():
+    """Turns off PIL's process-wide bomb check while opening: ``max_pixels`` is checked instead, so it can
+    be raised above PIL's limit. Restored afterwards (this also runs in the caller's process with workers=0)."""
+    saved = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = None
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = saved
+
+
 def _to_8bit(image: Image.Image, rgb: bool) -> Image.Image:
-    """Any PIL mode to 'RGB' or 'L'; alpha is dropped, 16/32-bit and float scaled to 8 bits."""
+    """Any PIL mode to 'RGB' or 'L'; alpha is dropped, 16/32-bit and float scaled to 8 bits (not clipped)."""
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         array = np.asarray(image, dtype=np.float64)
-        peak = 65535.0 if image.mode != "F" and array.max(initial=0) > 255 else (1.0 if image.mode == "F" else 255.0)
+        if image.mode == "F":
+            peak = 1.0
+        elif image.mode == "I":  # 32-bit container of unknown range: PNG 16-bit lands here too
+            peak = 65535.0 if array.max(initial=0) > 255 else 255.0
+        else:
+            peak = 65535.0
         image = Image.fromarray(np.clip(array / peak * 255.0 + 0.5, 0, 255).astype(np.uint8), "L")
     elif image.mode in ("1", "L", "LA", "La"):
         image = image.convert("L")
@@ -132,9 +153,7 @@ def _conversion_reason(image: Image.Image, options: ImageOptions) -> str | None:
     return None
 
 
-def _decode_problem(error: Exception) -> str:
-    if isinstance(error, Image.DecompressionBombError):
-        return f"decompression bomb ({error}); raise --max-pixels if the image is genuine"
+def _decode_problem(error: Exception, data: bytes) -> str:
     if isinstance(error, FileNotFoundError):
         return "file not found (removed since the scan?); restore it or run again"
     if isinstance(error, PermissionError) or getattr(error, "errno", None) == errno.EACCES:
@@ -142,10 +161,42 @@ def _decode_problem(error: Exception) -> str:
     if getattr(error, "errno", None) == errno.ELOOP:
         return "symlink loop (the link resolves to itself); remove or repoint the link"
     if isinstance(error, Image.UnidentifiedImageError):
+        if data.startswith(_SIGNATURES):
+            return "truncated or corrupt header (the file starts like an image); re-download or re-export the file"
         return "not an image (no known image format in the file content); remove it or replace it with the real image"
     if isinstance(error, OSError) and "truncated" in str(error):
         return f"truncated image data ({error}); re-download or re-export the file"
     return f"corrupt image data ({type(error).__name__}: {error}); re-download or re-export the file"
+
+
+def _channels(image: Image.Image) -> int:
+    return 1 if image.mode == "L" else 3
+
+
+def _passthrough(source: SourceFile, data: bytes, image: Image.Image, options: ImageOptions) -> PreparedImage | Rejection:
+    # libjpeg (and so PIL) fills in a missing end-of-image marker, but TensorFlow's decoder rejects the file.
+    if data.rfind(_JPEG_EOI) < data.rfind(_JPEG_SOS):
+        return Rejection(source.relpath, "truncated image data (no end-of-image marker); re-download or re-export the file")
+    width, height = image.size  # before draft(), which shrinks size
+    pixels = PixelSums()
+    if options.validate:
+        image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; every entropy-coded byte is still decoded
+        image.load()
+        pixels = PixelSums.of(np.asarray(image))
+    return PreparedImage(source, data, height, width, _channels(image), None, pixels)
+
+
+def _convert(source: SourceFile, image: Image.Image, reason: str, options: ImageOptions) -> PreparedImage:
+    image.seek(0)  # first frame of a GIF/WebP animation
+    image.load()
+    image = _to_8bit(ImageOps.exif_transpose(image), options.rgb)
+    if options.max_side is not None and max(image.size) > options.max_side:
+        image.thumbnail((options.max_side, options.max_side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    image.save(out, "JPEG", quality=options.quality)
+    return PreparedImage(
+        source, out.getvalue(), image.height, image.width, _channels(image), reason, PixelSums.of(np.asarray(image))
+    )
 
 
 def prepare_image(source: SourceFile, options: ImageOptions) -> PreparedImage | Rejection:
@@ -158,40 +209,23 @@ def prepare_image(source: SourceFile, options: ImageOptions) -> PreparedImage | 
     ``PreparedImage(encoded=<JPEG bytes>, converted="PNG content", ...)``; a
     zero-byte file as ``Rejection("cat/x.jpg", "empty file (0 bytes); ...")``.
     """
+    data = b""
     try:
         data = _read(source.path)
         if not data:
             return Rejection(source.relpath, "empty file (0 bytes); remove it or replace it with the real image")
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+        with _own_pixel_cap():
             image = Image.open(io.BytesIO(data))
-            width, height = image.size
-            if width * height > options.max_pixels:
-                return Rejection(
-                    source.relpath,
-                    f"decompression bomb ({width}x{height} = {width * height} pixels, over the "
-                    f"{options.max_pixels} cap); raise --max-pixels if the image is genuine",
-                )
-            reason = _conversion_reason(image, options)
-            if reason is None:
-                if options.validate:
-                    image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; all entropy data is still decoded
-                    image.load()
-                    pixels = PixelSums.of(np.asarray(image))
-                else:
-                    pixels = PixelSums()
-                return PreparedImage(source, data, height, width, 1 if image.mode == "L" else 3, None, pixels)
-            if image.format == "GIF" or getattr(image, "n_frames", 1) > 1:
-                image.seek(0)
-            image.load()
-            image = _to_8bit(ImageOps.exif_transpose(image), options.rgb)
-            if options.max_side is not None and max(image.size) > options.max_side:
-                image.thumbnail((options.max_side, options.max_side), Image.Resampling.LANCZOS)
-            out = io.BytesIO()
-            image.save(out, "JPEG", quality=options.quality)
-            array = np.asarray(image)
-            return PreparedImage(
-                source, out.getvalue(), image.height, image.width, 1 if image.mode == "L" else 3, reason, PixelSums.of(array)
+        width, height = image.size
+        if width * height > options.max_pixels:
+            return Rejection(
+                source.relpath,
+                f"decompression bomb ({width}x{height} = {width * height} pixels, over the "
+                f"{options.max_pixels} cap); raise --max-pixels if the image is genuine",
             )
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        return Rejection(source.relpath, _decode_problem(e))
+        reason = _conversion_reason(image, options)
+        if reason is None:
+            return _passthrough(source, data, image, options)
+        return _convert(source, image, reason, options)
+    except (OSError, ValueError, SyntaxError) as e:  # PIL's decode errors; UnidentifiedImageError is an OSError
+        return Rejection(source.relpath, _decode_problem(e, data))

@@ -37,6 +37,7 @@ class ShardInfo:
     bytes: int
     sha256: str
     index_file: str | None = None
+    index_sha256: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +53,8 @@ class SplitInfo:
     records: int
     bytes: int
     class_counts: dict[str, int]
-    pixel_mean: list[float]
-    pixel_std: list[float]
+    pixel_mean: list[float] | None  # None with validate=False: no pixels were decoded
+    pixel_std: list[float] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +89,11 @@ class Manifest:
 
 
 def to_json(manifest: Manifest) -> str:
-    """Canonical JSON text of a manifest (sorted keys, 2-space indent, trailing newline)."""
-    return json.dumps(dataclasses.asdict(manifest), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    """Canonical JSON text of a manifest (sorted keys, 2-space indent, trailing newline).
+
+    ASCII-escaped, so file names that are not valid UTF-8 (kept as surrogates) survive the round trip.
+    """
+    return json.dumps(dataclasses.asdict(manifest), indent=2, sort_keys=True) + "\n"
 
 
 def from_json(text: str, source: str = MANIFEST_NAME) -> Manifest:

@@ -30,6 +30,13 @@ def load_manifest(out: str) -> manifest_lib.Manifest:
         return manifest_lib.from_json(f.read(), path)
 
 
+def _short_tf_error(message: str) -> str:
+    """TensorFlow's op error without its graph-function wrapper and op name, e.g. "corrupted record at 120"."""
+    text = re.sub(r"\{\{function_node [^}]*\}\}", "", message.strip().splitlines()[0])
+    text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text)
+    return text.split("' failed with")[0].strip()
+
+
 def _count_records(path: str, compression: str | None) -> tuple[int, str | None]:
     """Reads every record (TensorFlow checks both CRCs of each); returns the count and any read error."""
     import tensorflow as tf
@@ -38,7 +45,7 @@ def _count_records(path: str, compression: str | None) -> tuple[int, str | None]
     try:
         return int(dataset.reduce(0, lambda n, _: n + 1)), None
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        return 0, e.message.strip().splitlines()[0]
+        return 0, _short_tf_error(e.message)
 
 
 def verify(out: str) -> manifest_lib.Manifest:
@@ -80,10 +87,13 @@ def verify(out: str) -> manifest_lib.Manifest:
                 problems.append(f"{path}: {records} records, manifest says {shard.records}; {fix}")
             if shard.index_file is not None:
                 listed.add(shard.index_file)
-                if not tf.io.gfile.exists(join(out, shard.index_file)):
-                    problems.append(f"{join(out, shard.index_file)}: missing index file; {fix}")
+                index_path = join(out, shard.index_file)
+                if not tf.io.gfile.exists(index_path):
+                    problems.append(f"{index_path}: missing index file; {fix}")
+                elif file_sha256(index_path)[0] != shard.index_sha256:
+                    problems.append(f"{index_path}: index file does not match the manifest's sha256; {fix}")
     for name in sorted(tf.io.gfile.listdir(out)):
-        if _SHARD_NAME.match(name) and name not in listed:
+        if _SHARD_NAME.match(name) and not name.startswith(".") and name not in listed:
             problems.append(
                 f"{join(out, name)}: unexpected shard (not in the manifest); remove it or rerun with --overwrite"
             )

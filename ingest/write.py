@@ -105,8 +105,10 @@ class ShardWriter:
             remove_if_exists(self.temp_path)
             return
         sha256, size = file_sha256(self.temp_path)
+        index_sha256 = None
         if self.index_name is not None:
-            index_path = join(self.folder, self.index_name)
-            write_text_atomic(index_path, "".join(f"{offset} {size_}\n" for offset, size_ in self._offsets))
+            lines = "".join(f"{offset} {length}\n" for offset, length in self._offsets)
+            write_text_atomic(join(self.folder, self.index_name), lines)
+            index_sha256 = hashlib.sha256(lines.encode()).hexdigest()
         tf.io.gfile.rename(self.temp_path, self.path, overwrite=True)
-        self.info = ShardInfo(self.file_name, self.records, size, sha256, self.index_name)
+        self.info = ShardInfo(self.file_name, self.records, size, sha256, self.index_name, index_sha256)

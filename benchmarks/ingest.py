@@ -1,0 +1,312 @@
+"""Benchmark: tfshard's image ingest, side by side with a naive loop and a plain byte copy.
+
+Measured on one generated set of 500x375 photo-like JPEGs (gradients, shapes,
+texture and sensor noise at quality 90, ~83 KB or ~0.44 bytes/pixel, like
+ImageNet) in a few class folders:
+
+  1. tfshard: ``convert_images`` with default options (all cores, full validation);
+  2. tfshard with ``ImageOptions(validate=False)`` (header only);
+  3. naive: one process, one loop: read bytes, full PIL decode to RGB, build a
+     ``tf.train.Example`` with tfshard's keys, one ``tf.io.TFRecordWriter``;
+  4. copy: read every file and write all the bytes into one file (the I/O floor).
+
+Each timing is ``time.perf_counter`` over the whole call (tfshard's scan, worker
+start-up and shard hashing included). Runs are repeated and interleaved; the table
+shows the best and worst, the CPU-seconds of the best run (benchmark process and
+its workers) and the share of the CPUs that other processes took meanwhile: on a
+shared machine, over ~10% means the wall-clock figures are low. TensorFlow is
+imported before any timing; tfshard's forkserver starts once per process, so only
+the first tfshard run pays for it. Every input is read once first (warm cache).
+
+The scaling check runs tfshard at ``--images`` and ``--scale-images`` and reports
+img/s and peak RSS, sampled every 20 ms from /proc: the parent alone, and the sum
+over parent, forkserver and workers (an over-count: forked processes share pages).
+
+Run it with ``make bench`` (``.venv/bin/python benchmarks/ingest.py``), e.g.:
+  .venv/bin/python benchmarks/ingest.py --images 1000 --scale-images 20000 --repeats 2
+Images are cached in ``--data-dir`` (default ./bench-data) and reused; outputs go
+to a temporary folder that is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
+
+import argparse
+import concurrent.futures
+import io
+import multiprocessing
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import typing
+
+# This file is named ingest.py too: drop its folder from the path so `import ingest` finds the package
+# (worker processes inherit this sys.path).
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+# Workers (forkserver) re-import this module, so TensorFlow is imported only inside functions.
+WIDTH, HEIGHT, CLASSES = 500, 375, 4
+_PAGE, _TICK = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_CLK_TCK")
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def photo(index: int) -> bytes:
+    """A seeded photo-like JPEG: smooth gradients, shapes, coarse texture and sensor noise."""
+    rng = np.random.default_rng(index)
+    y, x = np.mgrid[0:HEIGHT, 0:WIDTH].astype(np.float32)
+    base = np.stack(
+        [rng.uniform(60, 190) + rng.uniform(-0.3, 0.3) * x + rng.uniform(-0.3, 0.3) * y
+         + 25 * np.sin(x / rng.uniform(20, 80) + y / rng.uniform(30, 90)) for _ in range(3)], axis=-1)
+    image = Image.fromarray(np.clip(base, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(image)
+    for _ in range(12):
+        x0, y0 = int(rng.integers(-50, WIDTH)), int(rng.integers(-50, HEIGHT))
+        box = [x0, y0, x0 + int(rng.integers(20, 220)), y0 + int(rng.integers(20, 160))]
+        fill = tuple(int(v) for v in rng.integers(0, 256, 3))
+        (draw.ellipse if rng.random() < 0.5 else draw.rectangle)(box, fill=fill)
+    coarse = rng.standard_normal((HEIGHT // 2 + 1, WIDTH // 2 + 1), dtype=np.float32)
+    texture = np.asarray(Image.fromarray(coarse, "F").resize((WIDTH, HEIGHT), Image.Resampling.BILINEAR))
+    pixels = np.asarray(image, np.float32) + 20 * texture[..., None]
+    pixels += 8 * rng.standard_normal((HEIGHT, WIDTH, 1), dtype=np.float32)
+    out = io.BytesIO()
+    Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)).save(out, "JPEG", quality=90)
+    return out.getvalue()
+
+
+def _write_photo(path_and_index: tuple[str, int]) -> None:
+    path, index = path_and_index
+    with open(path + ".part", "wb") as f:
+        f.write(photo(index))
+    os.replace(path + ".part", path)
+
+
+def image_set(data_dir: str, count: int) -> str:
+    """Returns ``data_dir/n<count>/class_<k>/<i>.jpg``, made (or reused) from a shared pool of images."""
+    root, pool = os.path.join(data_dir, f"n{count}"), os.path.join(data_dir, "pool")
+    if os.path.isdir(root) and sum(len(files) for _, _, files in os.walk(root)) == count:
+        return root
+    os.makedirs(pool, exist_ok=True)
+    paths = [os.path.join(pool, f"{i:06d}.jpg") for i in range(count)]
+    missing = [(p, i) for i, p in enumerate(paths) if not os.path.exists(p)]
+    if missing:
+        print(f"generating {len(missing)} images in {pool} ...", flush=True)
+        with concurrent.futures.ProcessPoolExecutor(mp_context=multiprocessing.get_context("spawn")) as ex:
+            list(ex.map(_write_photo, missing, chunksize=64))
+    shutil.rmtree(root, ignore_errors=True)
+    for i, path in enumerate(paths):  # hard links: the sets share files, and so the page cache
+        folder = os.path.join(root, f"class_{i % CLASSES}")
+        os.makedirs(folder, exist_ok=True)
+        os.link(path, os.path.join(folder, os.path.basename(path)))
+    return root
+
+
+def list_images(src: str) -> list[tuple[str, str, int]]:
+    """(path, class name, label) for every file, in sorted order."""
+    classes = sorted(os.listdir(src))
+    return [(os.path.join(src, c, n), c, label) for label, c in enumerate(classes)
+            for n in sorted(os.listdir(os.path.join(src, c)))]
+
+
+def warm(src: str) -> int:
+    """Reads every input once, so that all methods see a warm page cache; returns the total bytes."""
+    return sum(len(_read(path)) for path, _, _ in list_images(src))
+
+
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and all its descendants (tfshard's workers are children of the forkserver, not of us)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        children = [int(c) for t in tasks for c in _read(f"/proc/{pid}/task/{t}/children").split()]
+    except OSError:  # it exited meanwhile
+        children = []
+    return [pid] + [q for child in children for q in _descendants(child)]
+
+
+def _rss(pid: int) -> int:
+    return int(_read(f"/proc/{pid}/statm").split()[1]) * _PAGE
+
+
+class PeakRSS:
+    """Samples the RSS of this process and of its descendants from a thread; keeps the peaks in bytes."""
+
+    def __init__(self, interval: float = 0.02):
+        self.interval, self.parent, self.total = interval, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self):
+        me = os.getpid()
+        command = _read(f"/proc/{me}/cmdline")
+        while not self._stop.wait(self.interval):
+            try:  # a child between (v)fork and exec shows our memory and our command line: skip it
+                children = [pid for pid in _descendants(me)[1:] if _read(f"/proc/{pid}/cmdline") != command]
+                parent, rss = _rss(me), sum(_rss(pid) for pid in children)
+            except (OSError, IndexError, ValueError):  # a process exited mid-sample
+                continue
+            self.parent, self.total = max(self.parent, parent), max(self.total, parent + rss)
+
+    def __enter__(self) -> "PeakRSS":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def run_tfshard(src: str, out: str, validate: bool, workers: int | None) -> None:
+    from ingest import ConvertOptions, ImageOptions, convert_images
+
+    convert_images(src, out, ConvertOptions(image=ImageOptions(validate=validate)), workers=workers, progress=False)
+
+
+def run_naive(src: str, out: str) -> None:
+    import tensorflow as tf
+
+    def feature(value):
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    os.makedirs(out)
+    with tf.io.TFRecordWriter(os.path.join(out, "train.tfrecord")) as writer:
+        for path, class_name, label in list_images(src):
+            data = _read(path)
+            image = Image.open(io.BytesIO(data)).convert("RGB")  # full decode: the validation
+            keys = {"image/encoded": data, "image/format": b"jpeg", "image/height": image.height,
+                    "image/width": image.width, "image/channels": 3, "image/class/label": label,
+                    "image/class/text": class_name.encode(), "image/filename": os.path.relpath(path, src).encode()}
+            example = tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in keys.items()}))
+            writer.write(example.SerializeToString())
+
+
+def run_copy(src: str, out: str) -> None:
+    os.makedirs(out)
+    with open(os.path.join(out, "all.bin"), "wb") as sink:
+        for path, _, _ in list_images(src):
+            sink.write(_read(path))
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU-seconds used so far by the whole machine (steal included) and by this process tree."""
+    ticks = [int(v) for v in _read("/proc/stat").split(b"\n")[0].split()[1:9]]  # user nice system idle iowait ...
+    machine = (sum(ticks) - ticks[3] - ticks[4]) / _TICK
+    t = os.times()
+    own = t.user + t.system + t.children_user + t.children_system
+    for pid in _descendants(os.getpid())[1:]:
+        try:
+            own += sum(int(v) for v in _read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[11:15]) / _TICK
+        except OSError:  # exited since the listing
+            pass
+    return machine, own
+
+
+class Run(typing.NamedTuple):
+    seconds: float
+    cpu: float  # CPU-seconds of this process and its descendants
+    peak: PeakRSS
+    other: float  # share of the CPUs that other processes took meanwhile (noise on a shared machine)
+
+
+def timed(fn, src: str, out: str) -> Run:
+    """Runs ``fn(src, out)`` once into a fresh ``out``, then deletes ``out``."""
+    (machine, own), start = cpu_seconds(), time.perf_counter()
+    with PeakRSS() as peak:
+        fn(src, out)
+    seconds = time.perf_counter() - start
+    machine, own = (a - b for a, b in zip(cpu_seconds(), (machine, own)))
+    shutil.rmtree(out)
+    return Run(seconds, own, peak, max(machine - own, 0) / seconds / len(os.sched_getaffinity(0)))
+
+
+def validation_decode_ms(src: str, limit: int = 300) -> tuple[float, float]:
+    """Milliseconds per image, one process: PIL's full decode vs the 1/8-scale (DCT-scaled) decode tfshard
+    validates with. Both entropy-decode every byte, so both catch truncation; only the IDCT work differs."""
+    paths = [p for p, _, _ in list_images(src)[:limit]]
+    times = []
+    for scaled in (False, True):
+        start = time.perf_counter()
+        for path in paths:
+            with Image.open(path) as image:
+                if scaled:
+                    image.draft(image.mode, (1, 1))
+                image.load()
+        times.append((time.perf_counter() - start) / len(paths) * 1e3)
+    return times[0], times[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=1000, help="images in the side-by-side run (default 1000)")
+    parser.add_argument("--scale-images", type=int, default=5000, help="larger count for the scaling check; 0 skips it")
+    parser.add_argument("--workers", type=int, default=None, help="tfshard worker processes (default: all CPUs)")
+    parser.add_argument("--data-dir", default="bench-data", help="cache folder for generated images")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best is reported")
+    args = parser.parse_args()
+    if args.images < 1 or args.repeats < 1 or args.scale_images < 0:
+        parser.error("--images and --repeats must be at least 1, --scale-images at least 0")
+
+    import tensorflow as tf  # noqa: F401  (imported before timing, so no method pays for it)
+
+    sets = {n: image_set(args.data_dir, n) for n in (args.images, args.scale_images) if n}
+    total_bytes = warm(sets[args.images])
+    print(f"{args.images} JPEGs {WIDTH}x{HEIGHT}, {total_bytes / args.images / 1e3:.1f} KB each "
+          f"({total_bytes / args.images / (WIDTH * HEIGHT):.2f} bytes/pixel); {len(os.sched_getaffinity(0))} CPUs; "
+          f"tfshard workers={args.workers or 'all'}; best of {args.repeats} interleaved runs\n")
+    methods = {
+        "tfshard": lambda s, o: run_tfshard(s, o, True, args.workers),
+        "tfshard validate=False": lambda s, o: run_tfshard(s, o, False, args.workers),
+        "naive loop (1 process)": run_naive,
+        "copy bytes (I/O floor)": run_copy,
+    }
+    baseline_rss = _rss(os.getpid())
+    with tempfile.TemporaryDirectory(prefix="tfshard-bench-") as tmp:
+        out = os.path.join(tmp, "out")
+        runs = {name: [] for name in methods}
+        for _ in range(args.repeats):  # interleaved, so drift on the machine hits every method alike
+            for name, fn in methods.items():
+                runs[name].append(timed(fn, sets[args.images], out))
+        scaling = {args.images: runs["tfshard"]}
+        if args.scale_images:
+            warm(sets[args.scale_images])
+            scaling[args.scale_images] = [timed(methods["tfshard"], sets[args.scale_images], out)
+                                          for _ in range(args.repeats)]
+
+    best = {name: min(r, key=lambda run: run.seconds) for name, r in runs.items()}
+    rate = {name: args.images / run.seconds for name, run in best.items()}
+    print(f"{'method':<24} {'best s':>7} {'worst s':>7} {'img/s':>7} {'MB/s':>7} {'CPU s':>7} {'other load':>10}")
+    for name, run in best.items():
+        print(f"{name:<24} {run.seconds:7.3f} {max(r.seconds for r in runs[name]):7.3f} {rate[name]:7.0f} "
+              f"{total_bytes / run.seconds / 1e6:7.1f} {run.cpu:7.2f} {run.other:10.0%}")
+    print(f"\nimg/s ratio tfshard / naive:               {rate['tfshard'] / rate['naive loop (1 process)']:.2f}x")
+    print(f"img/s ratio tfshard validate=False / copy: "
+          f"{rate['tfshard validate=False'] / rate['copy bytes (I/O floor)']:.2f}x")
+    full_ms, scaled_ms = validation_decode_ms(sets[args.images])
+    print(f"validation decode, 1 process: full {full_ms:.2f} ms/img, 1/8-scale {scaled_ms:.2f} ms/img "
+          f"({full_ms / scaled_ms:.2f}x)")
+    print("CPU s: CPU-seconds of the benchmark and its workers in the best run; other load: share of the CPUs\n"
+          "that other processes took meanwhile (over ~10%, wall-clock figures understate what the cores can do)")
+
+    print(f"\ntfshard scaling; parent RSS before any run (Python + TensorFlow): {baseline_rss / 2**20:.0f} MiB")
+    print(f"{'images':>8} {'img/s':>7} {'peak RSS parent':>16} {'parent+workers':>15} {'other load':>10}")
+    for count, r in scaling.items():
+        run = min(r, key=lambda run: run.seconds)
+        print(f"{count:>8} {count / run.seconds:7.0f} {max(x.peak.parent for x in r) / 2**20:12.0f} MiB "
+              f"{max(x.peak.total for x in r) / 2**20:11.0f} MiB {run.other:10.0%}")
+
+
+if __name__ == "__main__":
+    main()

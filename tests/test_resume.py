@@ -1,0 +1,450 @@
+"""Atomic, resumable conversion: kill -9 anywhere, rerun, and get the bytes of an uninterrupted run.
+
+The kill tests run the real CLI in a subprocess and SIGKILL it at points chosen
+by watching the output folder; the rest interrupt a conversion in-process (a bad
+file with ``on_error="fail"``) and check what a rerun keeps, rewrites, refuses
+and never deletes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import make_tree, write_jpeg
+from ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
+
+pytestmark = pytest.mark.slow
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+STATE = ".tfshard-state"
+MANIFEST = "dataset.json"
+FINAL_SHARD = re.compile(r"^train-\d{5}-of-\d{5}\.tfrecord$")
+KILL_SHARDS = 6
+
+
+def snapshot(folder: str) -> dict[str, bytes | None]:
+    """Every file (its bytes) and folder (None) under ``folder``, hidden ones included, by relative path."""
+    found = {}
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(root, name), folder)] = None
+        for name in files:
+            with open(os.path.join(root, name), "rb") as f:
+                found[os.path.relpath(os.path.join(root, name), folder)] = f.read()
+    return found
+
+
+def stats(folder: str) -> dict[str, tuple[int, int]]:
+    """(inode, mtime_ns) of every file under ``folder``: a rewrite (temp file + rename) changes both."""
+    found = {}
+    for root, _, files in os.walk(folder):
+        for name in files:
+            st = os.stat(os.path.join(root, name))
+            found[os.path.relpath(os.path.join(root, name), folder)] = (st.st_ino, st.st_mtime_ns)
+    return found
+
+
+def assert_same_tree(actual: dict, expected: dict) -> None:
+    assert sorted(actual) == sorted(expected)  # the same names first, for a readable diff
+    for name in expected:
+        assert actual[name] == expected[name], f"{name} differs"
+
+
+def final_shards(out: str) -> list[str]:
+    return sorted(n for n in os.listdir(out) if FINAL_SHARD.match(n)) if os.path.isdir(out) else []
+
+
+def count_records(path: str) -> int:
+    """Reads every record; TensorFlow checks both CRCs of each and raises DataLossError on a partial file."""
+    import tensorflow as tf
+
+    try:
+        return int(tf.data.TFRecordDataset(path).reduce(0, lambda n, _: n + 1))
+    except tf.errors.DataLossError as e:
+        pytest.fail(f"{path}: a file under a final shard name is partial or damaged: {e.message}")
+
+
+def flip_middle_byte(path: str) -> None:
+    with open(path, "r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(size // 2)
+        byte = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
+# --- kill -9 a real conversion, rerun the same command -------------------------------------------
+
+
+def convert_command(src: str, out: str) -> list[str]:
+    options = ["--num-shards", str(KILL_SHARDS), "--quiet", "--workers", "1"]
+    return [sys.executable, "-m", "cli", "images", src, out, *options]
+
+
+@pytest.fixture(scope="module")
+def kill_source(tmp_path_factory):
+    """6 classes x 60 160x160 JPEGs (slow enough to stop between shards) and an uninterrupted run's files."""
+    root = tmp_path_factory.mktemp("resume")
+    src = str(root / "src")
+    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=60, size=(160, 160))
+    clean = str(root / "clean")
+    done = subprocess.run(convert_command(src, clean), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    files = snapshot(clean)
+    assert len([n for n in files if FINAL_SHARD.match(n)]) == KILL_SHARDS and MANIFEST in files
+    return src, files
+
+
+def _state_folder(out):
+    return os.path.isdir(os.path.join(out, STATE))
+
+
+def _shards_at_least(n):
+    return lambda out: len(final_shards(out)) >= n
+
+
+def _manifest(out):
+    return os.path.exists(os.path.join(out, MANIFEST))
+
+
+# name: (when to kill, the final shards there may be at that moment, tamper with a committed shard before the rerun)
+KILL_POINTS = {
+    "state-folder-before-any-shard": (_state_folder, range(0, 1), False),
+    "after-1-shard": (_shards_at_least(1), range(1, KILL_SHARDS), False),
+    "after-3-shards": (_shards_at_least(3), range(3, KILL_SHARDS), False),
+    "after-3-shards-then-one-changed": (_shards_at_least(3), range(3, KILL_SHARDS), True),
+    "after-manifest": (_manifest, range(KILL_SHARDS, KILL_SHARDS + 1), False),
+}
+
+
+def kill_when(command: list[str], when, out: str, log_path: str) -> None:
+    """Starts ``command``; SIGKILLs it (and its decode workers) as soon as ``when(out)`` holds."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
+        )
+    killed = False
+    try:
+        deadline = time.monotonic() + 240
+        while not when(out):
+            if proc.poll() is not None:
+                with open(log_path) as f:
+                    pytest.fail(f"the conversion ended (exit {proc.returncode}) before the kill point: {f.read()}")
+            if time.monotonic() > deadline:
+                pytest.fail("the kill point never came")
+            time.sleep(0.001)
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the decode workers and forkserver die with it
+        killed = True
+    finally:
+        if not killed and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("point", KILL_POINTS.keys())
+def test_kill_then_rerun_ends_byte_identical_to_an_uninterrupted_run(kill_source, tmp_path, point):
+    src, clean = kill_source
+    when, shards_allowed, tamper = KILL_POINTS[point]
+    out = str(tmp_path / "out")
+    command = convert_command(src, out)
+    kill_when(command, when, out, str(tmp_path / "killed.log"))
+
+    # What the kill left: no partial file under a final name, and nothing that differs from the clean run.
+    at_kill = final_shards(out)
+    assert len(at_kill) in shards_allowed, (point, sorted(os.listdir(out)))
+    for name in at_kill:
+        assert count_records(os.path.join(out, name)) > 0
+        with open(os.path.join(out, name), "rb") as f:
+            assert f.read() == clean[name], f"{name}: committed shard differs from the uninterrupted run's"
+    if os.path.exists(os.path.join(out, MANIFEST)):
+        with open(os.path.join(out, MANIFEST), "rb") as f:
+            assert f.read() == clean[MANIFEST]
+    else:
+        assert point != "after-manifest"
+    state = os.path.join(out, STATE)
+    recorded = {n[: -len(".json")] for n in os.listdir(state)} if os.path.isdir(state) else set()
+    # A shard with a commit record is kept by the rerun; one without (killed between rename and record) is rewritten.
+    keep = [n for n in at_kill if n in recorded or point == "after-manifest"]
+    tampered = None
+    if tamper:
+        assert keep, "no committed shard with a record to tamper with"
+        tampered = keep.pop(0)
+        flip_middle_byte(os.path.join(out, tampered))
+    before = stats(out)
+
+    rerun = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+
+    assert_same_tree(snapshot(out), clean)
+    after = stats(out)
+    for name in keep:
+        assert after[name] == before[name], f"{name}: committed shard was rewritten instead of kept"
+    if tampered is not None:
+        assert after[tampered][0] != before[tampered][0], f"{tampered}: changed shard was kept"
+        assert f"{tampered}: does not match its commit record" in rerun.stderr
+
+
+# --- interrupted in-process: a bad file with on_error="fail" stops the run in its last shard -----
+
+# on_error is not part of the output's identity, so a rerun with "skip" resumes the run that "fail" stopped.
+RESUME = ConvertOptions(num_shards=2, seed=None)
+
+
+@pytest.fixture
+def interrupted(tmp_path):
+    """(src, out, the files of a clean run): ``out`` holds shard 0 committed and the state folder, no manifest."""
+    src = str(tmp_path / "src")
+    make_tree(src)
+    with open(os.path.join(src, "dog", "zzz.jpg"), "wb") as f:  # sorts last: lands in the last shard
+        f.write(b"not a jpeg")
+    out = str(tmp_path / "out")
+    stopping = ConvertOptions(num_shards=2, seed=None, on_error="fail")
+    with pytest.raises(InputError, match="zzz.jpg"):
+        convert_images(src, out, stopping, workers=0, progress=False)
+    assert sorted(os.listdir(out)) == [STATE, "train-00000-of-00002.tfrecord"]
+    assert sorted(os.listdir(os.path.join(out, STATE))) == ["plan.json", "train-00000-of-00002.tfrecord.json"]
+    clean = str(tmp_path / "clean")
+    convert_images(src, clean, RESUME, workers=0, progress=False)
+    return src, out, snapshot(clean)
+
+
+def test_rerun_resumes_and_keeps_committed_shards(interrupted):
+    src, out, clean = interrupted
+    before = stats(out)
+    manifest = convert_images(src, out, RESUME, workers=0, progress=False)
+    assert_same_tree(snapshot(out), clean)
+    assert stats(out)["train-00000-of-00002.tfrecord"] == before["train-00000-of-00002.tfrecord"]
+    assert manifest.rejected == [{"path": "dog/zzz.jpg", "reason": manifest.rejected[0]["reason"]}]
+
+
+def test_leftover_temp_files_are_removed_on_next_run(interrupted):
+    src, out, clean = interrupted
+    for name in (".tmp-train-00000-of-00002.tfrecord", ".tmp-train-00001-of-00002.tfrecord", ".tmp-dataset.json"):
+        with open(os.path.join(out, name), "wb") as f:  # what kill -9 mid-write leaves
+            f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00partial")
+    convert_images(src, out, RESUME, workers=0, progress=False)
+    assert_same_tree(snapshot(out), clean)  # no .tmp-* left, and nothing else changed
+
+
+@pytest.mark.parametrize("change", ["flip-byte", "truncate", "append", "swap-for-other-shard"])
+def test_changed_committed_shard_is_detected_and_rewritten(interrupted, caplog, change):
+    src, out, clean = interrupted
+    path = os.path.join(out, "train-00000-of-00002.tfrecord")
+    if change == "flip-byte":
+        flip_middle_byte(path)
+    elif change == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) - 1)
+    elif change == "append":
+        with open(path, "ab") as f:
+            f.write(b"\0")
+    else:  # valid records, wrong ones: only the hash tells
+        with open(path, "wb") as f:
+            f.write(clean["train-00001-of-00002.tfrecord"])
+    before = stats(out)
+    with caplog.at_level("WARNING", logger="ingest.convert"):
+        convert_images(src, out, RESUME, workers=0, progress=False)
+    assert_same_tree(snapshot(out), clean)
+    assert stats(out)[os.path.basename(path)][0] != before[os.path.basename(path)][0]
+    assert f"{path}: does not match its commit record" in caplog.text
+
+
+def test_finished_dataset_with_leftover_state_folder_is_finished_without_rewrites(interrupted, tmp_path):
+    # kill -9 between writing dataset.json and removing the state folder
+    src, out, clean = interrupted
+    done = str(tmp_path / "done")
+    convert_images(src, done, RESUME, workers=0, progress=False)
+    shutil.copytree(os.path.join(out, STATE), os.path.join(done, STATE))
+    before = stats(done)
+    convert_images(src, done, RESUME, workers=0, progress=False)
+    assert_same_tree(snapshot(done), clean)
+    after = stats(done)
+    assert {k: v for k, v in before.items() if not k.startswith(STATE)} == after
+
+
+def test_unfinished_conversion_of_other_options_is_refused_then_overwritten(interrupted, tmp_path):
+    src, out, _ = interrupted
+    other = ConvertOptions(num_shards=3, seed=None)
+    before = snapshot(out)
+    with pytest.raises(OutputExistsError, match=r"unfinished conversion.*--overwrite"):
+        convert_images(src, out, other, workers=0, progress=False)
+    assert_same_tree(snapshot(out), before)
+    convert_images(src, out, other, workers=0, overwrite=True, progress=False)
+    clean = str(tmp_path / "clean3")
+    convert_images(src, clean, other, workers=0, progress=False)
+    assert_same_tree(snapshot(out), snapshot(clean))
+
+
+# --- finished datasets: no-op, refuse, overwrite ---------------------------------------------------
+
+
+def test_rerun_with_same_inputs_and_options_is_a_no_op(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    first = convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    files, before = snapshot(out), stats(out)
+    # on_error and workers do not change the bytes, so they do not make it a different dataset
+    for options, workers in [(ConvertOptions(num_shards=2), 0), (ConvertOptions(num_shards=2, on_error="fail"), 1)]:
+        assert convert_images(src, out, options, workers=workers, progress=False) == first
+    result = cli("images", src, out, "--num-shards", "2", "--workers", "0", "--quiet")  # the CLI's defaults agree
+    assert result.exit_code == 0, result.output
+    assert_same_tree(snapshot(out), files)
+    assert stats(out) == before
+
+
+def _add_image(src):
+    write_jpeg(os.path.join(src, "cat", "new.jpg"), seed=999)
+
+
+REFUSED = {
+    "num-shards": (ConvertOptions(num_shards=3), None),
+    "seed": (ConvertOptions(num_shards=2, seed=1), None),
+    "compression": (ConvertOptions(num_shards=2, compression="gzip"), None),
+    "index": (ConvertOptions(num_shards=2, index=True), None),
+    "new-input-file": (ConvertOptions(num_shards=2), _add_image),
+}
+
+
+@pytest.mark.parametrize("change", REFUSED.keys())
+def test_other_inputs_or_options_are_refused_without_overwrite(image_tree, tmp_path, change):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    files, before = snapshot(out), stats(out)
+    options, edit_source = REFUSED[change]
+    if edit_source is not None:
+        edit_source(src)
+    with pytest.raises(OutputExistsError, match=re.escape(out) + r": .*other inputs or options.*--overwrite"):
+        convert_images(src, out, options, workers=0, progress=False)
+    assert_same_tree(snapshot(out), files)
+    assert stats(out) == before
+
+
+def test_cli_refuses_other_options_in_one_line(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    assert cli("images", src, out, "--num-shards", "2", "--workers", "0", "--quiet").exit_code == 0
+    files = snapshot(out)
+    result = cli("images", src, out, "--num-shards", "3", "--workers", "0", "--quiet")
+    assert result.exit_code == 1
+    assert "--overwrite" in result.stderr and result.stderr.startswith(f"error: {out}: ")
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.output
+    assert_same_tree(snapshot(out), files)
+
+
+OVERWRITES = {
+    "fewer-shards": (ConvertOptions(num_shards=3), ConvertOptions(num_shards=2)),
+    "more-shards": (ConvertOptions(num_shards=2), ConvertOptions(num_shards=4)),
+    "index-dropped": (ConvertOptions(num_shards=3, index=True), ConvertOptions(num_shards=3)),
+    "gzip-to-plain": (ConvertOptions(num_shards=3, compression="gzip"), ConvertOptions(num_shards=2)),
+}
+
+
+@pytest.mark.parametrize("old, new", OVERWRITES.values(), ids=OVERWRITES.keys())
+def test_overwrite_replaces_the_dataset_and_removes_old_shards(image_tree, tmp_path, old, new):
+    src, _ = image_tree
+    out, clean = str(tmp_path / "out"), str(tmp_path / "clean")
+    convert_images(src, out, old, workers=0, progress=False)
+    convert_images(src, out, new, workers=0, overwrite=True, progress=False)
+    convert_images(src, clean, new, workers=0, progress=False)
+    assert_same_tree(snapshot(out), snapshot(clean))  # not one file of the old dataset left
+    verify(out)
+
+
+def test_cli_overwrite_replaces_the_dataset(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    out, clean = str(tmp_path / "out"), str(tmp_path / "clean")
+    assert cli("images", src, out, "--num-shards", "3", "--workers", "0", "--quiet").exit_code == 0
+    result = cli("images", src, out, "--num-shards", "2", "--workers", "0", "--quiet", "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert cli("images", src, clean, "--num-shards", "2", "--workers", "0", "--quiet").exit_code == 0
+    assert_same_tree(snapshot(out), snapshot(clean))
+
+
+def _user_files(out: str) -> dict[str, bytes]:
+    files = {"notes.txt": b"my notes", "photos/a.jpg": b"\xff\xd8 not tfshard's", ".hidden": b"x"}
+    for rel, data in files.items():
+        os.makedirs(os.path.dirname(os.path.join(out, rel)), exist_ok=True)
+        with open(os.path.join(out, rel), "wb") as f:
+            f.write(data)
+    return files
+
+
+def test_unrelated_folder_is_refused_and_its_files_are_never_deleted(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    mine = _user_files(out)
+    before = snapshot(out)
+    with pytest.raises(OutputExistsError, match=r"files that tfshard did not write.*--overwrite"):
+        convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    result = cli("images", src, out, "--num-shards", "2", "--workers", "0", "--quiet")
+    assert result.exit_code == 1 and "--overwrite" in result.stderr
+    assert_same_tree(snapshot(out), before)  # not even a state folder
+
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, overwrite=True, progress=False)
+    convert_images(src, out, ConvertOptions(num_shards=3), workers=0, overwrite=True, progress=False)
+    after = snapshot(out)
+    for rel, data in mine.items():
+        assert after[rel] == data, f"{rel}: a file tfshard did not write was changed or deleted"
+    assert final_shards(out) == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    verify(out)
+
+
+def test_overwrite_keeps_user_files_that_look_like_temp_files(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    with open(os.path.join(out, ".tmp-notes.txt"), "w") as f:
+        f.write("mine, not tfshard's")
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, overwrite=True, progress=False)
+    assert os.path.exists(os.path.join(out, ".tmp-notes.txt")), "--overwrite deleted a file tfshard did not write"
+
+
+# --- output inside the source --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["src", "src/out", "src/cat/out", "link-to-src/out"])
+def test_output_inside_the_source_is_refused(image_tree, tmp_path, cli, where):
+    src, _ = image_tree
+    os.symlink(src, tmp_path / "link-to-src")
+    out = str(tmp_path / where)
+    before = snapshot(src)
+    with pytest.raises(InputError, match=re.escape(out) + r": output folder is inside the source folder"):
+        convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    result = cli("images", src, out, "--num-shards", "2", "--workers", "0", "--quiet")
+    assert result.exit_code == 1 and "inside the source folder" in result.stderr
+    assert_same_tree(snapshot(src), before)
+
+
+def test_output_next_to_the_source_with_the_same_prefix_is_fine(image_tree, tmp_path):
+    src, written = image_tree
+    out = src + "-tfrecord"  # starts with the source's path, but is not inside it
+    assert convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False).total_records == len(
+        written
+    )
+
+
+def test_folder_with_another_tools_dataset_json_is_refused_and_kept(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    os.makedirs(out)
+    foreign = os.path.join(out, MANIFEST)
+    with open(foreign, "w") as f:
+        f.write('{"name": "labels from another tool"}')
+    # "holds something else and overwrite is False" is documented as OutputExistsError
+    with pytest.raises(OutputExistsError, match=re.escape(out)):
+        convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    with pytest.raises(ValueError):  # not tfshard's file: even --overwrite must not replace it
+        convert_images(src, out, ConvertOptions(num_shards=2), workers=0, overwrite=True, progress=False)
+    with open(foreign) as f:
+        assert f.read() == '{"name": "labels from another tool"}'
