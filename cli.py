@@ -188,11 +188,58 @@ def verify(out: str = typer.Argument(..., help="A dataset folder.")) -> None:
 
 
 @app.command()
+def bench(
+    out: str = typer.Argument(..., help="A dataset folder."),
+    split: str = typer.Option("train", help="Split to read."),
+    batch_size: int = typer.Option(64, help="Batch size."),
+    image_size: int = typer.Option(224, help="Output height and width."),
+    training: bool = typer.Option(True, "--training/--eval", help="Training path (crop, shuffle, augment) or eval."),
+    cache: Optional[str] = typer.Option(
+        None, help="Cache folder or 'memory' (default: a temporary folder, removed afterwards); 'none' for no cache."
+    ),
+    epochs: int = typer.Option(2, help="Epochs to time; epoch 1 fills the cache."),
+    ignore_errors: bool = typer.Option(False, "--ignore-errors", help="Skip records that fail to read or decode."),
+) -> None:
+    """Time the input pipeline alone (no model): images/s and batches/s per epoch."""
+    import shutil
+    import tempfile
+
+    try:
+        _load_tensorflow()
+        import readers
+
+        info = readers.info(out)
+        expected = info.num_records(split)
+        temp = tempfile.mkdtemp(prefix="tfshard-bench-cache-") if cache is None else None
+        chosen = None if cache == "none" else (temp or cache)
+        ds = readers.images(
+            out, split, batch_size=batch_size, image_size=(image_size, image_size), training=training, seed=0,
+            cache=chosen, drop_remainder=False, ignore_errors=ignore_errors,
+        )
+        typer.echo(f"{out} [{split}]: {expected:,} records, batch {batch_size}, {image_size}x{image_size}, "
+                   f"{'training' if training else 'eval'}, cache={chosen or 'none'}")
+        for epoch in range(1, epochs + 1):
+            started, images, batches = time.perf_counter(), 0, 0
+            for _, labels in ds:
+                images += int(labels.shape[0])
+                batches += 1
+            seconds = time.perf_counter() - started
+            note = " (fills the cache)" if epoch == 1 and chosen else (" (cached)" if chosen else "")
+            skipped = f", {expected - images:,} records skipped" if images != expected else ""
+            typer.echo(f"  epoch {epoch}{note}: {images:,} images in {seconds:.2f} s: "
+                       f"{images / seconds:,.0f} img/s, {batches / seconds:,.1f} batches/s{skipped}")
+        if temp:
+            shutil.rmtree(temp, ignore_errors=True)
+    except (ValueError, OSError) as e:
+        _fail(e)
+
+
+@app.command()
 def demo(
     folder: str = typer.Argument("tfshard-demo", help="Where to put the demo's images and dataset."),
     workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs)."),
 ) -> None:
-    """Make a small image tree (with a few broken files), convert it, verify it, show it."""
+    """Make a small image tree (with a few broken files), convert it, verify it, read a batch back."""
     try:
         _load_tensorflow()
         from ingest import ConvertOptions, convert_images, verify as verify_dataset
@@ -206,7 +253,13 @@ def demo(
         _print_summary(out, manifest, time.monotonic() - started)
         verify_dataset(out)
         typer.echo(f"{out}: verified, every record's CRC and every shard's sha256 match dataset.json")
-        typer.echo(f"next: tfshard info {out}")
+        import readers
+
+        ds = readers.images(out, batch_size=16, image_size=(64, 64), seed=0)
+        images, labels = next(iter(ds))
+        typer.echo(f"readers.images({out!r}, batch_size=16, image_size=(64, 64)): images {tuple(images.shape)} "
+                   f"{images.dtype.name} in [0, 1], labels {labels.numpy().tolist()}")
+        typer.echo(f"next: tfshard info {out}; tfshard bench {out}")
     except (ValueError, OSError) as e:
         _fail(e)
 

@@ -53,6 +53,7 @@ def test_demo_converts_verifies_and_reports_rejections(tmp_path, cli):
     result = cli("demo", tmp_path / "demo", "--workers", "1")
     assert result.exit_code == 0, result.output
     assert "verified" in result.output
+    assert "images (16, 64, 64, 3) float32" in result.output
     assert "truncated.jpg: truncated image data" in result.output
     assert "notes.jpg: not an image" in result.output
     manifest = json.loads((tmp_path / "demo" / "images-tfrecord" / "dataset.json").read_text())
@@ -60,3 +61,14 @@ def test_demo_converts_verifies_and_reports_rejections(tmp_path, cli):
     assert manifest["options"]["converted_images"] == 3  # PNG content, CMYK, EXIF rotation
     again = cli("demo", tmp_path / "demo", "--workers", "0")  # rerun: same inputs, nothing to redo
     assert again.exit_code == 0, again.output
+
+
+def test_bench_times_first_and_cached_epochs(image_tree, tmp_path, cli):
+    src, written = image_tree
+    out = tmp_path / "out"
+    convert_images(src, str(out), ConvertOptions(num_shards=2), workers=0, progress=False)
+    result = cli("bench", out, "--batch-size", "4", "--image-size", "16", "--epochs", "2")
+    assert result.exit_code == 0, result.output
+    assert f"epoch 1 (fills the cache): {len(written)} images" in result.output
+    assert f"epoch 2 (cached): {len(written)} images" in result.output
+    assert "skipped" not in result.output

@@ -1,0 +1,69 @@
+"""Batched, vectorised augmentation: one op per batch, not one per image.
+
+Every function takes a uint8 or float batch ``[B, H, W, C]`` and a stateless
+seed ``[2]`` (int64), so a seeded pipeline augments the same way every run
+while each batch, and each epoch, draws fresh randomness from the seed stream.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+def _split(seed: tf.Tensor, n: int) -> tf.Tensor:
+    return tf.random.experimental.stateless_split(seed, num=n)
+
+
+def random_resized_crop_batch(
+    images: tf.Tensor, size: tuple[int, int], seed: tf.Tensor, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
+) -> tf.Tensor:
+    """Inception-style random-resized crop of each image in a batch with one ``crop_and_resize``.
+
+    Each image gets a box covering ``scale`` of its area with aspect ``ratio``,
+    clipped to the image, resized to ``size`` (bilinear).
+    """
+    batch = tf.shape(images)[0]
+    area_seed, ratio_seed, y_seed, x_seed = tf.unstack(_split(seed, 4))
+    area = tf.random.stateless_uniform([batch], area_seed, scale[0], scale[1])
+    log_ratio = tf.random.stateless_uniform(
+        [batch], ratio_seed, tf.math.log(ratio[0]), tf.math.log(ratio[1])
+    )
+    aspect = tf.exp(log_ratio)
+    height = tf.minimum(tf.sqrt(area / aspect), 1.0)  # fractions of the cached image's side
+    width = tf.minimum(tf.sqrt(area * aspect), 1.0)
+    top = tf.random.stateless_uniform([batch], y_seed) * (1.0 - height)
+    left = tf.random.stateless_uniform([batch], x_seed) * (1.0 - width)
+    boxes = tf.stack([top, left, top + height, left + width], axis=1)
+    cropped = tf.image.crop_and_resize(tf.cast(images, tf.float32), boxes, tf.range(batch), size)
+    return tf.cast(cropped, images.dtype) if images.dtype != tf.float32 else cropped
+
+
+def random_flip_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
+    """Flips a random half of the batch left-right."""
+    flip = tf.random.stateless_uniform([tf.shape(images)[0], 1, 1, 1], seed) < 0.5
+    return tf.where(flip, tf.reverse(images, axis=[2]), images)
+
+
+def color_jitter_batch(
+    images: tf.Tensor, seed: tf.Tensor, brightness=0.2, contrast=0.2, saturation=0.2
+) -> tf.Tensor:
+    """Per-image random brightness, contrast and saturation on a float batch in [0, 1]; result clipped to [0, 1]."""
+    batch = tf.shape(images)[0]
+    b_seed, c_seed, s_seed = tf.unstack(_split(seed, 3))
+    shape = [batch, 1, 1, 1]
+    images = images + tf.random.stateless_uniform(shape, b_seed, -brightness, brightness)
+    mean = tf.reduce_mean(images, axis=[1, 2, 3], keepdims=True)
+    images = (images - mean) * tf.random.stateless_uniform(shape, c_seed, 1 - contrast, 1 + contrast) + mean
+    if images.shape[-1] == 3:
+        gray = tf.reduce_mean(images, axis=3, keepdims=True)
+        images = (images - gray) * tf.random.stateless_uniform(shape, s_seed, 1 - saturation, 1 + saturation) + gray
+    return tf.clip_by_value(images, 0.0, 1.0)
+
+
+def default_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None) -> tf.Tensor:
+    """The default training augmentation of a float batch in [0, 1]: (crop,) flip, colour jitter."""
+    crop_seed, flip_seed, jitter_seed = tf.unstack(_split(seed, 3))
+    if crop_to is not None:
+        images = random_resized_crop_batch(images, crop_to, crop_seed)
+    images = random_flip_batch(images, flip_seed)
+    return color_jitter_batch(images, jitter_seed)

@@ -1,0 +1,116 @@
+"""Cache-to-file that is never stale, never partial, and never trips over a dead process's lock.
+
+``tf.data.Dataset.cache(filename)`` writes ``{prefix}_{i}.data...`` and a
+``{prefix}_{i}.lockfile`` while the first epoch runs, and ``{prefix}.index``
+once it has run to the end; a partially written cache is discarded by
+TensorFlow. Three things it leaves to the user (tensorflow/tensorflow#28798,
+#60174) are handled here:
+
+* the prefix is a hash of the dataset's fingerprint and every option that
+  changes the cached bytes, so changed data or options never reuse an old cache;
+* a lockfile left by a killed process blocks every later run: we record the
+  writer's host, pid and process start time next to it, and clear the lock and
+  its partial data when that process is gone;
+* a second process pointed at a cache another live process is writing reads
+  without the cache instead of crashing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+
+import tensorflow as tf
+
+from ingest.write import join
+
+log = logging.getLogger(__name__)
+
+
+def cache_prefix(cache_dir: str, identity: dict) -> str:
+    """``{cache_dir}/tfshard-{hash}``, where the hash covers everything in ``identity``."""
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    return join(cache_dir, f"tfshard-{digest}")
+
+
+def _process_start(pid: int) -> str | None:
+    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def _me() -> dict:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
+
+
+def _alive(owner: dict) -> bool:
+    if owner.get("host") != socket.gethostname():
+        return True  # cannot tell for another host: assume it is still writing
+    start = _process_start(owner.get("pid", -1))
+    return start is not None and start == owner.get("start")
+
+
+def _read_owner(path: str) -> dict | None:
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            return json.loads(f.read())
+    except (tf.errors.NotFoundError, ValueError):
+        return None
+
+
+def _create_exclusively(path: str, text: str) -> bool:
+    """Creates ``path`` only if it does not exist (atomic on local disks; best effort on object stores)."""
+    if "://" in path:
+        if tf.io.gfile.exists(path):
+            return False
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write(text)
+        return True
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return True
+
+
+def claim(prefix: str) -> bool:
+    """Decides whether this process may use the cache at ``prefix``.
+
+    Returns True to read a complete cache, or to write a new one after removing
+    the lock and partial data of a writer that is gone; False when another live
+    process owns it, in which case the caller reads without the cache.
+    """
+    tf.io.gfile.makedirs(prefix.rsplit("/", 1)[0])
+    if tf.io.gfile.exists(prefix + ".index"):
+        return True
+    owner_path = prefix + ".owner"
+    me = _me()
+    for _ in range(2):  # a second pass after clearing a dead owner
+        owner = _read_owner(owner_path)
+        if owner is None:
+            if _create_exclusively(owner_path, json.dumps(me)):
+                break
+            continue  # another process created it between our read and our create
+        if owner == me:
+            return True  # this process's own cache (an earlier pipeline here); TensorFlow handles its lock
+        if _alive(owner):
+            log.warning(
+                "%s: cache is owned by live pid %s on %s; this pipeline reads without the cache",
+                prefix, owner.get("pid"), owner.get("host"),
+            )
+            return False
+        tf.io.gfile.remove(owner_path)
+    else:
+        return False
+    for stale in tf.io.gfile.glob(prefix + "_*"):  # lock and partial data of a writer that is gone
+        log.info("%s: removing a partial cache file left by a process that is gone", stale)
+        tf.io.gfile.remove(stale)
+    return True

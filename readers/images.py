@@ -1,0 +1,226 @@
+"""``readers.images()``: a dataset of ``(images float32 [B, H, W, C] in [0, 1], labels int64 [B])``.
+
+One canonical order, written once (the tf.data performance guide's):
+list shard files → shuffle files → interleave reads → parse + decode (parallel)
+→ cache → shuffle → batch → augment the batch → prefetch. Only deterministic
+work is ever cached: with a cache in training, images are decoded and resized to
+a fixed cache size, cached as uint8, and the random crop happens after the cache.
+Without a cache, training decodes only a random crop of each JPEG
+(``decode_and_crop_jpeg``). Elements stay uint8 until batched, so the shuffle
+buffer holds a quarter of the bytes it would as float32.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import tensorflow as tf
+
+from readers import augment as augment_lib
+from readers import cache as cache_lib
+from readers import files as files_lib
+
+
+AUTOTUNE = tf.data.AUTOTUNE
+DEFAULT_SHUFFLE_BUFFER = 1024
+_CROP_PADDING = 32  # the eval centre crop keeps image_size / (image_size + 32) of the shorter side
+_FEATURES = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
+
+
+def _parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    parsed = tf.io.parse_single_example(record, _FEATURES)
+    return parsed["image/encoded"], parsed["image/class/label"]
+
+
+def _to_uint8(image: tf.Tensor) -> tf.Tensor:
+    return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+
+
+def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int]) -> tf.Tensor:
+    """Inception-style random-resized crop, decoding only the crop (fused ``decode_and_crop_jpeg``)."""
+    shape = tf.io.extract_jpeg_shape(encoded)
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        shape,
+        bounding_boxes=tf.constant([0.0, 0.0, 1.0, 1.0], shape=[1, 1, 4]),
+        seed=seed,
+        min_object_covered=0.1,
+        aspect_ratio_range=(3 / 4, 4 / 3),
+        area_range=(0.08, 1.0),
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
+    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+    return _to_uint8(tf.image.resize(image, size))
+
+
+def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int = _CROP_PADDING) -> tf.Tensor:
+    """Deterministic: decode only a centred square of ``size/(size+padding)`` of the shorter side, resize to ``size``."""
+    shape = tf.io.extract_jpeg_shape(encoded)
+    height, width = shape[0], shape[1]
+    side = tf.cast(
+        tf.cast(size[0], tf.float32) / float(size[0] + padding) * tf.cast(tf.minimum(height, width), tf.float32),
+        tf.int32,
+    )
+    side = tf.maximum(side, 1)
+    window = tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
+    image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
+    return _to_uint8(tf.image.resize(image, size))
+
+
+def _batch_seeds(seed: int | None, salt: int) -> tf.data.Dataset:
+    """An endless stream of stateless seeds ``[2]``, new each epoch; reproducible when ``seed`` is set."""
+    return tf.data.Dataset.random(
+        seed=None if seed is None else seed + salt, rerandomize_each_iteration=True
+    ).batch(2)
+
+
+def _cache_identity(dataset: files_lib.DatasetInfo, split: str, paths: list[str], stage: dict) -> dict:
+    return {"fingerprint": dataset.manifest.fingerprint, "split": split, "files": paths, "stage": stage, "v": 1}
+
+
+def images(
+    path: str,
+    split: str = "train",
+    *,
+    batch_size: int,
+    image_size: tuple[int, int] = (224, 224),
+    training: bool = True,
+    seed: int | None = None,
+    cache: str | None = None,
+    augment: str | Callable | None = "default",
+    shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+    input_context: tf.distribute.InputContext | None = None,
+    deterministic: bool | None = None,
+    drop_remainder: bool | None = None,
+    num_parallel_reads: int | None = None,
+    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    ignore_errors: bool = False,
+) -> tf.data.Dataset:
+    """Streams a ``tfshard images`` dataset for training or evaluation.
+
+    Args:
+      path: the dataset folder (local or ``gs://``), holding ``dataset.json``.
+      split: which split to read.
+      batch_size: batch size of this input pipeline (under a strategy, the
+        per-replica size: ``input_context.get_per_replica_batch_size(global)``).
+      image_size: output (height, width).
+      training: random crop, shuffling and augmentation; False gives a
+        deterministic centre crop in file order.
+      seed: makes file order, crops, shuffling and augmentation reproducible
+        (each epoch still differs from the last); None draws fresh randomness.
+      cache: None; ``"memory"``; or a folder for a cache file. Only decoded,
+        resized, deterministic images are cached (see the module docstring);
+        the file name follows the data and every option that changes it.
+      augment: ``"default"`` (flip and colour jitter on the batch, plus the
+        random-resized crop when cached), None, or a callable
+        ``(images float32 [B,H,W,C], seed [2]) -> images`` applied per batch.
+        Ignored when ``training`` is False.
+      shuffle_buffer: elements in the shuffle buffer (uint8 images). Records are
+        also shuffled at write time and files every epoch.
+      input_context: from ``distribute_datasets_from_function``; each input
+        pipeline reads its own shard files.
+      deterministic: element order of the parallel stages; None keeps
+        ``tf.data``'s default (deterministic). False is faster when order need
+        not be reproducible.
+      drop_remainder: drop the last partial batch; defaults to ``training``.
+      num_parallel_reads: files read at once (interleave cycle); None: up to 16.
+      read_buffer_bytes: read buffer per file (larger helps on gs://).
+      ignore_errors: skip records that fail to read or decode, logging each,
+        instead of stopping.
+
+    Returns:
+      A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly.
+
+    Example:
+      ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
+      model.fit(ds, epochs=10)
+    """
+    if batch_size is None or batch_size < 1:
+        raise ValueError(f"batch_size: must be a positive integer (got {batch_size!r})")
+    if len(image_size) != 2 or min(image_size) < 1:
+        raise ValueError(f"image_size: must be (height, width) of positive ints (got {image_size!r})")
+    if shuffle_buffer < 1:
+        raise ValueError(f"shuffle_buffer: must be at least 1 (got {shuffle_buffer!r})")
+    if not (augment is None or augment == "default" or callable(augment)):
+        raise ValueError(f"augment: must be 'default', None or a callable (got {augment!r})")
+    if read_buffer_bytes < 1:
+        raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
+    if num_parallel_reads is not None and num_parallel_reads < 1:
+        raise ValueError(f"num_parallel_reads: must be positive or None (got {num_parallel_reads!r})")
+    image_size = (int(image_size[0]), int(image_size[1]))
+    drop_remainder = training if drop_remainder is None else drop_remainder
+
+    dataset = files_lib.info(path)
+    paths = files_lib.shard_files(dataset, split, input_context=input_context)
+    records = files_lib.interleave_records(
+        paths,
+        compression=dataset.manifest.compression,
+        shuffle_files=training,
+        seed=seed,
+        cycle_length=num_parallel_reads,
+        read_buffer_bytes=read_buffer_bytes,
+        deterministic=deterministic,
+    )
+    crop_after_cache = None
+    if training and cache is None:
+        # Random work, never cached: decode only a random crop of each image (parse and decode in one map).
+        def decode(record, seed_):
+            encoded, label = _parse(record)
+            return decode_random_crop(encoded, seed_, image_size), label
+
+        ds = tf.data.Dataset.zip((records, _batch_seeds(seed, salt=1)))
+        stage = None
+    else:
+        # Deterministic, so it may be cached. In training keep a larger centred square to crop from later.
+        decode_size, padding = image_size, _CROP_PADDING
+        if training:
+            decode_size, padding = (image_size[0] + _CROP_PADDING, image_size[1] + _CROP_PADDING), 0
+            crop_after_cache = image_size
+
+        def decode(record):
+            encoded, label = _parse(record)
+            return decode_center_crop(encoded, decode_size, padding), label
+
+        ds = records
+        stage = {"decode": "centre", "size": decode_size, "padding": padding}
+    ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if ignore_errors:
+        ds = ds.ignore_errors(log_warning=True)
+    if cache == "memory":
+        ds = ds.cache()
+    elif cache is not None:
+        prefix = cache_lib.cache_prefix(cache, _cache_identity(dataset, split, paths, stage))
+        if cache_lib.claim(prefix):
+            ds = ds.cache(prefix)
+    if training:
+        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+    def to_float(images_, labels):
+        return tf.cast(images_, tf.float32) / 255.0, labels
+
+    def augment_batch(batch, seed_):
+        images_, labels = to_float(*batch)
+        if augment == "default":
+            return augment_lib.default_augment(images_, seed_, crop_to=crop_after_cache), labels
+        if crop_after_cache is not None:
+            crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
+            images_ = augment_lib.random_resized_crop_batch(images_, crop_after_cache, crop_seed)
+        return (augment(images_, seed_) if augment is not None else images_), labels
+
+    if training and (augment is not None or crop_after_cache is not None):
+        ds = tf.data.Dataset.zip((ds, _batch_seeds(seed, salt=2)))
+        ds = ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    else:
+        ds = ds.map(to_float, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    ds = ds.prefetch(AUTOTUNE)
+    options = tf.data.Options()
+    options.autotune.enabled = True
+    options.experimental_optimization.map_parallelization = True
+    if deterministic is not None:
+        options.deterministic = deterministic
+    return ds.with_options(options)

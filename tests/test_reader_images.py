@@ -1,0 +1,194 @@
+"""readers.images(): every record once, labels right, seeded determinism, per-pipeline shards, augmentation."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import readers
+from ingest import ConvertOptions, convert_images
+
+tf = pytest.importorskip("tensorflow")
+
+NUM_CLASSES = 24
+
+
+def _colour(label: int) -> tuple[int, int, int]:
+    """A distinct flat colour per class, far enough apart to survive JPEG and resizing."""
+    return (label * 10 % 256, 255 - label * 10 % 256, (label * 37) % 256)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """24 classes, one flat-coloured 40x32 JPEG each, in 4 shards: labels identify records."""
+    root = tmp_path_factory.mktemp("reader")
+    src, out = root / "src", root / "out"
+    for label in range(NUM_CLASSES):
+        folder = src / f"c{label:02d}"
+        folder.mkdir(parents=True)
+        Image.new("RGB", (40, 32), _colour(label)).save(folder / "img.jpg", quality=95)
+    convert_images(str(src), str(out), ConvertOptions(num_shards=4), workers=0, progress=False)
+    return str(out)
+
+
+def _labels(ds) -> list[int]:
+    return [int(v) for _, labels in ds for v in labels.numpy()]
+
+
+def test_info_gives_class_names_counts_and_steps(dataset):
+    info = readers.info(dataset)
+    assert info.class_names == [f"c{i:02d}" for i in range(NUM_CLASSES)]
+    assert info.num_records("train") == NUM_CLASSES
+    assert info.steps_per_epoch("train", 5) == 4 and info.steps_per_epoch("train", 5, drop_remainder=False) == 5
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("cache", [None, "memory"])
+def test_every_record_exactly_once_per_epoch(dataset, training, cache):
+    ds = readers.images(dataset, batch_size=5, image_size=(16, 16), training=training, seed=1, cache=cache,
+                        drop_remainder=False)
+    for _ in range(2):  # no repeat: each epoch is one pass
+        assert sorted(_labels(ds)) == list(range(NUM_CLASSES))
+
+
+def test_output_types_shapes_and_range(dataset):
+    images, labels = next(iter(readers.images(dataset, batch_size=4, image_size=(16, 12), seed=0)))
+    assert images.dtype == tf.float32 and images.shape == (4, 16, 12, 3)
+    assert labels.dtype == tf.int64 and labels.shape == (4,)
+    assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
+
+
+def test_eval_pixels_match_their_label(dataset):
+    ds = readers.images(dataset, batch_size=8, image_size=(8, 8), training=False, drop_remainder=False)
+    for images, labels in ds:
+        for image, label in zip(images.numpy(), labels.numpy()):
+            np.testing.assert_allclose(image.mean(axis=(0, 1)) * 255, _colour(int(label)), atol=6)
+
+
+def test_eval_is_in_file_order_and_reproducible(dataset):
+    a = _labels(readers.images(dataset, batch_size=7, image_size=(8, 8), training=False, drop_remainder=False))
+    b = _labels(readers.images(dataset, batch_size=7, image_size=(8, 8), training=False, drop_remainder=False))
+    assert a == b
+
+
+def _epochs(ds, n=2):
+    return [[(images.numpy(), labels.numpy()) for images, labels in ds] for _ in range(n)]
+
+
+def _same(epoch_a, epoch_b) -> bool:
+    return all(np.array_equal(x[0], y[0]) and np.array_equal(x[1], y[1]) for x, y in zip(epoch_a, epoch_b))
+
+
+@pytest.mark.parametrize("cache", [None, "memory"])
+def test_seed_gives_the_same_stream_and_epochs_differ(dataset, cache):
+    make = lambda: readers.images(dataset, batch_size=6, image_size=(16, 16), seed=7, cache=cache)  # noqa: E731
+    first, second = _epochs(make()), _epochs(make())
+    assert _same(first[0], second[0]) and _same(first[1], second[1])  # reproducible, epoch by epoch
+    assert not _same(first[0], first[1])  # but each epoch is shuffled and augmented anew
+
+
+def test_without_seed_runs_differ(dataset):
+    make = lambda: readers.images(dataset, batch_size=6, image_size=(16, 16))  # noqa: E731
+    assert not _same(_epochs(make(), 1)[0], _epochs(make(), 1)[0])
+
+
+def test_augmentation_happens_after_the_cache(dataset, tmp_path):
+    """A cached training pipeline still augments differently every epoch (the cache holds un-augmented images)."""
+    ds = readers.images(dataset, batch_size=NUM_CLASSES, image_size=(16, 16), seed=3, cache=str(tmp_path),
+                        shuffle_buffer=1)
+    (a_images, a_labels), = list(ds)
+    (b_images, b_labels), = list(ds)
+    assert len(list(tmp_path.glob("tfshard-*.index"))) == 1  # the first epoch wrote a complete cache
+    order_a, order_b = np.argsort(a_labels.numpy()), np.argsort(b_labels.numpy())
+    assert not np.allclose(a_images.numpy()[order_a], b_images.numpy()[order_b])
+
+
+def test_no_augmentation_and_a_callable(dataset):
+    plain = readers.images(dataset, batch_size=4, image_size=(8, 8), seed=0, augment=None, cache="memory")
+    calls = []
+
+    def invert(images, seed):
+        calls.append(seed.shape)
+        return 1.0 - images
+
+    custom = readers.images(dataset, batch_size=4, image_size=(8, 8), seed=0, augment=invert, cache="memory")
+    (p, _), (c, _) = next(iter(plain)), next(iter(custom))
+    assert calls == [tf.TensorShape([2])]  # traced once, with a stateless seed
+    np.testing.assert_allclose(c.numpy(), 1.0 - p.numpy(), atol=1e-6)  # same crop and order, then the callable
+
+
+@pytest.mark.parametrize("pipelines", [2, 3, 4])
+def test_input_pipelines_read_disjoint_complete_shares(dataset, pipelines):
+    seen = []
+    for pipeline in range(pipelines):
+        context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline)
+        seen.append(_labels(readers.images(dataset, batch_size=1, image_size=(8, 8), training=False,
+                                           input_context=context)))
+    flat = [label for share in seen for label in share]
+    assert sorted(flat) == list(range(NUM_CLASSES))  # complete and disjoint
+    assert all(share for share in seen)
+
+
+def test_fewer_shards_than_pipelines_says_how_many_to_write(dataset):
+    context = tf.distribute.InputContext(num_input_pipelines=8, input_pipeline_id=0)
+    with pytest.raises(ValueError, match="4 shards, fewer than the 8 input pipelines.*--min-shards 8"):
+        readers.images(dataset, batch_size=1, input_context=context)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"batch_size": 0}, "batch_size"), ({"batch_size": 2, "image_size": (0, 4)}, "image_size"),
+     ({"batch_size": 2, "augment": "fancy"}, "augment"), ({"batch_size": 2, "shuffle_buffer": 0}, "shuffle_buffer")],
+)
+def test_bad_arguments_are_refused_up_front(dataset, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        readers.images(dataset, **kwargs)
+
+
+def test_unknown_split_and_missing_dataset(dataset, tmp_path):
+    with pytest.raises(ValueError, match="no split 'val'.*'train'"):
+        readers.images(dataset, "val", batch_size=1)
+    with pytest.raises(FileNotFoundError, match="dataset.json"):
+        readers.images(str(tmp_path), batch_size=1)
+
+
+def test_works_under_a_distribution_strategy(dataset):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    dist = strategy.distribute_datasets_from_function(
+        lambda ctx: readers.images(dataset, batch_size=ctx.get_per_replica_batch_size(4), image_size=(8, 8), seed=0,
+                                   input_context=ctx)
+    )
+    assert sum(int(tf.size(labels)) for _, labels in dist) == NUM_CLASSES // 4 * 4
+
+
+def _write_undecodable_record(out: str) -> None:
+    """Appends a shard whose one record carries JPEG bytes that do not decode (valid TFRecord CRCs)."""
+    import json
+
+    example = tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\xff\xd8\xff" + b"\0" * 50])),
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
+    }))
+    name = "train-00004-of-00005.tfrecord"
+    with tf.io.TFRecordWriter(os.path.join(out, name)) as writer:
+        writer.write(example.SerializeToString())
+    manifest_path = os.path.join(out, "dataset.json")
+    manifest = json.loads(open(manifest_path).read())
+    manifest["splits"]["train"]["shards"].append({"file": name, "records": 1, "bytes": 0, "sha256": "", "index_file": None,
+                                                  "index_sha256": None})
+    open(manifest_path, "w").write(json.dumps(manifest))
+
+
+def test_ignore_errors_skips_an_undecodable_record_and_keeps_the_rest(dataset, tmp_path):
+    import shutil
+
+    broken = str(tmp_path / "broken")
+    shutil.copytree(dataset, broken)
+    _write_undecodable_record(broken)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _labels(readers.images(broken, batch_size=1, image_size=(8, 8), training=False))
+    kept = _labels(readers.images(broken, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
+    assert sorted(kept) == list(range(NUM_CLASSES))
