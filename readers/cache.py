@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import socket
+import time
 
 import tensorflow as tf
 
@@ -37,12 +38,16 @@ def cache_prefix(cache_dir: str, identity: dict) -> str:
 
 
 def _process_start(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart), or None if it is gone."""
+    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart), or None if it is gone.
+
+    A killed process its parent has not reaped yet (state Z) counts as gone.
+    """
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def _me() -> dict:
@@ -56,11 +61,22 @@ def _alive(owner: dict) -> bool:
     return start is not None and start == owner.get("start")
 
 
+_UNREADABLE_OWNER_GRACE_S = 10.0  # a writer creates the owner file and fills it in one go
+
+
 def _read_owner(path: str) -> dict | None:
+    """The owner record; an unreadable one older than a few seconds (its writer died mid-write) is removed."""
     try:
         with tf.io.gfile.GFile(path) as f:
             return json.loads(f.read())
-    except (tf.errors.NotFoundError, ValueError):
+    except tf.errors.NotFoundError:
+        return None
+    except ValueError:
+        age = time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
+        if age < _UNREADABLE_OWNER_GRACE_S:
+            return {"host": "?", "pid": -1, "unreadable": True}  # being written right now: treat as live
+        log.warning("%s: unreadable cache owner record (its writer died mid-write); removing it", path)
+        tf.io.gfile.remove(path)
         return None
 
 
@@ -109,6 +125,7 @@ def claim(prefix: str) -> bool:
             return False
         tf.io.gfile.remove(owner_path)
     else:
+        log.warning("%s: could not claim the cache owner record; this pipeline reads without the cache", prefix)
         return False
     for stale in tf.io.gfile.glob(prefix + "_*"):  # lock and partial data of a writer that is gone
         log.info("%s: removing a partial cache file left by a process that is gone", stale)

@@ -1,0 +1,419 @@
+"""``readers.images(cache="<dir>")``: never stale, never partial, never stuck on a dead writer's lock.
+
+The process tests run real readers in child processes (``sys.executable -c``)
+and SIGKILL, ``os._exit`` or pause them mid-epoch, at the point where the
+cache's lockfile and partial data exist; the rest forge an owner file or
+interrupt an epoch in-process. "Reads the cache" is proved by deleting the
+shard files first: only a complete cache can still yield every record.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import pytest
+from conftest import make_tree, write_jpeg
+
+import readers
+from ingest import ConvertOptions, convert_images
+
+tf = pytest.importorskip("tensorflow")
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+NUM_CLASSES = 24
+CLASSES = [f"c{i:02d}" for i in range(NUM_CLASSES)]
+ALL = list(range(NUM_CLASSES))
+# What the children and the test process share, so both land on the same cache prefix. A shuffle buffer of 2 keeps
+# the first training epoch from draining the whole dataset through the cache before the first batch comes out.
+TRAIN = {"batch_size": 1, "image_size": (16, 16), "training": True, "seed": 0, "shuffle_buffer": 2}
+EVAL = {"batch_size": 1, "image_size": (16, 16), "training": False}
+
+# Iterates the cached training pipeline; at batch `pause_at` prints "ready" and then sleeps (to be killed), exits
+# without any cleanup (os._exit, like a crash), or waits for a line on stdin and finishes the epoch.
+_CHILD = r"""
+import json, os, sys, time
+import tensorflow as tf
+import readers
+
+args = json.loads(sys.argv[1])
+ds = readers.images(args["data"], cache=args["cache"], **args["kwargs"])
+options = tf.data.Options()
+options.threading.private_threadpool_size = 2  # bounds read-ahead past the cache, so the pause finds it partial
+ds = ds.with_options(options)
+labels = []
+for i, (_, batch) in enumerate(ds):
+    labels += batch.numpy().tolist()
+    if i == args["pause_at"]:
+        print("ready", flush=True)
+        if args["then"] == "sleep":
+            time.sleep(600)
+        elif args["then"] == "exit":
+            os._exit(0)
+        else:
+            sys.stdin.readline()
+print("done", json.dumps(sorted(labels)), flush=True)
+"""
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    """24 classes of one 40x32 JPEG each in 4 shards (labels identify records): (src, out)."""
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    make_tree(src, classes=CLASSES, per_class=1, size=(40, 32))
+    convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False)
+    return src, out
+
+
+@pytest.fixture
+def children():
+    """Starts reader children; kills (by pid) and reaps any still running when the test ends."""
+    started = []
+
+    def start(tmp_path, name, out, cache, then, pause_at=5, kwargs=TRAIN):
+        args = {"data": out, "cache": cache, "kwargs": kwargs, "pause_at": pause_at, "then": then}
+        stdout, stderr = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+        with open(stdout, "w") as out_file, open(stderr, "w") as err_file:
+            proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, json.dumps(args)], cwd=REPO, env=ENV,
+                stdin=subprocess.PIPE, stdout=out_file, stderr=err_file, text=True,
+            )
+        proc.stdout_path, proc.stderr_path = stdout, stderr
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if not proc.stdin.closed:
+            proc.stdin.close()
+
+
+def _read(path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _output(proc) -> str:
+    return _read(proc.stdout_path)
+
+
+def _wait_for(proc, cache: str, timeout: float = 180.0) -> None:
+    """Waits until the child printed "ready" and its cache lockfile exists."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "ready" in _output(proc) and glob.glob(os.path.join(cache, "tfshard-*_0.lockfile")):
+            return
+        if proc.poll() is not None and "ready" not in _output(proc):
+            break
+        time.sleep(0.05)
+    pytest.fail(f"child never got ready (rc={proc.poll()}):\n{_output(proc)}\n{_read(proc.stderr_path)[-3000:]}")
+
+
+def _labels(ds) -> list[int]:
+    return [int(v) for _, labels in ds for v in labels.numpy()]
+
+
+def _by_label(ds) -> dict[int, np.ndarray]:
+    return {int(label): image for images, labels in ds for image, label in zip(images.numpy(), labels.numpy())}
+
+
+def _cache_files(cache: str, pattern: str) -> list[str]:
+    return sorted(tf.io.gfile.glob(f"{cache}/{pattern}"))
+
+
+def _only_prefix(cache: str) -> str:
+    owners = _cache_files(cache, "tfshard-*.owner")
+    assert len(owners) == 1, owners
+    return owners[0][: -len(".owner")]
+
+
+def _assert_partial(cache: str) -> str:
+    """The cache holds a writer's lock and partial data but no index: returns its prefix."""
+    prefix = _only_prefix(cache)
+    assert tf.io.gfile.exists(prefix + "_0.lockfile")
+    assert _cache_files(cache, "tfshard-*_0.data-*"), "no partial data was written"
+    assert not _cache_files(cache, "tfshard-*.index"), "the cache was complete before the writer stopped"
+    return prefix
+
+
+def _assert_complete(cache: str, prefix: str) -> None:
+    assert tf.io.gfile.exists(prefix + ".index")
+    assert _cache_files(cache, "tfshard-*.index") == [prefix + ".index"]
+    assert not _cache_files(cache, "tfshard-*_*"), "a lockfile or partial data was left behind"
+
+
+def _remove_shards(out: str) -> None:
+    """Leaves dataset.json only: from now on a pipeline yields records only if it reads a complete cache."""
+    for shard in readers.info(out).shard_paths("train"):
+        tf.io.gfile.remove(shard)
+
+
+def _write_owner(prefix: str, owner: dict | str) -> None:
+    # Remove first: TensorFlow's ram:// filesystem appends to an existing file opened with "w" instead of truncating.
+    tf.io.gfile.remove(prefix + ".owner")
+    with tf.io.gfile.GFile(prefix + ".owner", "w") as f:
+        f.write(owner if isinstance(owner, str) else json.dumps(owner))
+
+
+def _forge_partial(out: str, cache: str, owner: dict | str | None) -> str:
+    """A cache left as a killed writer leaves it (lock, partial data), owned by ``owner``.
+
+    ``owner`` is the owner record, the raw text of the owner file, or None for no owner file.
+    """
+    readers.images(out, cache=cache, **TRAIN)  # builds only: records this process as owner of the prefix
+    prefix = _only_prefix(cache)
+    if owner is None:
+        tf.io.gfile.remove(prefix + ".owner")
+    else:
+        _write_owner(prefix, owner)
+    for name in ("_0.lockfile", "_0.data-00000-of-00001.tempstate123"):
+        with tf.io.gfile.GFile(prefix + name, "w") as f:
+            f.write("partial")
+    return prefix
+
+
+def _start_time(pid: int) -> str:
+    """Field 22 of /proc/PID/stat: the process start time, as the owner file records it."""
+    return _read(f"/proc/{pid}/stat").rsplit(")", 1)[1].split()[19]
+
+
+# ---------------------------------------------------------------- a writer that is gone
+
+
+@pytest.mark.slow
+def test_cache_left_by_a_killed_writer_is_recovered_and_completed(dataset, tmp_path, children, caplog):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    child = children(tmp_path, "killed", out, cache, then="sleep")
+    _wait_for(child, cache)
+    child.send_signal(signal.SIGKILL)
+    assert child.wait(timeout=60) == -signal.SIGKILL
+    prefix = _assert_partial(cache)
+    assert json.loads(_read(prefix + ".owner"))["pid"] == child.pid
+
+    caplog.set_level(logging.INFO, logger="readers.cache")
+    ds = readers.images(out, cache=cache, **TRAIN)
+    assert sorted(_labels(ds)) == ALL  # no AlreadyExistsError, and every record exactly once
+    _assert_complete(cache, prefix)
+    assert any("_0.lockfile" in r.getMessage() for r in caplog.records if r.name == "readers.cache")
+
+    _remove_shards(out)
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+
+
+@pytest.mark.slow
+def test_cache_left_by_a_writer_that_exited_without_cleanup_is_recovered(dataset, tmp_path, children):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    child = children(tmp_path, "exited", out, cache, then="exit")
+    assert child.wait(timeout=180) == 0, _read(child.stderr_path)[-3000:]
+    assert "ready" in _output(child)
+    prefix = _assert_partial(cache)
+    owner = json.loads(_read(prefix + ".owner"))
+    assert owner["pid"] == child.pid and not os.path.exists(f"/proc/{child.pid}")
+
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    _assert_complete(cache, prefix)
+    _remove_shards(out)
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        pytest.param(lambda: None, id="no-owner-file"),
+        # A live pid whose start time is not the recorded one: the writer is gone and its pid was reused.
+        pytest.param(lambda: {"host": socket.gethostname(), "pid": os.getpid(), "start": "0"}, id="reused-pid"),
+    ],
+)
+def test_forged_stale_lock_is_cleared(dataset, tmp_path, owner):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    prefix = _forge_partial(out, cache, owner())
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    _assert_complete(cache, prefix)
+
+
+@pytest.mark.parametrize("text", ["", '{"host": "vm", "pi'], ids=["empty", "truncated"])
+def test_unreadable_owner_file_is_not_silently_ignored(dataset, tmp_path, caplog, text):
+    """An owner file a writer died while writing: recover it, or at least say that the cache is not used.
+
+    Fails on readers/cache.py: ``claim`` reads such a file as "no owner", cannot
+    create it exclusively (it exists), loops twice and returns False without a
+    log line, so every later run reads without the cache and nobody is told.
+    """
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    prefix = _forge_partial(out, cache, text)
+    caplog.set_level(logging.WARNING, logger="readers.cache")
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    recovered = tf.io.gfile.exists(prefix + ".index")
+    warned = [r for r in caplog.records if r.name == "readers.cache" and r.levelno >= logging.WARNING]
+    assert recovered or warned, "the cache was silently not used"
+
+
+@pytest.mark.slow
+def test_owner_killed_but_not_yet_reaped_is_gone(dataset, tmp_path):
+    """A zombie (killed, its parent has not called wait yet) writes nothing: its lock is stale.
+
+    Fails on readers/cache.py: ``_alive`` treats any pid with a /proc/PID/stat
+    entry as alive, and a zombie keeps that entry (state "Z") until reaped.
+    """
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=ENV)
+    try:
+        owner = {"host": socket.gethostname(), "pid": zombie.pid, "start": _start_time(zombie.pid)}
+        zombie.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while _read(f"/proc/{zombie.pid}/stat").rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "child did not die"
+            time.sleep(0.02)
+        prefix = _forge_partial(out, cache, owner)
+        assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+        _assert_complete(cache, prefix)
+    finally:
+        zombie.kill()
+        zombie.wait()
+
+
+# ---------------------------------------------------------------- a writer that is alive
+
+
+@pytest.mark.slow
+def test_second_process_reads_without_the_cache_a_live_process_is_writing(dataset, tmp_path, children, caplog):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    writer = children(tmp_path, "writer", out, cache, then="stdin")
+    _wait_for(writer, cache)
+    prefix = _assert_partial(cache)
+
+    caplog.set_level(logging.WARNING, logger="readers.cache")
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL  # no AlreadyExistsError
+    warnings = [r.getMessage() for r in caplog.records if r.name == "readers.cache" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "reads without the cache" in warnings[0] and str(writer.pid) in warnings[0]
+    _assert_partial(cache)  # the writer's lock and data are untouched
+
+    writer.stdin.write("go\n")
+    writer.stdin.close()
+    assert writer.wait(timeout=120) == 0, _read(writer.stderr_path)[-3000:]
+    assert f"done {json.dumps(ALL)}" in _output(writer)
+    _assert_complete(cache, prefix)
+
+    _remove_shards(out)
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+
+
+def test_owner_on_another_host_is_assumed_alive(dataset, tmp_path, caplog):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    prefix = _forge_partial(out, cache, {"host": "not-" + socket.gethostname(), "pid": 1, "start": "1"})
+    caplog.set_level(logging.WARNING, logger="readers.cache")
+    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert any("reads without the cache" in r.getMessage() for r in caplog.records if r.name == "readers.cache")
+    assert tf.io.gfile.exists(prefix + "_0.lockfile") and not _cache_files(cache, "tfshard-*.index")
+
+
+# ---------------------------------------------------------------- never stale, never partial
+
+
+def test_changed_image_size_or_data_never_reads_a_stale_cache(dataset, tmp_path):
+    src, out = dataset
+    cache = str(tmp_path / "cache")
+
+    def read(size, cache_dir):
+        return _by_label(readers.images(out, batch_size=1, image_size=size, training=False, cache=cache_dir))
+
+    first = read((16, 16), cache)
+    assert sorted(first) == ALL and {v.shape for v in first.values()} == {(16, 16, 3)}
+    assert len(_cache_files(cache, "tfshard-*.index")) == 1
+    resized = read((12, 20), cache)
+    assert sorted(resized) == ALL and {v.shape for v in resized.values()} == {(12, 20, 3)}
+    assert len(_cache_files(cache, "tfshard-*.index")) == 2
+    again = read((16, 16), cache)  # the first cache again, not a third
+    assert len(_cache_files(cache, "tfshard-*.index")) == 2
+    assert all(np.array_equal(again[k], first[k]) for k in ALL)
+
+    changed = os.path.join(src, "c03", "000.jpg")
+    write_jpeg(changed, seed=1000, size=(40, 32))
+    os.utime(changed, ns=(2_000_000_000 * 10**9, 2_000_000_000 * 10**9))
+    convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False, overwrite=True)
+    fresh = read((16, 16), None)
+    assert not np.array_equal(fresh[3], first[3])  # the data did change
+    cached = read((16, 16), cache)
+    assert len(_cache_files(cache, "tfshard-*.index")) == 3
+    for label in ALL:
+        np.testing.assert_array_equal(cached[label], fresh[label], err_msg=f"label {label}")
+
+
+@pytest.mark.parametrize("kwargs", [EVAL, TRAIN], ids=["eval", "train"])
+def test_unfinished_epoch_leaves_no_cache_and_the_next_epoch_is_whole(dataset, tmp_path, kwargs):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    ds = readers.images(out, cache=cache, **kwargs)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 2  # bounds read-ahead, so take(2) really stops the cache early
+    ds = ds.with_options(options)
+    assert len(_labels(ds.take(2))) == 2
+    assert not _cache_files(cache, "tfshard-*.index")
+    assert not _cache_files(cache, "tfshard-*_*")  # TensorFlow discarded the partial data and its lock
+    assert sorted(_labels(ds)) == ALL
+    _assert_complete(cache, _only_prefix(cache))
+    _remove_shards(out)
+    assert sorted(_labels(readers.images(out, cache=cache, **kwargs))) == ALL
+
+
+# ---------------------------------------------------------------- URL paths through tf.io.gfile
+
+
+@pytest.fixture
+def ram_bucket():
+    """A fresh ``ram://`` bucket (TensorFlow's in-memory filesystem, standing in for gs://), deleted afterwards."""
+    bucket = f"ram://bucket-{uuid.uuid4().hex}"
+    yield bucket
+    if tf.io.gfile.exists(bucket):
+        tf.io.gfile.rmtree(bucket)
+
+
+def _copy_to(out: str, folder: str) -> None:
+    tf.io.gfile.makedirs(folder)
+    for name in os.listdir(out):
+        if os.path.isfile(os.path.join(out, name)):
+            tf.io.gfile.copy(os.path.join(out, name), f"{folder}/{name}")
+
+
+def test_ram_filesystem_dataset_and_cache(dataset, ram_bucket):
+    _, out = dataset
+    data, cache = f"{ram_bucket}/ds", f"{ram_bucket}/cache"
+    _copy_to(out, data)
+    info = readers.info(data)
+    assert info.class_names == CLASSES and info.num_records("train") == NUM_CLASSES
+    assert sorted(_labels(readers.images(data, **EVAL))) == ALL
+
+    ds = readers.images(data, cache=cache, **TRAIN)
+    assert sorted(_labels(ds)) == ALL
+    _assert_complete(cache, _only_prefix(cache))
+    _remove_shards(data)
+    assert sorted(_labels(ds)) == ALL  # the second epoch comes from the cache
+
+
+def test_ram_filesystem_stale_lock_is_cleared(dataset, ram_bucket):
+    _, out = dataset
+    data, cache = f"{ram_bucket}/ds", f"{ram_bucket}/cache"
+    _copy_to(out, data)
+    prefix = _forge_partial(data, cache, {"host": socket.gethostname(), "pid": os.getpid(), "start": "0"})
+    assert sorted(_labels(readers.images(data, cache=cache, **TRAIN))) == ALL
+    _assert_complete(cache, prefix)
