@@ -27,5 +27,7 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # wins over the submodule of the same name that the import just bound
+        return value
     raise AttributeError(f"module 'ingest' has no attribute {name!r}")

@@ -192,3 +192,10 @@ def test_ignore_errors_skips_an_undecodable_record_and_keeps_the_rest(dataset, t
         _labels(readers.images(broken, batch_size=1, image_size=(8, 8), training=False))
     kept = _labels(readers.images(broken, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
     assert sorted(kept) == list(range(NUM_CLASSES))
+
+
+def test_public_names_stay_functions_after_their_modules_load():
+    import ingest
+
+    assert callable(readers.images) and readers.images is readers.images
+    assert callable(ingest.verify) and ingest.verify is ingest.verify
