@@ -123,7 +123,7 @@ def test_pure_core_never_imports_tensorflow():
 
     code = (
         "import sys; import ingest, ingest.plan, ingest.scan, ingest.images, ingest.manifest, ingest.parallel, "
-        "ingest.demo, readers, readers.starts; print('tensorflow' in sys.modules)"
+        "ingest.demo, ingest.episodes, readers, readers.starts; print('tensorflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
