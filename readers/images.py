@@ -201,15 +201,16 @@ def images(
     ds = ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
     def to_float(images_, labels):
-        return tf.cast(images_, tf.float32) / 255.0, labels
+        return augment_lib.to_unit_float(images_), labels
 
     def augment_batch(batch, seed_):
-        images_, labels = to_float(*batch)
+        images_, labels = batch  # uint8: the crop reads uint8, the cast to float comes after it
         if augment == "default":
             return augment_lib.default_augment(images_, seed_, crop_to=crop_after_cache), labels
         if crop_after_cache is not None:
             crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
             images_ = augment_lib.random_resized_crop_batch(images_, crop_after_cache, crop_seed)
+        images_ = augment_lib.to_unit_float(images_)
         return (augment(images_, seed_) if augment is not None else images_), labels
 
     if training and (augment is not None or crop_after_cache is not None):
