@@ -56,3 +56,13 @@ def cli():
         return runner.invoke(cli_module.app, [str(a) for a in args])
 
     return invoke
+
+
+def image_features() -> dict:
+    """tf.io parse spec for every key the manifest's feature table lists (read the records as documented)."""
+    import tensorflow as tf
+
+    from ingest.manifest import IMAGE_FEATURES
+
+    dtypes = {"string": tf.string, "int64": tf.int64}
+    return {key: tf.io.FixedLenFeature([], dtypes[spec["dtype"]]) for key, spec in IMAGE_FEATURES.items()}

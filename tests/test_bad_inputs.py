@@ -20,21 +20,12 @@ import unicodedata
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import make_tree, write_jpeg
+from conftest import image_features, make_tree, write_jpeg
 from PIL import Image
 
 from ingest import ConvertOptions, ImageOptions, InputError, convert_images, load_manifest
 
-FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/format": tf.io.FixedLenFeature([], tf.string),
-    "image/height": tf.io.FixedLenFeature([], tf.int64),
-    "image/width": tf.io.FixedLenFeature([], tf.int64),
-    "image/channels": tf.io.FixedLenFeature([], tf.int64),
-    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-    "image/class/text": tf.io.FixedLenFeature([], tf.string),
-    "image/filename": tf.io.FixedLenFeature([], tf.string),
-}
+FEATURES = image_features()
 
 
 def convert(src, out, on_error="skip", image=ImageOptions(), **options):
