@@ -27,6 +27,7 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/ingest.py
+	$(BIN)/python benchmarks/images.py
 
 clean:
 	rm -rf tfshard-demo .pytest_cache
