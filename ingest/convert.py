@@ -23,7 +23,7 @@ from ingest import manifest as manifest_lib
 from ingest.errors import InputError, OutputExistsError
 from ingest.images import ImageOptions, PixelSums, prepare_image
 from ingest.parallel import default_workers, ordered_map
-from ingest.plan import DEFAULT_SHARD_BYTES, ShardSpec, plan_split, shuffled_order
+from ingest.plan import DEFAULT_SHARD_BYTES, ShardSpec, index_file_name, plan_split, shuffled_order
 from ingest.scan import IMAGE_EXTENSIONS, Rejection, SourceFile, SourceTree, scan_image_folders
 
 log = logging.getLogger(__name__)
@@ -140,16 +140,7 @@ def _fingerprint(tree: SourceTree, ordered: dict[str, list[SourceFile]], options
     )
 
 
-def _our_files(specs_or_manifest) -> list[str]:
-    names = []
-    for item in specs_or_manifest:
-        names.append(item["file"])
-        if item.get("index_file"):
-            names.append(item["index_file"])
-    return names
-
-
-def _prepare_output(out: str, fingerprint: str, planned_files: list[str], overwrite: bool) -> manifest_lib.Manifest | None:
+def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.Manifest | None:
     """Checks OUT against this run; returns the existing manifest when the work is already done."""
     import tensorflow as tf
 
@@ -175,9 +166,13 @@ def _prepare_output(out: str, fingerprint: str, planned_files: list[str], overwr
                 tf.io.gfile.rmtree(state_path)
             return old
         what = "a dataset made from other inputs or options"
-        old_files = [manifest_lib.MANIFEST_NAME] + _our_files(
-            dataclasses.asdict(shard) for split in old.splits.values() for shard in split.shards
-        )
+        old_files = [manifest_lib.MANIFEST_NAME] + [
+            name
+            for split in old.splits.values()
+            for shard in split.shards
+            for name in (shard.file, shard.index_file)
+            if name is not None
+        ]
     elif tf.io.gfile.exists(plan_path):
         old_plan = json.loads(tf.io.gfile.GFile(plan_path).read())
         if old_plan["fingerprint"] == fingerprint:
@@ -369,8 +364,8 @@ def convert_images(
     fingerprint = _fingerprint(tree, ordered, options)
     planned = [s.file_name for s in specs]
     if options.index:
-        planned += [n.rsplit(".tfrecord", 1)[0] + ".idx" for n in planned]
-    existing = _prepare_output(out, fingerprint, planned, overwrite)
+        planned += [index_file_name(n) for n in planned]
+    existing = _prepare_output(out, fingerprint, overwrite)
     if existing is not None:
         log.info("%s: already complete for these inputs and options; nothing to do", out)
         return existing

@@ -62,6 +62,11 @@ def shard_file_name(split: str, index: int, num_shards: int, compression: str | 
     return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
 
 
+def index_file_name(shard_file: str) -> str:
+    """The DALI index file beside a shard: ``train-00003-of-00010.tfrecord`` → ``train-00003-of-00010.idx``."""
+    return shard_file.rsplit(".tfrecord", 1)[0] + ".idx"
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardSpec:
     """One planned shard: which records (by position in the split's order) go in it.

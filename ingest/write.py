@@ -14,6 +14,7 @@ import posixpath
 import tensorflow as tf
 
 from ingest.manifest import ShardInfo
+from ingest.plan import index_file_name
 
 TEMP_PREFIX = ".tmp-"
 _CHUNK = 4 * 2**20
@@ -79,7 +80,7 @@ class ShardWriter:
         self.path = join(folder, file_name)
         self.temp_path = join(folder, TEMP_PREFIX + file_name)
         self.compression = compression
-        self.index_name = file_name.rsplit(".tfrecord", 1)[0] + ".idx" if index else None
+        self.index_name = index_file_name(file_name) if index else None
         self.records = 0
         self.info: ShardInfo | None = None
         self._offsets: list[tuple[int, int]] = []
