@@ -71,7 +71,7 @@ def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int =
     return _to_uint8(tf.image.resize(image, size))
 
 
-def _batch_seeds(seed: int | None, salt: int) -> tf.data.Dataset:
+def _seed_stream(seed: int | None, salt: int) -> tf.data.Dataset:
     """An endless stream of stateless seeds ``[2]``, new each epoch; reproducible when ``seed`` is set."""
     return tf.data.Dataset.random(
         seed=None if seed is None else seed + salt, rerandomize_each_iteration=True
@@ -172,7 +172,7 @@ def images(
             encoded, label = _parse(record)
             return decode_random_crop(encoded, seed_, image_size), label
 
-        ds = tf.data.Dataset.zip((records, _batch_seeds(seed, salt=1)))
+        ds = tf.data.Dataset.zip((records, _seed_stream(seed, salt=1)))
         stage = None
     else:
         # Deterministic, so it may be cached. In training keep a larger centred square to crop from later.
@@ -214,7 +214,7 @@ def images(
         return (augment(images_, seed_) if augment is not None else images_), labels
 
     if training and (augment is not None or crop_after_cache is not None):
-        ds = tf.data.Dataset.zip((ds, _batch_seeds(seed, salt=2)))
+        ds = tf.data.Dataset.zip((ds, _seed_stream(seed, salt=2)))
         ds = ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     else:
         ds = ds.map(to_float, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
