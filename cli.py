@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sharded TFRecords from image folders, verified.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sharded TFRecords from image folders and numpy episodes, verified.")
 _state = {"debug": False}
 
 
@@ -72,14 +72,25 @@ def _main(
     logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING, format="%(levelname)s: %(message)s")
 
 
+def _short_list(values: list[float], limit: int = 6) -> str:
+    shown = ", ".join(f"{v:.4g}" for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)} values)" if len(values) > limit else f"[{shown}]"
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
 def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
     for name, split in manifest.splits.items():
-        typer.echo(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}")
-    rate = f" in {seconds:.1f} s ({manifest.total_records / seconds:,.0f} img/s)" if seconds else ""
+        steps = f"  {len(split.episodes):,} episodes, {sum(split.episode_lengths):,} steps" if split.episodes else ""
+        typer.echo(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}{steps}")
+    episodes = sum(len(split.episodes or []) for split in manifest.splits.values())
+    rate = ""
+    if seconds and manifest.kind == "episodes":
+        rate = f" in {seconds:.1f} s ({episodes / seconds:,.1f} episodes/s, {manifest.total_bytes / seconds / 1e6:,.1f} MB/s)"
+    elif seconds:
+        rate = f" in {seconds:.1f} s ({manifest.total_records / seconds:,.0f} img/s)"
     typer.echo(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
     converted = manifest.options.get("converted_images", 0)
     if converted:
@@ -92,7 +103,8 @@ def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
             typer.echo(f"    ... and {len(manifest.rejected) - 10} more")
     ignored = manifest.ignored
     if any(ignored.values()):
-        typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} non-image files")
+        kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
+        typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files")
 
 
 @app.command()
@@ -139,6 +151,53 @@ def images(
         _print_summary(out, manifest, time.monotonic() - started)
 
 
+class OnNan(str, enum.Enum):
+    fail = "fail"
+    skip = "skip"
+    keep = "keep"
+
+
+@app.command()
+def episodes(
+    src: str = typer.Argument(..., help="SRC/**/*.npy|npz (or SRC/<split>/**): one episode per file, time on axis 0."),
+    out: str = typer.Argument(..., help="Output folder (local or gs://); created if missing."),
+    shard_size: str = typer.Option("128MiB", help="Target shard size, e.g. 64MiB, 1GB."),
+    num_shards: Optional[int] = typer.Option(None, help="Exact shards per split; wins over --shard-size."),
+    min_shards: int = typer.Option(1, help="At least this many shards per split (>= reader workers)."),
+    compression: Compression = typer.Option(Compression.none, help="Shard compression."),
+    seed: int = typer.Option(0, help="Seed of the write-time shuffle of episode order."),
+    shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle episode order at write time."),
+    on_nan: OnNan = typer.Option(OnNan.fail, help="NaN/inf: fail (name file and index), skip the episode, or keep."),
+    max_record_size: str = typer.Option("64MiB", help="Longer episodes are split into chunk records of this size."),
+    on_error: OnError = typer.Option(OnError.fail, help="Unreadable or mismatched files: fail, or skip and record."),
+    workers: Optional[int] = typer.Option(None, help="Loader processes (default: all CPUs; 0: in-process)."),
+    index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+) -> None:
+    """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
+    try:
+        _load_tensorflow()
+        from ingest import ConvertOptions, EpisodeOptions, convert_episodes, parse_size
+
+        options = ConvertOptions(
+            shard_bytes=parse_size(shard_size),
+            num_shards=num_shards,
+            min_shards=min_shards,
+            compression=None if compression is Compression.none else compression.value,
+            seed=seed if shuffle else None,
+            on_error=on_error.value,
+            index=index,
+            episode=EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size)),
+        )
+        started = time.monotonic()
+        manifest = convert_episodes(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet)
+    except (ValueError, OSError) as e:
+        _fail(e)
+    if not quiet:
+        _print_summary(out, manifest, time.monotonic() - started)
+
+
 @app.command()
 def info(
     out: str = typer.Argument(..., help="A dataset folder."),
@@ -157,14 +216,27 @@ def info(
         typer.echo(to_json(manifest), nl=False)
         return
     typer.echo(f"{out}: {manifest.kind}, format {manifest.format_version}, compression {manifest.compression or 'none'}")
-    typer.echo(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
-    for name, split in manifest.splits.items():
-        counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
-        typer.echo(f"  {name}: {counts}")
-        typer.echo(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
-    options = {k: v for k, v in manifest.options.items() if k != "image"}
+    if manifest.kind == "episodes":
+        data = {k[len("data/"):]: v for k, v in manifest.features.items() if k.startswith("data/")}
+        typer.echo("  features: " + ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in data.items()))
+        for name, split in manifest.splits.items():
+            lengths = split.episode_lengths
+            typer.echo(f"  {name}: {len(lengths)} episodes, {sum(lengths):,} steps, length "
+                       f"{min(lengths, default=0)}..{max(lengths, default=0)}")
+            for feature in data:
+                mean, std = (split.feature_mean or {}).get(feature), (split.feature_std or {}).get(feature)
+                if mean is not None:
+                    typer.echo(f"    {feature}: mean {_short_list(mean)}, std {_short_list(std)}")
+    else:
+        typer.echo(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
+        for name, split in manifest.splits.items():
+            counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
+            typer.echo(f"  {name}: {counts}")
+            typer.echo(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
+    kind_options = "image" if manifest.kind == "images" else "episode"
+    options = {k: v for k, v in manifest.options.items() if k != kind_options}
     typer.echo(f"  options: {json.dumps(options, sort_keys=True)}")
-    typer.echo(f"  image options: {json.dumps(manifest.options.get('image', {}), sort_keys=True)}")
+    typer.echo(f"  {kind_options} options: {json.dumps(manifest.options.get(kind_options, {}), sort_keys=True)}")
     _print_summary(out, manifest)
 
 
@@ -199,8 +271,11 @@ def bench(
     ),
     epochs: int = typer.Option(2, help="Epochs to time; epoch 1 fills the cache."),
     ignore_errors: bool = typer.Option(False, "--ignore-errors", help="Skip records that fail to read or decode."),
+    window: Optional[int] = typer.Option(None, help="Episode datasets: window length L (time windows alone)."),
+    shift: int = typer.Option(1, help="Episode datasets: steps between window starts S."),
+    streamed: bool = typer.Option(False, "--streamed", help="Episode datasets: resident=False (stream from shards)."),
 ) -> None:
-    """Time the input pipeline alone (no model): images/s and batches/s per epoch."""
+    """Time the input pipeline alone (no model): images/s or windows/s, and batches/s, per epoch."""
     import shutil
     import tempfile
 
@@ -209,6 +284,9 @@ def bench(
         import readers
 
         info = readers.info(out)
+        if info.manifest.kind == "episodes" or window is not None:
+            _bench_windows(out, info, split, window, shift, batch_size, epochs, streamed)
+            return
         expected = info.num_records(split)
         temp = tempfile.mkdtemp(prefix="tfshard-bench-cache-") if cache is None else None
         chosen = None if cache == "none" else (temp or cache)
@@ -234,12 +312,38 @@ def bench(
         _fail(e)
 
 
+def _bench_windows(out: str, info, split: str, window: int | None, shift: int, batch_size: int, epochs: int,
+                   streamed: bool) -> None:
+    import readers
+    from readers.windows import default_device
+
+    if window is None:
+        raise ValueError(f"{out}: an episode dataset; pass --window L (and --shift S) to time its windows")
+    if info.manifest.kind != "episodes":
+        raise ValueError(f"{out}: --window needs an episode dataset (got {info.manifest.kind!r}); drop --window")
+    expected = info.num_windows(split, window, shift)
+    started = time.perf_counter()
+    ds = readers.windows(out, split, length=window, shift=shift, batch_size=batch_size, seed=0, resident=not streamed)
+    built = time.perf_counter() - started
+    mode = "streamed from the shards" if streamed else f"resident on {default_device()}, built in {built:.2f} s"
+    typer.echo(f"{out} [{split}]: {expected:,} windows of {window} (shift {shift}), batch {batch_size}, {mode}")
+    for epoch in range(1, epochs + 1):
+        started, windows, batches = time.perf_counter(), 0, 0
+        for element in ds:
+            first = next(iter(element.values())) if isinstance(element, dict) else element
+            windows += int(first.shape[0])
+            batches += 1
+        seconds = time.perf_counter() - started
+        typer.echo(f"  epoch {epoch}: {windows:,} windows in {seconds:.2f} s: {windows / seconds:,.0f} windows/s, "
+                   f"{batches / seconds:,.1f} batches/s")
+
+
 @app.command()
 def demo(
     folder: str = typer.Argument("tfshard-demo", help="Where to put the demo's images and dataset."),
     workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs)."),
 ) -> None:
-    """Make a small image tree (with a few broken files), convert it, verify it, read a batch back."""
+    """Make small image and episode trees (with a few broken files), convert, verify and read them back."""
     try:
         _load_tensorflow()
         from ingest import ConvertOptions, convert_images, verify as verify_dataset
@@ -259,7 +363,27 @@ def demo(
         images, labels = next(iter(ds))
         typer.echo(f"readers.images({out!r}, batch_size=16, image_size=(64, 64)): images {tuple(images.shape)} "
                    f"{images.dtype.name} in [0, 1], labels {labels.numpy().tolist()}")
-        typer.echo(f"next: tfshard info {out}; tfshard bench {out}")
+        from ingest import EpisodeOptions, convert_episodes
+        from ingest.demo import make_episodes
+        from readers.windows import default_device
+
+        src = make_episodes(os.path.join(folder, "episodes"))
+        out_ep = os.path.join(folder, "episodes-tfrecord")
+        typer.echo(f"demo: made {src}/{{train,val}}/run-*.npz (obs float32 [T, 3], action int32 [T]), "
+                   "plus an empty episode and one with a NaN")
+        started = time.monotonic()
+        options = ConvertOptions(min_shards=2, episode=EpisodeOptions(on_nan="skip"))
+        manifest = convert_episodes(src, out_ep, options, workers=workers, overwrite=True)
+        _print_summary(out_ep, manifest, time.monotonic() - started)
+        verify_dataset(out_ep)
+        typer.echo(f"{out_ep}: verified")
+        windows = readers.windows(out_ep, length=128, shift=16, batch_size=32, features="obs", targets=8, seed=0)
+        x, y = next(iter(windows))
+        count = readers.info(out_ep).num_windows("train", 128, 16, horizon=8)
+        typer.echo(f"readers.windows({out_ep!r}, length=128, shift=16, batch_size=32, features='obs', targets=8): "
+                   f"x {tuple(x.shape)}, y {tuple(y.shape)} (the next 8 steps); {count:,} windows per epoch, "
+                   f"gathered from one resident array on {default_device()}")
+        typer.echo(f"next: tfshard info {out}; tfshard bench {out}; tfshard bench {out_ep} --window 128 --shift 16")
     except (ValueError, OSError) as e:
         _fail(e)
 

@@ -1,4 +1,4 @@
-"""tfshard's converter: image class folders (and, later, numpy episodes) → sharded TFRecords + ``dataset.json``.
+"""tfshard's converter: image class folders and numpy episodes → sharded TFRecords + ``dataset.json``.
 
 The public names are loaded on first use, so ``import ingest.plan`` (the pure
 core) never pulls in TensorFlow and importing the package changes nothing.
@@ -11,6 +11,8 @@ import importlib
 
 _EXPORTS = {
     "convert_images": "ingest.convert",
+    "convert_episodes": "ingest.convert",
+    "EpisodeOptions": "ingest.episodes",
     "ConvertOptions": "ingest.convert",
     "ImageOptions": "ingest.images",
     "parse_size": "ingest.plan",

@@ -1,4 +1,7 @@
-"""Image class folders → sharded TFRecords + ``dataset.json``: plan, prepare in parallel, write, commit.
+"""The conversion engine, shared by every kind of input: plan, prepare in parallel, write, commit.
+
+``convert_images`` and ``convert_episodes`` scan their source into a job
+(``ingest/jobs.py``); everything after the scan is this one loop.
 
 Resumable: every committed shard leaves a small record in ``OUT/.tfshard-state/``.
 A rerun of the same command (same inputs, same output-affecting options) keeps
@@ -10,21 +13,21 @@ written last; the state folder is removed after it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import os
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import tqdm
 
 from ingest import manifest as manifest_lib
 from ingest.errors import InputError, OutputExistsError
-from ingest.images import ImageOptions, PixelSums, prepare_image
+from ingest.episodes import EpisodeOptions
+from ingest.images import ImageOptions
 from ingest.parallel import default_workers, ordered_map
 from ingest.plan import DEFAULT_SHARD_BYTES, ShardSpec, index_file_name, plan_split, shuffled_order
-from ingest.scan import IMAGE_EXTENSIONS, Rejection, SourceFile, SourceTree, scan_image_folders
+from ingest.scan import Rejection
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,8 @@ class ConvertOptions:
       on_error: ``"skip"`` records a bad file in the manifest and goes on;
         ``"fail"`` stops at the first. Not part of the output's identity.
       index: also write DALI ``tfrecord2idx`` index files.
-      image: how images are validated and converted.
+      image: how images are validated and converted (image datasets).
+      episode: how episodes are checked and cut into records (episode datasets).
     """
 
     shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -57,6 +61,7 @@ class ConvertOptions:
     on_error: str = "skip"
     index: bool = False
     image: ImageOptions = ImageOptions()
+    episode: EpisodeOptions = EpisodeOptions()
 
     def __post_init__(self):
         if self.shard_bytes <= 0:
@@ -75,9 +80,10 @@ class ConvertOptions:
                 "drop --index or --compression"
             )
 
-    def identity(self) -> dict:
-        """The options that change the written bytes (``on_error`` does not)."""
-        return {k: v for k, v in dataclasses.asdict(self).items() if k != "on_error"}
+    def identity(self, kind: str) -> dict:
+        """The options that change the written bytes of a ``kind`` dataset (``on_error`` never does)."""
+        other_kind = {"images": "episode", "episodes": "image"}[kind]
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
 
 
 @dataclasses.dataclass
@@ -85,57 +91,49 @@ class _ShardResult:
     """What one committed shard contributed; stored in the state folder for resume."""
 
     info: manifest_lib.ShardInfo
-    class_counts: list[int]
-    pixels: PixelSums
+    stats: Any  # the job's per-shard statistics (ImageShardStats, EpisodeShardStats)
     rejected: list[dict[str, str]]
-    converted: int
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps({"info": dataclasses.asdict(self.info), "stats": self.stats.to_dict(),
+                           "rejected": self.rejected}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "_ShardResult":
+    def from_json(cls, text: str, job) -> "_ShardResult":
         raw = json.loads(text)
-        pixels = raw["pixels"]
-        return cls(
-            info=manifest_lib.ShardInfo(**raw["info"]),
-            class_counts=raw["class_counts"],
-            pixels=PixelSums(pixels["count"], tuple(pixels["sums"]), tuple(pixels["squares"])),
-            rejected=raw["rejected"],
-            converted=raw["converted"],
-        )
+        return cls(manifest_lib.ShardInfo(**raw["info"]), job.stats_from_dict(raw["stats"]), raw["rejected"])
 
 
-def _plan(tree: SourceTree, options: ConvertOptions) -> tuple[dict[str, list[SourceFile]], list[ShardSpec]]:
+def _plan(job, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
     ordered, specs = {}, []
-    for split, files in tree.files.items():
-        if not files:
-            log.warning("%s: split %r has class folders but no images; it is left out", tree.root, split)
+    for split, items in job.items.items():
+        if not items:
+            log.warning("%s: split %r has no usable inputs; it is left out", job.src, split)
             continue
-        ordered[split] = [files[i] for i in shuffled_order(len(files), options.seed)]
+        ordered[split] = [items[i] for i in shuffled_order(len(items), options.seed)]
         try:
             specs += plan_split(
                 split,
-                [f.size for f in ordered[split]],
+                [job.size_of(item) for item in ordered[split]],
                 target_bytes=options.shard_bytes,
                 num_shards=options.num_shards,
                 min_shards=options.min_shards,
                 compression=options.compression,
             )
         except ValueError as e:
-            raise InputError(f"{tree.root}: split {split!r}: {e}") from e
+            raise InputError(f"{job.src}: split {split!r}: {e}") from e
     if not specs:
-        raise InputError(f"{tree.root}: no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC")
+        raise InputError(f"{job.src}: {job.nothing_found}")
     return ordered, specs
 
 
-def _fingerprint(tree: SourceTree, ordered: dict[str, list[SourceFile]], options: ConvertOptions) -> str:
+def _fingerprint(job, ordered: dict[str, list], options: ConvertOptions) -> str:
     return manifest_lib.fingerprint(
         {
-            "kind": "images",
-            "options": options.identity(),
-            "class_names": tree.class_names,
-            "sources": {s: [(f.relpath, f.size, f.mtime_ns) for f in files] for s, files in ordered.items()},
+            "kind": job.kind,
+            "options": options.identity(job.kind),
+            "inputs": job.identity(),
+            "sources": {s: [job.source_key(item) for item in items] for s, items in ordered.items()},
         }
     )
 
@@ -199,7 +197,7 @@ def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib
     return None
 
 
-def _committed_results(out: str, specs: list[ShardSpec], index: bool) -> dict[str, _ShardResult]:
+def _committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dict[str, _ShardResult]:
     """The state records of shards that are committed and still hash to what was recorded."""
     import tensorflow as tf
 
@@ -211,7 +209,7 @@ def _committed_results(out: str, specs: list[ShardSpec], index: bool) -> dict[st
         path = join(out, spec.file_name)
         if not (tf.io.gfile.exists(record) and tf.io.gfile.exists(path)):
             continue
-        result = _ShardResult.from_json(tf.io.gfile.GFile(record).read())
+        result = _ShardResult.from_json(tf.io.gfile.GFile(record).read(), job)
         if index and not (result.info.index_file and tf.io.gfile.exists(join(out, result.info.index_file))):
             continue
         index_ok = not index or file_sha256(join(out, result.info.index_file))[0] == result.info.index_sha256
@@ -225,95 +223,113 @@ def _committed_results(out: str, specs: list[ShardSpec], index: bool) -> dict[st
 
 
 def _write_shards(
-    src: str,
-    out: str,
-    todo: list[ShardSpec],
-    ordered: dict[str, list[SourceFile]],
-    class_names: list[str],
-    options: ConvertOptions,
-    workers: int,
-    progress: bool,
+    job, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int, progress: bool
 ) -> Iterator[tuple[ShardSpec, _ShardResult]]:
-    from ingest.examples import image_example
     from ingest.write import ShardWriter
 
     tasks = (ordered[s.split][i] for s in todo for i in range(s.start, s.stop))
     results = ordered_map(
-        functools.partial(prepare_image, options=options.image),
+        job.prepare,
         tasks,
         workers=workers,
-        size_of=lambda source: source.size,
+        size_of=job.size_of,
         max_pending_bytes=max(workers, 1) * options.shard_bytes,
     )
-    total_files = sum(s.num_records for s in todo)
     started = time.monotonic()
     done_bytes = 0
-    with tqdm.tqdm(total=total_files, unit="img", disable=not progress, dynamic_ncols=True, desc="images") as bar:
+    total = sum(s.num_records for s in todo)
+    with tqdm.tqdm(total=total, unit=job.unit, disable=not progress, dynamic_ncols=True, desc=job.kind) as bar:
         try:
             for spec in todo:
-                counts = [0] * len(class_names)
-                pixels = PixelSums()
-                rejected = []
-                converted = 0
+                stats, rejected = job.new_stats(), []
                 with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
-                    for _ in range(spec.num_records):
+                    for item in ordered[spec.split][spec.start : spec.stop]:
                         result = next(results)
                         if isinstance(result, Rejection):
                             if options.on_error == "fail":
                                 raise InputError(
-                                    f"{os.path.join(src, result.relpath)}: {result.reason}; "
+                                    f"{os.path.join(job.src, result.relpath)}: {result.reason}; "
                                     "or pass --on-error skip to leave bad files out"
                                 )
                             rejected.append({"path": result.relpath, "reason": result.reason})
                         else:
-                            label = result.source.label
-                            writer.write(image_example(result, class_names[label]))
-                            counts[label] += 1
-                            pixels += result.pixels
-                            converted += result.converted is not None
-                            done_bytes += result.source.size
+                            for record in job.encode(result, stats):
+                                writer.write(record)
+                            done_bytes += job.size_of(item)
                         bar.update(1)
                         elapsed = time.monotonic() - started
                         if elapsed > 0:
                             bar.set_postfix_str(f"{done_bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
-                yield spec, _ShardResult(writer.info, counts, pixels, rejected, converted)
+                yield spec, _ShardResult(writer.info, stats, rejected)
         finally:
             results.close()
 
 
 def _assemble(
-    tree: SourceTree, specs: list[ShardSpec], results: dict[str, _ShardResult], options: ConvertOptions, fingerprint: str
+    job, specs: list[ShardSpec], results: dict[str, _ShardResult], options: ConvertOptions, fingerprint: str
 ) -> manifest_lib.Manifest:
     splits = {}
-    rejected = [{"path": r.relpath, "reason": r.reason} for r in tree.rejected]
+    rejected = [{"path": r.relpath, "reason": r.reason} for r in job.rejected]
     for split in dict.fromkeys(s.split for s in specs):
         parts = [results[s.file_name] for s in specs if s.split == split]
-        counts = [sum(p.class_counts[i] for p in parts) for i in range(len(tree.class_names))]
-        pixels = sum((p.pixels for p in parts), PixelSums())
-        mean, std = pixels.mean_std()
         splits[split] = manifest_lib.SplitInfo(
             shards=[p.info for p in parts],
             records=sum(p.info.records for p in parts),
             bytes=sum(p.info.bytes for p in parts),
-            class_counts={name: n for name, n in zip(tree.class_names, counts)},
-            pixel_mean=mean,
-            pixel_std=std,
+            **job.split_fields([p.stats for p in parts]),
         )
         rejected += [r for p in parts for r in p.rejected]
-    converted = sum(r.converted for r in results.values())
-    opts = options.identity()
-    opts["converted_images"] = converted
     return manifest_lib.Manifest(
-        kind="images",
+        kind=job.kind,
         fingerprint=fingerprint,
         compression=options.compression,
-        features=manifest_lib.IMAGE_FEATURES,
-        class_names=tree.class_names,
+        features=job.features,
+        class_names=job.class_names,
         splits=splits,
-        options=opts,
+        options={**options.identity(job.kind), **job.summary([r.stats for r in results.values()])},
         rejected=sorted(rejected, key=lambda r: r["path"]),
-        ignored={"hidden": tree.ignored_hidden, "other": tree.ignored_other},
+        ignored=job.ignored,
     )
+
+
+def _check_folders(src: str, out: str) -> None:
+    if "://" not in out and "://" not in src:
+        src_real, out_real = os.path.realpath(src), os.path.realpath(out)
+        if out_real == src_real or out_real.startswith(src_real + os.sep):
+            raise InputError(f"{out}: output folder is inside the source folder {src}; choose a folder outside it")
+
+
+def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool):
+    """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died."""
+    import tensorflow as tf
+
+    from ingest.write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
+
+    workers = default_workers() if workers is None else workers
+    ordered, specs = _plan(job, options)
+    fingerprint = _fingerprint(job, ordered, options)
+    planned = [s.file_name for s in specs]
+    if options.index:
+        planned += [index_file_name(n) for n in planned]
+    existing = _prepare_output(out, fingerprint, overwrite)
+    if existing is not None:
+        log.info("%s: already complete for these inputs and options; nothing to do", out)
+        return existing
+    state = join(out, STATE_DIR)
+    write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
+    for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
+        remove_if_exists(join(out, TEMP_PREFIX + name))
+    results = _committed_results(out, specs, options.index, job)
+    if results:
+        log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))
+    todo = [s for s in specs if s.file_name not in results]
+    for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress):
+        write_text_atomic(join(state, spec.file_name + ".json"), result.to_json())
+        results[spec.file_name] = result
+    manifest = _assemble(job, specs, results, options, fingerprint)
+    write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
+    tf.io.gfile.rmtree(state)
+    return manifest
 
 
 def convert_images(
@@ -347,40 +363,51 @@ def convert_images(
       m = convert_images("flowers/", "flowers-tfr/")
       m.splits["train"].records, [s.file for s in m.splits["train"].shards]  # 3670, ['train-00000-of-00002...
     """
-    import tensorflow as tf
+    from ingest.jobs import ImageJob
 
-    from ingest.write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
+    _check_folders(src, out)
+    return run_job(ImageJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress)
 
-    workers = default_workers() if workers is None else workers
-    if "://" not in out and "://" not in src:
-        src_real, out_real = os.path.realpath(src), os.path.realpath(out)
-        if out_real == src_real or out_real.startswith(src_real + os.sep):
-            raise InputError(f"{out}: output folder is inside the source folder {src}; choose a folder outside it")
-    tree = scan_image_folders(src)
-    if tree.rejected and options.on_error == "fail":
-        first = tree.rejected[0]
-        raise InputError(f"{os.path.join(src, first.relpath)}: {first.reason}; or pass --on-error skip")
-    ordered, specs = _plan(tree, options)
-    fingerprint = _fingerprint(tree, ordered, options)
-    planned = [s.file_name for s in specs]
-    if options.index:
-        planned += [index_file_name(n) for n in planned]
-    existing = _prepare_output(out, fingerprint, overwrite)
-    if existing is not None:
-        log.info("%s: already complete for these inputs and options; nothing to do", out)
-        return existing
-    state = join(out, STATE_DIR)
-    write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
-    for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
-        remove_if_exists(join(out, TEMP_PREFIX + name))
-    results = _committed_results(out, specs, options.index)
-    if results:
-        log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))
-    todo = [s for s in specs if s.file_name not in results]
-    for spec, result in _write_shards(src, out, todo, ordered, tree.class_names, options, workers, progress):
-        write_text_atomic(join(state, spec.file_name + ".json"), result.to_json())
-        results[spec.file_name] = result
-    manifest = _assemble(tree, specs, results, options, fingerprint)
-    write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
-    tf.io.gfile.rmtree(state)
-    return manifest
+
+def convert_episodes(
+    src: str,
+    out: str,
+    options: ConvertOptions = ConvertOptions(on_error="fail"),
+    *,
+    workers: int | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> manifest_lib.Manifest:
+    """Converts numpy episodes under ``src`` (``.npy``/``.npz``, time on axis 0, recursive) into sharded TFRecords.
+
+    One record per episode, or per chunk of ``options.episode.max_record_bytes``
+    for longer ones, with raw little-endian bytes per feature; the manifest holds
+    each feature's dtype and trailing shape, per-feature mean/std, and every
+    episode's id, source and length (so window counts need no data pass). Same
+    plan, workers, atomic commits and resume as ``convert_images``.
+
+    Args:
+      src: source folder; ``src/<split>/...`` when every top-level folder is a split name.
+      out: output folder (local or any ``tf.io.gfile`` URL); created if missing.
+      options: what to write; ``options.episode`` sets the NaN policy and chunk size.
+        ``on_error`` defaults to ``"fail"`` here: an unreadable or mismatched
+        episode stops the run unless ``"skip"`` is asked (empty episodes are
+        always skipped, with their reason recorded).
+      workers, overwrite, progress: as for ``convert_images``.
+
+    Returns:
+      The manifest, also written to ``out/dataset.json``.
+
+    Raises:
+      FileNotFoundError: ``src`` does not exist.
+      InputError: no episodes, a bad episode with ``on_error="fail"``, a NaN with ``on_nan="fail"``.
+      OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
+
+    Example:
+      m = convert_episodes("runs/", "runs-tfr/")
+      m.splits["train"].episode_lengths[:3]  # [5120, 19876, 8003]
+    """
+    from ingest.jobs import EpisodeJob
+
+    _check_folders(src, out)
+    return run_job(EpisodeJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress)

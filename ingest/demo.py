@@ -73,3 +73,33 @@ def make_image_folders(root: str, *, per_class: int = 24, val_per_class: int = 6
     _save(os.path.join(root, "train", "squares", "truncated.jpg"), whole[: len(whole) // 2])
     _save(os.path.join(root, "train", "stripes", "notes.jpg"), b"not an image, just text\n")
     return root
+
+
+def make_episodes(root: str, *, count: int = 24, val_count: int = 6, seed: int = 0) -> str:
+    """Writes ``root/{train,val}/run-NNN.npz`` sensor episodes of 300–1,200 steps, plus an empty and a NaN episode.
+
+    Each episode has ``obs`` (float32 ``[T, 3]``: a noisy damped oscillation) and
+    ``action`` (int32 ``[T]``); the empty one and the one with a NaN show the
+    skip rules at work. Returns ``root``.
+    """
+    rng = np.random.default_rng(seed)
+
+    def episode(steps: int) -> dict[str, np.ndarray]:
+        t = np.arange(steps, dtype=np.float64)[:, None]
+        freq, decay = rng.uniform(0.01, 0.05, 3), rng.uniform(1e-4, 1e-3, 3)
+        obs = np.sin(t * freq) * np.exp(-t * decay) + rng.normal(0, 0.05, (steps, 3))
+        return {"obs": obs.astype(np.float32), "action": rng.integers(0, 4, steps).astype(np.int32)}
+
+    for split, n in (("train", count), ("val", val_count)):
+        for i in range(n):
+            path = os.path.join(root, split, f"run-{i:03d}.npz")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            np.savez(path, **episode(int(rng.integers(300, 1201))))
+            os.utime(path, ns=(_FIXED_MTIME_NS, _FIXED_MTIME_NS))
+    odd = {"run-empty.npz": episode(0), "run-nan.npz": episode(400)}
+    odd["run-nan.npz"]["obs"][123, 1] = np.nan
+    for name, arrays in odd.items():
+        path = os.path.join(root, "train", name)
+        np.savez(path, **arrays)
+        os.utime(path, ns=(_FIXED_MTIME_NS, _FIXED_MTIME_NS))
+    return root

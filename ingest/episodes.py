@@ -23,7 +23,9 @@ from ingest.scan import SPLIT_NAMES, Rejection, SourceFile
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
 ON_NAN = ("fail", "skip", "keep")
+NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: what tf.io.decode_raw (+ bitcast) reads back
 DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
+EMPTY_EPISODE = "empty episode (0 time steps); left out"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,15 +71,35 @@ class EpisodeSource:
     file: SourceFile
     schema: Schema
     length: int
+    episode_id: int = -1  # position in the sorted list of every episode file under SRC
 
 
 @dataclasses.dataclass(frozen=True)
 class FeatureSums:
     """Exact-enough float64 sums per trailing element, merged across workers in plan order."""
 
-    count: int
-    sums: list
-    squares: list
+    count: int = 0
+    sums: tuple = ()
+    squares: tuple = ()
+
+    def __add__(self, other: "FeatureSums") -> "FeatureSums":
+        if not self.count:
+            return other
+        if not other.count:
+            return self
+        return FeatureSums(
+            self.count + other.count,
+            tuple(a + b for a, b in zip(self.sums, other.sums)),
+            tuple(a + b for a, b in zip(self.squares, other.squares)),
+        )
+
+    def mean_std(self) -> tuple[list[float], list[float]] | tuple[None, None]:
+        """Mean and standard deviation per trailing element (flattened), to 7 significant digits."""
+        if not self.count:
+            return None, None
+        mean = [s / self.count for s in self.sums]
+        std = [max(q / self.count - m * m, 0.0) ** 0.5 for q, m in zip(self.squares, mean)]
+        return [float(f"{m:.7g}") for m in mean], [float(f"{v:.7g}") for v in std]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +107,7 @@ class PreparedEpisode:
     """One checked episode, cut into chunks of whole time steps: ``[(start, length, {name: bytes})]``."""
 
     source: SourceFile
+    episode_id: int
     length: int
     chunks: list
     sums: dict  # name -> FeatureSums
@@ -129,6 +152,10 @@ def read_episode_header(file: SourceFile) -> EpisodeSource | Rejection:
             return Rejection(
                 file.relpath, f"feature {name!r} is an object array (would need pickle, never loaded); save numeric arrays"
             )
+        if dtype.kind not in NUMERIC_KINDS:
+            return Rejection(
+                file.relpath, f"feature {name!r} has dtype {dtype.str} (not numeric); save bool, int, float or complex arrays"
+            )
         if not shape:
             return Rejection(file.relpath, f"feature {name!r} is a scalar; every feature needs a time axis (axis 0)")
         schema[name] = FeatureSpec(dtype.newbyteorder("<").str if dtype.byteorder != "|" else dtype.str, shape[1:])
@@ -138,7 +165,7 @@ def read_episode_header(file: SourceFile) -> EpisodeSource | Rejection:
         return Rejection(file.relpath, f"features disagree on the time axis length ({detail}); they must share axis 0")
     length = lengths.pop()
     if length == 0:
-        return Rejection(file.relpath, "empty episode (0 time steps); left out")
+        return Rejection(file.relpath, EMPTY_EPISODE)
     return EpisodeSource(file, schema, length)
 
 
@@ -198,7 +225,7 @@ def scan_episode_files(root: str) -> tuple[dict[str, list[SourceFile]], int, int
 
 def _sums(array: np.ndarray) -> FeatureSums:
     values = array.astype(np.float64, copy=False).reshape(array.shape[0], -1)
-    return FeatureSums(int(values.shape[0]), values.sum(0).tolist(), np.square(values).sum(0).tolist())
+    return FeatureSums(int(values.shape[0]), tuple(values.sum(0).tolist()), tuple(np.square(values).sum(0).tolist()))
 
 
 def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptions) -> PreparedEpisode | Rejection:
@@ -228,4 +255,4 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
         for start in range(0, source.length, steps_per_chunk)
     ]
     sums = {name: _sums(array) for name, array in little.items() if array.dtype.kind in "biuf"}
-    return PreparedEpisode(source.file, source.length, chunks, sums)
+    return PreparedEpisode(source.file, source.episode_id, source.length, chunks, sums)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ingest.episodes import PreparedEpisode
 from ingest.images import PreparedImage
 
 
@@ -28,3 +29,21 @@ def image_example(image: PreparedImage, class_name: str) -> bytes:
         "image/filename": _bytes(image.source.relpath.encode("utf-8", "surrogateescape")),
     }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+
+
+def episode_chunk_examples(episode: PreparedEpisode) -> list[bytes]:
+    """Serialises one episode as one record per chunk (see ``EPISODE_FEATURES``); the reader joins them by id."""
+    records = []
+    for index, (start, steps, data) in enumerate(episode.chunks):
+        feature = {
+            "episode/id": _int(episode.episode_id),
+            "episode/length": _int(episode.length),
+            "episode/chunk": _int(index),
+            "episode/chunks": _int(len(episode.chunks)),
+            "episode/start": _int(start),
+            "episode/steps": _int(steps),
+            "episode/source": _bytes(episode.source.relpath.encode("utf-8", "surrogateescape")),
+        }
+        feature.update({f"data/{name}": _bytes(raw) for name, raw in data.items()})
+        records.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True))
+    return records

@@ -27,6 +27,28 @@ IMAGE_FEATURES = {
     "image/filename": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
 }
 
+EPISODE_FEATURES = {
+    "episode/id": {"dtype": "int64", "shape": [], "description": "position of the source file in sorted order"},
+    "episode/length": {"dtype": "int64", "shape": [], "description": "time steps of the whole episode"},
+    "episode/chunk": {"dtype": "int64", "shape": [], "description": "0-based index of this record's chunk"},
+    "episode/chunks": {"dtype": "int64", "shape": [], "description": "records the episode was split into"},
+    "episode/start": {"dtype": "int64", "shape": [], "description": "first time step of this chunk"},
+    "episode/steps": {"dtype": "int64", "shape": [], "description": "time steps in this chunk"},
+    "episode/source": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
+}
+
+
+def episode_features(schema: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
+    """``EPISODE_FEATURES`` plus one ``data/<name>`` entry per feature: numpy dtype string and trailing shape."""
+    features = dict(EPISODE_FEATURES)
+    for name, (dtype, shape) in sorted(schema.items()):
+        features[f"data/{name}"] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "description": f"raw little-endian bytes of [steps, {', '.join(map(str, shape))}]".replace(", ]", "]"),
+        }
+    return features
+
 
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
@@ -44,6 +66,9 @@ class ShardInfo:
 class SplitInfo:
     """One split: its shards in order and totals over them.
 
+    Image splits fill ``class_counts`` and the pixel statistics; episode splits
+    fill ``episodes`` and the per-feature statistics.
+
     ``pixel_mean``/``pixel_std`` are per RGB channel in [0, 1], measured on the
     decode done for validation (1/8-scale for passthrough JPEGs, which leaves the
     mean exact and understates the std by the variance inside 8x8 blocks).
@@ -52,9 +77,17 @@ class SplitInfo:
     shards: list[ShardInfo]
     records: int
     bytes: int
-    class_counts: dict[str, int]
-    pixel_mean: list[float] | None  # None with validate=False: no pixels were decoded
-    pixel_std: list[float] | None
+    class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    pixel_mean: list[float] | None = None  # None with validate=False: no pixels were decoded
+    pixel_std: list[float] | None = None
+    episodes: list[dict[str, Any]] | None = None  # {"id", "source", "length"} in record order (episode datasets)
+    feature_mean: dict[str, list[float]] | None = None  # per feature, per trailing element (flattened)
+    feature_std: dict[str, list[float]] | None = None
+
+    @property
+    def episode_lengths(self) -> list[int]:
+        """Time steps of every episode in record order, so window counts are known without a data pass."""
+        return [e["length"] for e in self.episodes or []]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +144,7 @@ def from_json(text: str, source: str = MANIFEST_NAME) -> Manifest:
         return Manifest(splits=splits, **raw)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(
-            f"{source}: not a tfshard manifest ({type(e).__name__}: {e}); rewrite the dataset with `tfshard images`"
+            f"{source}: not a tfshard manifest ({type(e).__name__}: {e}); rewrite the dataset with `tfshard images` or `tfshard episodes`"
         ) from e
 
 

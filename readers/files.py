@@ -14,6 +14,7 @@ import tensorflow as tf
 from ingest.manifest import Manifest
 from ingest.readback import load_manifest
 from ingest.write import join
+from readers.starts import window_count
 
 DEFAULT_READ_BUFFER_BYTES = 8 * 2**20
 
@@ -45,6 +46,14 @@ class DatasetInfo:
         """Batches one input pipeline yields per epoch (assuming records spread evenly over pipelines)."""
         per_pipeline = self.num_records(split) // num_pipelines
         return per_pipeline // batch_size if drop_remainder else -(-per_pipeline // batch_size)
+
+    def episode_lengths(self, split: str) -> list[int]:
+        """Time steps of every episode of an episode dataset, in record order."""
+        return split_info(self, split).episode_lengths
+
+    def num_windows(self, split: str, length: int, shift: int = 1, horizon: int = 0) -> int:
+        """Windows per epoch of ``readers.windows(length=, shift=)`` (``horizon``: an int ``targets``), no data pass."""
+        return window_count(self.episode_lengths(split), length, shift, horizon)
 
     def shard_paths(self, split: str) -> list[str]:
         return [join(self.path, shard.file) for shard in split_info(self, split).shards]
@@ -78,7 +87,7 @@ def shard_files(
     if len(paths) < pipelines:
         raise ValueError(
             f"{dataset.path}: split {split!r} has {len(paths)} shards, fewer than the {pipelines} input pipelines "
-            f"(got num_input_pipelines={pipelines}); rewrite it with `tfshard images ... --min-shards {pipelines}`"
+            f"(got num_input_pipelines={pipelines}); rewrite it with `tfshard {dataset.manifest.kind} ... --min-shards {pipelines}`"
         )
     return paths[input_context.input_pipeline_id :: pipelines]
 

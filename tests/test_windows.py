@@ -43,12 +43,12 @@ def test_shuffled_windows_are_the_same_multiset_and_epochs_differ():
     assert epochs[0] != epochs[1]
 
 
-def test_targets_same_and_next():
+def test_targets_same_and_horizon():
     episodes = _episodes([20, 12])
     same = next(iter(resident_windows({"x": episodes}, length=4, batch_size=3, targets="same", shuffle=False)))
     np.testing.assert_array_equal(same[0]["x"].numpy(), same[1]["x"].numpy())
-    windows, targets = next(iter(resident_windows({"x": episodes}, length=4, shift=2, batch_size=50, targets="next",
-                                                  horizon=3, shuffle=False, drop_remainder=False)))
+    windows, targets = next(iter(resident_windows({"x": episodes}, length=4, shift=2, batch_size=50, targets=3,
+                                                  shuffle=False, drop_remainder=False)))
     expected_w, expected_t = _reference(episodes, 4, 2, horizon=3)
     np.testing.assert_array_equal(windows["x"].numpy(), np.stack(expected_w))
     np.testing.assert_array_equal(targets["x"].numpy(), np.stack(expected_t))

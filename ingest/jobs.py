@@ -1,0 +1,187 @@
+"""What each kind of input brings to the shared conversion engine in ``ingest/convert.py``.
+
+A job scans its source once, then tells the engine: the items per split in
+sorted order, how big each is (for shard planning and the memory budget), a
+picklable ``prepare`` run in worker processes, how a prepared item becomes
+records, and how per-shard statistics merge into the split's manifest entry.
+Planning, parallelism, atomic commits, resume and the manifest are the
+engine's, written once for both kinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from typing import Any
+
+from ingest import manifest as manifest_lib
+from ingest.episodes import (
+    EMPTY_EPISODE,
+    EpisodeSource,
+    FeatureSums,
+    PreparedEpisode,
+    common_schema,
+    prepare_episode,
+    read_episode_header,
+    scan_episode_files,
+)
+from ingest.errors import InputError
+from ingest.images import PixelSums, PreparedImage, prepare_image
+from ingest.scan import IMAGE_EXTENSIONS, Rejection, SourceFile, scan_image_folders
+
+
+def _fail_on(src: str, rejected: list[Rejection], on_error: str) -> None:
+    if rejected and on_error == "fail":
+        first = rejected[0]
+        raise InputError(f"{os.path.join(src, first.relpath)}: {first.reason}; or pass --on-error skip")
+
+
+@dataclasses.dataclass
+class ImageShardStats:
+    class_counts: list[int]
+    pixels: PixelSums = PixelSums()
+    converted: int = 0
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "ImageShardStats":
+        p = raw["pixels"]
+        return cls(raw["class_counts"], PixelSums(p["count"], tuple(p["sums"]), tuple(p["squares"])), raw["converted"])
+
+
+class ImageJob:
+    """Image class folders: one record per image, labelled by folder."""
+
+    kind = "images"
+    unit = "img"
+    option_fields = ("image",)
+    nothing_found = f"no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC"
+
+    def __init__(self, src: str, options):
+        tree = scan_image_folders(src)
+        _fail_on(src, tree.rejected, options.on_error)
+        self.src = src
+        self.items: dict[str, list[SourceFile]] = tree.files
+        self.rejected = tree.rejected
+        self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
+        self.class_names = tree.class_names
+        self.features = manifest_lib.IMAGE_FEATURES
+        self.prepare = functools.partial(prepare_image, options=options.image)
+
+    @staticmethod
+    def size_of(item: SourceFile) -> int:
+        return item.size
+
+    @staticmethod
+    def source_key(item: SourceFile) -> tuple:
+        return item.relpath, item.size, item.mtime_ns
+
+    def identity(self) -> dict:
+        return {"class_names": self.class_names}
+
+    def new_stats(self) -> ImageShardStats:
+        return ImageShardStats([0] * len(self.class_names))
+
+    stats_from_dict = staticmethod(ImageShardStats.from_dict)
+
+    def encode(self, image: PreparedImage, stats: ImageShardStats) -> list[bytes]:
+        from ingest.examples import image_example
+
+        label = image.source.label
+        stats.class_counts[label] += 1
+        stats.pixels += image.pixels
+        stats.converted += image.converted is not None
+        return [image_example(image, self.class_names[label])]
+
+    def split_fields(self, parts: list[ImageShardStats]) -> dict[str, Any]:
+        counts = [sum(p.class_counts[i] for p in parts) for i in range(len(self.class_names))]
+        mean, std = sum((p.pixels for p in parts), PixelSums()).mean_std()
+        return {"class_counts": dict(zip(self.class_names, counts)), "pixel_mean": mean, "pixel_std": std}
+
+    def summary(self, parts: list[ImageShardStats]) -> dict[str, Any]:
+        return {"converted_images": sum(p.converted for p in parts)}
+
+
+@dataclasses.dataclass
+class EpisodeShardStats:
+    episodes: list[dict] = dataclasses.field(default_factory=list)  # {"id", "source", "length"}
+    sums: dict[str, FeatureSums] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> "EpisodeShardStats":
+        sums = {n: FeatureSums(s["count"], tuple(s["sums"]), tuple(s["squares"])) for n, s in raw["sums"].items()}
+        return cls(raw["episodes"], sums)
+
+
+class EpisodeJob:
+    """Numpy episodes: one record per episode chunk (most episodes are one chunk)."""
+
+    kind = "episodes"
+    unit = "episode"
+    option_fields = ("episode",)
+    nothing_found = "no usable .npy/.npz episodes found; check SRC"
+
+    def __init__(self, src: str, options):
+        found, hidden, other = scan_episode_files(src)
+        every = sorted((f for files in found.values() for f in files), key=lambda f: f.relpath)
+        headers = [read_episode_header(f) for f in every]
+        episodes = [dataclasses.replace(h, episode_id=i) for i, h in enumerate(headers) if isinstance(h, EpisodeSource)]
+        schema, odd = common_schema(episodes)
+        unusable = [h for h in headers if isinstance(h, Rejection)] + odd
+        # An empty episode is not an error (nothing is lost): it is always skipped, with its reason recorded.
+        _fail_on(src, [r for r in unusable if r.reason != EMPTY_EPISODE], options.on_error)
+        odd_paths = {r.relpath for r in odd}
+        self.src = src
+        self.schema = schema
+        self.items: dict[str, list[EpisodeSource]] = {
+            split: [e for e in episodes if e.file.split == split and e.file.relpath not in odd_paths] for split in found
+        }
+        self.rejected = sorted(unusable, key=lambda r: r.relpath)
+        self.ignored = {"hidden": hidden, "other": other}
+        self.class_names: list[str] = []
+        self.features = manifest_lib.episode_features({n: (s.dtype, s.shape) for n, s in schema.items()})
+        self.prepare = functools.partial(prepare_episode, schema=schema, options=options.episode)
+        self._step_bytes = max(1, sum(spec.step_bytes for spec in schema.values()))
+
+    def size_of(self, item: EpisodeSource) -> int:
+        """The record bytes the episode becomes: what the shard plan and the memory budget count."""
+        return item.length * self._step_bytes
+
+    @staticmethod
+    def source_key(item: EpisodeSource) -> tuple:
+        return item.file.relpath, item.file.size, item.file.mtime_ns, item.episode_id
+
+    def identity(self) -> dict:
+        return {"schema": self.features}
+
+    @staticmethod
+    def new_stats() -> EpisodeShardStats:
+        return EpisodeShardStats()
+
+    stats_from_dict = staticmethod(EpisodeShardStats.from_dict)
+
+    def encode(self, episode: PreparedEpisode, stats: EpisodeShardStats) -> list[bytes]:
+        from ingest.examples import episode_chunk_examples
+
+        stats.episodes.append({"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length})
+        for name, sums in episode.sums.items():
+            stats.sums[name] = stats.sums.get(name, FeatureSums()) + sums
+        return episode_chunk_examples(episode)
+
+    def split_fields(self, parts: list[EpisodeShardStats]) -> dict[str, Any]:
+        mean, std = {}, {}
+        for name in sorted(self.schema):
+            total = sum((p.sums[name] for p in parts if name in p.sums), FeatureSums())
+            if total.count:
+                mean[name], std[name] = total.mean_std()
+        return {"episodes": [e for p in parts for e in p.episodes], "feature_mean": mean, "feature_std": std}
+
+    @staticmethod
+    def summary(parts: list[EpisodeShardStats]) -> dict[str, Any]:
+        return {}
