@@ -28,6 +28,7 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/images.py
+	$(BIN)/python benchmarks/windows.py
 
 clean:
 	rm -rf tfshard-demo .pytest_cache

@@ -32,7 +32,7 @@ from ingest.scan import Rejection
 log = logging.getLogger(__name__)
 
 STATE_DIR = ".tfshard-state"
-ON_ERROR = ("skip", "fail")
+ON_ERROR = (None, "skip", "fail")
 COMPRESSIONS = (None, "gzip")
 
 
@@ -47,7 +47,8 @@ class ConvertOptions:
       compression: None or ``"gzip"``.
       seed: seed of the write-time shuffle of record order; None keeps sorted order.
       on_error: ``"skip"`` records a bad file in the manifest and goes on;
-        ``"fail"`` stops at the first. Not part of the output's identity.
+        ``"fail"`` stops at the first; None: the kind's default (images skip,
+        episodes fail). Not part of the output's identity.
       index: also write DALI ``tfrecord2idx`` index files.
       image: how images are validated and converted (image datasets).
       episode: how episodes are checked and cut into records (episode datasets).
@@ -58,7 +59,7 @@ class ConvertOptions:
     min_shards: int = 1
     compression: str | None = None
     seed: int | None = 0
-    on_error: str = "skip"
+    on_error: str | None = None
     index: bool = False
     image: ImageOptions = ImageOptions()
     episode: EpisodeOptions = EpisodeOptions()
@@ -138,6 +139,23 @@ def _fingerprint(job, ordered: dict[str, list], options: ConvertOptions) -> str:
     )
 
 
+def _damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
+    """Listed shards and index files that are missing or not their recorded size (a stat each, no read)."""
+    import tensorflow as tf
+
+    from ingest.write import join
+
+    damaged = []
+    for split in manifest.splits.values():
+        for shard in split.shards:
+            path = join(out, shard.file)
+            if not tf.io.gfile.exists(path) or tf.io.gfile.stat(path).length != shard.bytes:
+                damaged.append(shard.file)
+            if shard.index_file is not None and not tf.io.gfile.exists(join(out, shard.index_file)):
+                damaged.append(shard.index_file)
+    return damaged
+
+
 def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.Manifest | None:
     """Checks OUT against this run; returns the existing manifest when the work is already done."""
     import tensorflow as tf
@@ -160,9 +178,18 @@ def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib
                 "remove it or choose another folder"
             ) from e
         if old.fingerprint == fingerprint and not overwrite:
-            if tf.io.gfile.exists(state_path):
-                tf.io.gfile.rmtree(state_path)
-            return old
+            damaged = _damaged_files(out, old)
+            if not damaged:
+                if tf.io.gfile.exists(state_path):
+                    tf.io.gfile.rmtree(state_path)
+                return old
+            # Finished once, since damaged: convert again (same plan, same bytes). The manifest goes first,
+            # so a crash from here on leaves an unfinished conversion, never a manifest that lies.
+            log.warning("%s: %d file(s) missing or resized since the conversion finished (e.g. %s); converting again",
+                        out, len(damaged), damaged[0])
+            tf.io.gfile.remove(manifest_path)
+            tf.io.gfile.makedirs(state_path)
+            return None
         what = "a dataset made from other inputs or options"
         old_files = [manifest_lib.MANIFEST_NAME] + [
             name
@@ -246,7 +273,7 @@ def _write_shards(
                     for item in ordered[spec.split][spec.start : spec.stop]:
                         result = next(results)
                         if isinstance(result, Rejection):
-                            if options.on_error == "fail":
+                            if options.on_error == "fail" and not result.chosen:
                                 raise InputError(
                                     f"{os.path.join(job.src, result.relpath)}: {result.reason}; "
                                     "or pass --on-error skip to leave bad files out"
@@ -366,13 +393,15 @@ def convert_images(
     from ingest.jobs import ImageJob
 
     _check_folders(src, out)
+    if options.on_error is None:
+        options = dataclasses.replace(options, on_error="skip")
     return run_job(ImageJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress)
 
 
 def convert_episodes(
     src: str,
     out: str,
-    options: ConvertOptions = ConvertOptions(on_error="fail"),
+    options: ConvertOptions = ConvertOptions(),
     *,
     workers: int | None = None,
     overwrite: bool = False,
@@ -390,7 +419,7 @@ def convert_episodes(
       src: source folder; ``src/<split>/...`` when every top-level folder is a split name.
       out: output folder (local or any ``tf.io.gfile`` URL); created if missing.
       options: what to write; ``options.episode`` sets the NaN policy and chunk size.
-        ``on_error`` defaults to ``"fail"`` here: an unreadable or mismatched
+        ``on_error=None`` means ``"fail"`` here: an unreadable or mismatched
         episode stops the run unless ``"skip"`` is asked (empty episodes are
         always skipped, with their reason recorded).
       workers, overwrite, progress: as for ``convert_images``.
@@ -410,4 +439,6 @@ def convert_episodes(
     from ingest.jobs import EpisodeJob
 
     _check_folders(src, out)
+    if options.on_error is None:
+        options = dataclasses.replace(options, on_error="fail")
     return run_job(EpisodeJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress)

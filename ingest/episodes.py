@@ -94,12 +94,20 @@ class FeatureSums:
         )
 
     def mean_std(self) -> tuple[list[float], list[float]] | tuple[None, None]:
-        """Mean and standard deviation per trailing element (flattened), to 7 significant digits."""
+        """Mean and standard deviation per trailing element (flattened), to 7 significant digits.
+
+        Elements whose sums are not finite (NaN/inf kept with ``on_nan="keep"``, or float64
+        overflow) get None, so the manifest stays strict JSON.
+        """
         if not self.count:
             return None, None
         mean = [s / self.count for s in self.sums]
         std = [max(q / self.count - m * m, 0.0) ** 0.5 for q, m in zip(self.squares, mean)]
-        return [float(f"{m:.7g}") for m in mean], [float(f"{v:.7g}") for v in std]
+
+        def canonical(v: float) -> float | None:  # None (JSON null) where NaN/inf were kept or float64 overflowed
+            return float(f"{v:.7g}") if np.isfinite(v) else None
+
+        return [canonical(m) for m in mean], [canonical(v) for v in std]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +173,7 @@ def read_episode_header(file: SourceFile) -> EpisodeSource | Rejection:
         return Rejection(file.relpath, f"features disagree on the time axis length ({detail}); they must share axis 0")
     length = lengths.pop()
     if length == 0:
-        return Rejection(file.relpath, EMPTY_EPISODE)
+        return Rejection(file.relpath, EMPTY_EPISODE, chosen=True)
     return EpisodeSource(file, schema, length)
 
 
@@ -246,7 +254,7 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
                 reason = f"non-finite value {array[index]} in feature {name!r} at index {list(index)}"
                 if options.on_nan == "fail":
                     raise InputError(f"{source.file.path}: {reason}; clean the data or pass --on-nan skip|keep")
-                return Rejection(relpath, f"{reason}; left out (--on-nan skip)")
+                return Rejection(relpath, f"{reason}; left out (--on-nan skip)", chosen=True)
     step_bytes = sum(spec.step_bytes for spec in schema.values())
     steps_per_chunk = max(1, options.max_record_bytes // max(step_bytes, 1))
     little = {name: np.ascontiguousarray(arrays[name], dtype=np.dtype(spec.dtype)) for name, spec in schema.items()}

@@ -17,7 +17,6 @@ from typing import Any
 
 from ingest import manifest as manifest_lib
 from ingest.episodes import (
-    EMPTY_EPISODE,
     EpisodeSource,
     FeatureSums,
     PreparedEpisode,
@@ -135,7 +134,7 @@ class EpisodeJob:
         schema, odd = common_schema(episodes)
         unusable = [h for h in headers if isinstance(h, Rejection)] + odd
         # An empty episode is not an error (nothing is lost): it is always skipped, with its reason recorded.
-        _fail_on(src, [r for r in unusable if r.reason != EMPTY_EPISODE], options.on_error)
+        _fail_on(src, [r for r in unusable if not r.chosen], options.on_error)
         odd_paths = {r.relpath for r in odd}
         self.src = src
         self.schema = schema

@@ -36,6 +36,7 @@ class Rejection:
 
     relpath: str
     reason: str
+    chosen: bool = False  # left out by a policy the user chose (--on-nan skip, empty episodes), never an error
 
 
 @dataclasses.dataclass

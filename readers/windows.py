@@ -157,10 +157,18 @@ def _resident(
         index = _index_batches(starts, batch_size=batch_size // replicas, replica=i, replicas=replicas, **options)
         return _gather_batches(index, {n: per_device[n][i] for n in layout.gathered}, layout, length)
 
-    return strategy.distribute_datasets_from_function(
-        replica_dataset,
-        options=tf.distribute.InputOptions(experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA),
+    per_replica = tf.distribute.InputOptions(
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
     )
+    # TF 2.21's MirroredExtended._input_workers_with_options overwrites the strategy's input workers when asked for
+    # PER_REPLICA and never restores them, so every later dataset distributed by that strategy (the user's
+    # validation set, a streamed reader) would silently get per-replica pipelines. Put them back.
+    saved = getattr(strategy.extended, "_input_workers_devices", None)
+    try:
+        return strategy.distribute_datasets_from_function(replica_dataset, options=per_replica)
+    finally:
+        if saved is not None:
+            strategy.extended._input_workers_devices = saved
 
 
 def resident_windows(
@@ -286,7 +294,7 @@ def windows(
 
     Example:
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")
-      x, y = next(iter(ds))  # x is y, shape [64, 256, 3]
+      x, y = next(iter(ds))  # both [64, 256, 3], equal: one gather, emitted twice
     """
     where = f"{path}"
     _check_common(length, shift, batch_size, where)
@@ -296,7 +304,12 @@ def windows(
     chosen = select_features(dataset, features)
     schema = feature_schema(dataset)
     layout = _Layout(list(chosen), isinstance(features, str), targets, list(schema), where)
-    files_lib.split_info(dataset, split)
+    lengths = dataset.episode_lengths(split)
+    if window_count(lengths, length, shift, layout.horizon) == 0:
+        raise ValueError(
+            f"{where}: split {split!r} has no episode of at least {length + layout.horizon} steps (longest "
+            f"{max(lengths, default=0)}); pass a shorter length"
+        )
     if not resident:
         if strategy is not None:
             return strategy.distribute_datasets_from_function(
@@ -313,10 +326,5 @@ def windows(
     arrays, lengths = load_concatenated(
         dataset, split, {n: schema[n] for n in layout.gathered}, read_buffer_bytes=read_buffer_bytes
     )
-    if window_count(lengths, length, shift, layout.horizon) == 0:
-        raise ValueError(
-            f"{where}: split {split!r} has no episode of at least {length + layout.horizon} steps (longest "
-            f"{max(lengths, default=0)}); pass a shorter length"
-        )
     return _resident(arrays, lengths, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
                      seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)

@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny seeded image trees made in tmp_path, and a CLI runner."""
+"""Shared fixtures: tiny seeded image trees and numpy episodes made in tmp_path, a CLI runner, logical CPUs."""
 
 from __future__ import annotations
 
@@ -9,6 +9,24 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports Te
 import numpy as np
 import pytest
 from PIL import Image
+
+
+def _split_the_cpu(count: int = 4) -> None:
+    """Splits the CPU into ``count`` logical devices, so tf.distribute tests run real multi-replica strategies.
+
+    TensorFlow fixes its logical devices when it first initialises them, so this must run before any test touches
+    TensorFlow: here, at conftest import. Nothing in the library changes; every test sees the same devices.
+    """
+    import tensorflow as tf
+
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError:  # already initialised: tests that need the devices say so (see test_windows_distributed.py)
+        pass
+
+
+_split_the_cpu()
 
 
 def write_jpeg(path, seed: int, size=(16, 16), mode="RGB", quality=90, **save_kwargs) -> bytes:
@@ -66,3 +84,29 @@ def image_features() -> dict:
 
     dtypes = {"string": tf.string, "int64": tf.int64}
     return {key: tf.io.FixedLenFeature([], dtypes[spec["dtype"]]) for key, spec in IMAGE_FEATURES.items()}
+
+
+def save_episodes(root, episodes: dict) -> None:
+    """Writes ``{relpath: array}`` as .npy and ``{relpath: {name: array}}`` as .npz under ``root``."""
+    for rel, value in episodes.items():
+        path = os.path.join(str(root), rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if isinstance(value, dict):
+            np.savez(path, **value)
+        else:
+            np.save(path, value)
+
+
+def random_episodes(lengths, seed: int = 0, width: int = 2) -> list[np.ndarray]:
+    """Seeded float32 episodes ``[T, width]`` of the given lengths; every value distinct, so windows are too."""
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(t, width)).astype(np.float32) for t in lengths]
+
+
+def convert_episode_tree(src, out, *, episode=None, workers: int = 0, overwrite: bool = False, **options):
+    """convert_episodes in-process (``workers=0``), ``on_error="fail"`` unless given; ``episode``: EpisodeOptions."""
+    from ingest import ConvertOptions, EpisodeOptions, convert_episodes
+
+    options.setdefault("on_error", "fail")
+    config = ConvertOptions(episode=episode or EpisodeOptions(), **options)
+    return convert_episodes(str(src), str(out), config, workers=workers, overwrite=overwrite, progress=False)

@@ -1,0 +1,332 @@
+"""readers.windows over written episode datasets: exactly numpy's sliding windows, resident or streamed."""
+
+from __future__ import annotations
+
+import itertools
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import convert_episode_tree, make_tree, save_episodes
+
+import readers
+from ingest import ConvertOptions, EpisodeOptions, convert_images
+from readers.starts import window_starts
+from readers.windows import _index_batches
+
+LENGTHS = [30, 3, 17, 50, 1, 8, 12]  # 3, 1 and 8 are shorter than most windows below: they contribute nothing
+
+
+def _write(tmp_path_factory, name, **options):
+    """Episodes with ``obs`` (float32 [T, 2], random) and ``act`` (int32 [T], a unique id per step)."""
+    src = tmp_path_factory.mktemp(f"{name}-src")
+    out = tmp_path_factory.mktemp(name) / "out"
+    rng = np.random.default_rng(11)
+    written, ids = {}, itertools.count()
+    for i, t in enumerate(LENGTHS):
+        written[f"runs/ep{i:02d}.npz"] = {"obs": rng.normal(size=(t, 2)).astype(np.float32),
+                                          "act": np.array([next(ids) for _ in range(t)], np.int32)}
+    save_episodes(src, written)
+    manifest = convert_episode_tree(src, out, **options)
+    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    return types.SimpleNamespace(out=str(out), manifest=manifest,
+                                 episodes={n: [e[n] for e in order] for n in ("obs", "act")})
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """One record per episode, one shard."""
+    return _write(tmp_path_factory, "plain")
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory):
+    """Every episode cut into 4-step chunk records (12 bytes a step), over 3 gzip shards."""
+    return _write(tmp_path_factory, "chunked", num_shards=3, compression="gzip",
+                  episode=EpisodeOptions(max_record_bytes=4 * 12))
+
+
+def reference(episodes, length, shift, horizon=0):
+    """numpy's windows of ``length`` (and the ``horizon`` steps after each), per episode, stepped by ``shift``."""
+    windows, futures = [], []
+    for episode in episodes:
+        t = len(episode)
+        if t < length + horizon:
+            continue
+        view = np.lib.stride_tricks.sliding_window_view(episode[: t - horizon], length, axis=0)[::shift]
+        windows.extend(np.moveaxis(view, -1, 1))  # [n, *trailing, L] -> windows of [L, *trailing]
+        futures.extend(episode[s + length : s + length + horizon] for s in range(0, t - length - horizon + 1, shift))
+    return windows, futures
+
+
+def stacked(ds) -> tuple[np.ndarray, list[int]]:
+    """Every window of one pass over a dataset of tensors, concatenated, and the batch sizes."""
+    batches = [batch.numpy() for batch in ds]
+    sizes = [len(b) for b in batches]
+    return (np.concatenate(batches) if batches else np.zeros([0])), sizes
+
+
+def ids(ds) -> list[tuple]:
+    """One epoch of ``features="act"`` windows as tuples of step ids (a window's identity)."""
+    return [tuple(w) for batch in ds for w in batch.numpy()]
+
+
+# --- resident windows are the reference, in order ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("drop_remainder", [True, False])
+@pytest.mark.parametrize("length, shift", [(1, 1), (4, 1), (5, 3), (3, 7), (17, 16), (30, 2), (50, 1)])
+def test_unshuffled_windows_equal_the_reference_in_order(plain, length, shift, drop_remainder):
+    batch_size = 7
+    expected, _ = reference(plain.episodes["obs"], length, shift)
+    count = sum((t - length) // shift + 1 for t in LENGTHS if t >= length)
+    assert len(expected) == count == readers.info(plain.out).num_windows("train", length, shift)
+
+    ds = readers.windows(plain.out, length=length, shift=shift, batch_size=batch_size, features="obs",
+                         shuffle=False, drop_remainder=drop_remainder)
+
+    got, sizes = stacked(ds)
+    kept = count // batch_size * batch_size if drop_remainder else count
+    assert len(got) == kept and all(s == batch_size for s in sizes[:-1])
+    assert not sizes or 0 < sizes[-1] <= batch_size and (sizes[-1] == batch_size or not drop_remainder)
+    assert int(ds.cardinality()) == len(sizes) == (count // batch_size if drop_remainder else -(-count // batch_size))
+    if kept:
+        assert got.dtype == np.float32 and got.shape[1:] == (length, 2)
+        np.testing.assert_array_equal(got, np.stack(expected[:kept]))
+
+
+def test_episodes_written_in_chunks_over_gzip_shards_give_the_same_windows(chunked):
+    assert chunked.manifest.splits["train"].records > len(LENGTHS)
+    expected, _ = reference(chunked.episodes["obs"], 6, 2)
+    ds = readers.windows(chunked.out, length=6, shift=2, batch_size=5, features="obs", shuffle=False,
+                         drop_remainder=False)
+    got, _ = stacked(ds)
+    np.testing.assert_array_equal(got, np.stack(expected))
+
+
+def test_shuffled_epochs_are_the_same_multiset_in_new_orders_and_the_seed_repeats_them(plain):
+    expected = sorted(tuple(w) for w in reference(plain.episodes["act"], 4, 2)[0])
+
+    def make(seed):
+        return readers.windows(plain.out, length=4, shift=2, batch_size=5, features="act", seed=seed,
+                               drop_remainder=False)
+
+    ds, again, other = make(3), make(3), make(4)
+
+    first, second = ids(ds), ids(ds)
+
+    assert sorted(first) == sorted(second) == expected
+    assert first != second
+    assert ids(again) == first and ids(again) == second
+    assert ids(other) != first
+    unshuffled = ids(readers.windows(plain.out, length=4, shift=2, batch_size=5, features="act", shuffle=False,
+                                     drop_remainder=False))
+    assert first != unshuffled and unshuffled == [tuple(w) for w in reference(plain.episodes["act"], 4, 2)[0]]
+
+
+# --- streamed equals resident -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fixture", ["plain", "chunked"])
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_streamed_unshuffled_equals_resident_batch_by_batch(request, fixture, drop_remainder):
+    data = request.getfixturevalue(fixture)
+    options = {"length": 5, "shift": 2, "batch_size": 6, "shuffle": False, "drop_remainder": drop_remainder}
+
+    resident = list(readers.windows(data.out, **options))
+    streamed = list(readers.windows(data.out, resident=False, **options))
+
+    assert len(streamed) == len(resident) > 1
+    for a, b in zip(resident, streamed):
+        assert set(a) == set(b) == {"obs", "act"}
+        for name in a:
+            assert a[name].dtype == b[name].dtype
+            np.testing.assert_array_equal(a[name].numpy(), b[name].numpy())
+    expected, _ = reference(data.episodes["act"], 5, 2)
+    got = np.concatenate([b["act"].numpy() for b in streamed])
+    np.testing.assert_array_equal(got, np.stack(expected[: len(got)]))
+
+
+def test_streamed_with_a_horizon_equals_resident(chunked):
+    options = {"length": 4, "shift": 3, "batch_size": 4, "features": "obs", "targets": 2, "shuffle": False,
+               "drop_remainder": False}
+    resident = list(readers.windows(chunked.out, **options))
+    streamed = list(readers.windows(chunked.out, resident=False, **options))
+    assert len(resident) == len(streamed)
+    for (x1, y1), (x2, y2) in zip(resident, streamed):
+        np.testing.assert_array_equal(x1.numpy(), x2.numpy())
+        np.testing.assert_array_equal(y1.numpy(), y2.numpy())
+
+
+@pytest.mark.parametrize("fixture", ["plain", "chunked"])
+def test_streamed_shuffled_is_the_same_multiset(request, fixture):
+    data = request.getfixturevalue(fixture)
+    ds = readers.windows(data.out, length=3, shift=2, batch_size=4, features="act", resident=False, seed=1,
+                         shuffle_buffer=16, drop_remainder=False)
+    expected = [tuple(w) for w in reference(data.episodes["act"], 3, 2)[0]]
+    first = ids(ds)
+    assert sorted(first) == sorted(expected)
+    assert first != expected
+
+
+# --- targets ----------------------------------------------------------------------------------------------------
+
+
+def test_targets_same_gives_the_windows_twice(plain):
+    x, y = next(iter(readers.windows(plain.out, length=4, batch_size=3, features="obs", targets="same",
+                                     shuffle=False)))
+    np.testing.assert_array_equal(x.numpy(), y.numpy())
+    np.testing.assert_array_equal(x.numpy(), np.stack(reference(plain.episodes["obs"], 4, 1)[0][:3]))
+    inputs, targets = next(iter(readers.windows(plain.out, length=4, batch_size=3, targets="same", shuffle=False)))
+    assert set(inputs) == set(targets) == {"obs", "act"}
+    for name in inputs:
+        np.testing.assert_array_equal(inputs[name].numpy(), targets[name].numpy())
+
+
+@pytest.mark.parametrize("features", ["obs", ["obs"]])
+def test_targets_feature_name_is_that_features_aligned_window(plain, features):
+    ds = readers.windows(plain.out, length=5, shift=4, batch_size=4, features=features, targets="act",
+                         shuffle=False, drop_remainder=False)
+    xs, ys = [], []
+    for x, y in ds:
+        xs.append((x if isinstance(features, str) else x["obs"]).numpy())
+        assert not isinstance(features, str) or isinstance(x, tf.Tensor)
+        assert y.dtype == tf.int32
+        ys.append(y.numpy())
+    np.testing.assert_array_equal(np.concatenate(xs), np.stack(reference(plain.episodes["obs"], 5, 4)[0]))
+    np.testing.assert_array_equal(np.concatenate(ys), np.stack(reference(plain.episodes["act"], 5, 4)[0]))
+
+
+@pytest.mark.parametrize("length, shift, horizon", [(4, 2, 3), (1, 1, 1), (10, 5, 7), (48, 1, 2)])
+def test_targets_horizon_is_the_next_steps(plain, length, shift, horizon):
+    windows, futures = reference(plain.episodes["obs"], length, shift, horizon)
+    count = sum((t - length - horizon) // shift + 1 for t in LENGTHS if t >= length + horizon)
+    assert len(windows) == count == readers.info(plain.out).num_windows("train", length, shift, horizon=horizon)
+    assert count < readers.info(plain.out).num_windows("train", length, shift)
+
+    ds = readers.windows(plain.out, length=length, shift=shift, batch_size=5, features="obs", targets=horizon,
+                         shuffle=False, drop_remainder=False)
+
+    assert int(ds.cardinality()) == -(-count // 5)
+    x, y = (np.concatenate([part.numpy() for part in parts]) for parts in zip(*ds))
+    assert x.shape == (count, length, 2) and y.shape == (count, horizon, 2)
+    np.testing.assert_array_equal(x, np.stack(windows))
+    np.testing.assert_array_equal(y, np.stack(futures))
+
+
+def test_horizon_targets_with_several_features_are_dicts(plain):
+    x, y = next(iter(readers.windows(plain.out, length=3, batch_size=2, targets=2, shuffle=False)))
+    assert set(x) == set(y) == {"obs", "act"}
+    for name in ("obs", "act"):
+        windows, futures = reference(plain.episodes[name], 3, 1, 2)
+        np.testing.assert_array_equal(x[name].numpy(), np.stack(windows[:2]))
+        np.testing.assert_array_equal(y[name].numpy(), np.stack(futures[:2]))
+
+
+# --- features and argument checks -------------------------------------------------------------------------------
+
+
+def test_features_a_name_gives_tensors_a_list_gives_dicts_of_exactly_those(plain):
+    options = {"length": 3, "batch_size": 2, "shuffle": False}
+    single = readers.windows(plain.out, features="act", **options)
+    assert isinstance(single.element_spec, tf.TensorSpec) and single.element_spec.dtype == tf.int32
+    assert isinstance(next(iter(single)), tf.Tensor)
+    for features in (["act"], ["obs", "act"], ["act", "obs"]):
+        element = next(iter(readers.windows(plain.out, features=features, **options)))
+        assert isinstance(element, dict) and sorted(element) == sorted(features)
+    every = next(iter(readers.windows(plain.out, **options)))
+    assert sorted(every) == ["act", "obs"]
+    assert every["obs"].shape == (2, 3, 2) and every["act"].shape == (2, 3)
+
+
+def test_unknown_feature_and_split_are_named(plain):
+    with pytest.raises(ValueError, match=r"no feature\(s\) \['nope'\].*the dataset has \['act', 'obs'\]"):
+        readers.windows(plain.out, length=3, batch_size=2, features="nope")
+    with pytest.raises(ValueError, match=r"no feature\(s\) \['nope'\]"):
+        readers.windows(plain.out, length=3, batch_size=2, features=["obs", "nope"])
+    with pytest.raises(ValueError, match=r"targets='nope' is neither 'same' nor a feature"):
+        readers.windows(plain.out, length=3, batch_size=2, targets="nope")
+    with pytest.raises(ValueError, match=r"no split 'val'"):
+        readers.windows(plain.out, "val", length=3, batch_size=2)
+
+
+def test_an_image_dataset_is_not_episodes(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(str(src), per_class=2)
+    convert_images(str(src), str(out), ConvertOptions(), workers=0, progress=False)
+    with pytest.raises(ValueError, match=r"an 'images' dataset, not episodes"):
+        readers.windows(str(out), length=3, batch_size=2)
+
+
+@pytest.mark.parametrize("resident", [True, False])
+@pytest.mark.parametrize("argument, value", [("length", 0), ("shift", 0), ("batch_size", 0), ("length", -2),
+                                             ("shift", 1.5), ("batch_size", True)])
+def test_bad_sizes_name_the_argument(plain, resident, argument, value):
+    options = {"length": 3, "shift": 1, "batch_size": 2}
+    options[argument] = value
+    with pytest.raises(ValueError, match=rf"{argument} must be a positive integer \(got {argument}={value!r}\)"):
+        readers.windows(plain.out, resident=resident, **options)
+
+
+def test_bad_targets_are_refused(plain):
+    with pytest.raises(ValueError, match=r"horizon must be at least 1 step \(got targets=0\)"):
+        readers.windows(plain.out, length=3, batch_size=2, targets=0)
+    with pytest.raises(TypeError, match=r"targets must be None, 'same', a feature name or a horizon \(got True\)"):
+        readers.windows(plain.out, length=3, batch_size=2, targets=True)
+
+
+@pytest.mark.parametrize("length, targets", [(51, None), (48, 3), (1000, None)])
+def test_window_longer_than_every_episode_is_an_error(plain, length, targets):
+    with pytest.raises(ValueError, match=rf"no episode of at least {length + (targets or 0)} steps \(longest 50\)"):
+        readers.windows(plain.out, length=length, batch_size=2, targets=targets)
+
+
+def test_streamed_window_longer_than_every_episode_is_an_error(plain):
+    with pytest.raises(ValueError, match=r"no episode of at least 51 steps"):
+        readers.windows(plain.out, length=51, batch_size=2, resident=False)
+
+
+# --- the index is int32 -----------------------------------------------------------------------------------------
+
+
+def test_window_starts_are_int32_four_bytes_per_window(plain):
+    lengths = readers.info(plain.out).episode_lengths("train")
+    starts = window_starts(lengths, 5, 3)
+    assert starts.dtype == np.int32 and starts.nbytes == 4 * len(starts)
+    offsets = np.cumsum([0] + lengths[:-1])
+    assert starts.tolist() == [o + s for o, t in zip(offsets, lengths) for s in range(0, t - 5 + 1, 3)]
+    index = _index_batches(starts, batch_size=4, shuffle=True, seed=0, drop_remainder=False, replica=0, replicas=1)
+    assert index.element_spec == tf.TensorSpec([None], tf.int32)
+    assert sorted(np.concatenate(list(index.as_numpy_iterator())).tolist()) == starts.tolist()
+
+
+# --- training -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("targets", ["act", 2])
+def test_a_keras_model_trains_one_epoch_on_the_windows(plain, targets):
+    keras = pytest.importorskip("keras")
+    length = 6
+    ds = readers.windows(plain.out, length=length, shift=2, batch_size=4, features="obs", targets=targets, seed=0)
+    if targets == "act":
+        outputs = [keras.layers.Dense(length)]
+    else:
+        outputs = [keras.layers.Dense(4), keras.layers.Reshape((2, 2))]
+    model = keras.Sequential([keras.Input((length, 2)), keras.layers.Flatten(), *outputs])
+    model.compile(optimizer="sgd", loss="mse")
+
+    history = model.fit(ds, epochs=1, verbose=0, shuffle=False)  # the dataset shuffles itself
+
+    assert len(history.history["loss"]) == 1 and np.isfinite(history.history["loss"][0])
+    horizon = targets if isinstance(targets, int) else 0
+    assert int(ds.cardinality()) == readers.info(plain.out).num_windows("train", length, 2, horizon) // 4
+
+
+def test_counts_agree_with_dataset_info_for_many_sizes(plain):
+    info = readers.info(plain.out)
+    for length, shift in itertools.product([1, 2, 5, 12, 30], [1, 3, 8]):
+        ds = readers.windows(plain.out, length=length, shift=shift, batch_size=1, features="act", shuffle=False,
+                             drop_remainder=False)
+        count = info.num_windows("train", length, shift)
+        assert int(ds.cardinality()) == count == len(reference(plain.episodes["act"], length, shift)[0])
