@@ -26,6 +26,31 @@ class OnError(str, enum.Enum):
     fail = "fail"
 
 
+class Runner(str, enum.Enum):
+    local = "local"
+    beam = "beam"
+
+
+def _runner(runner: "Runner", beam_options: str | None):
+    """None for local worker processes, else a BeamRunner; Beam's own logs stay quiet unless -v/--debug."""
+    if runner is Runner.local:
+        if beam_options:
+            raise ValueError(f"--beam-options: only used with --runner beam (got {beam_options!r}); add --runner beam")
+        return None
+    from ingest.beam_runner import BeamRunner
+
+    if not (_state["debug"] or logging.getLogger().isEnabledFor(logging.INFO)):
+        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+        logging.disable(logging.WARNING)  # Beam warns about optional GCP clients on the root logger at import
+        try:
+            import apache_beam  # noqa: F401
+        except ImportError:
+            pass  # BeamRunner says how to install it
+        finally:
+            logging.disable(logging.NOTSET)
+    return BeamRunner(beam_options or "--runner=DirectRunner")
+
+
 class Compression(str, enum.Enum):
     none = "none"
     gzip = "gzip"
@@ -127,6 +152,10 @@ def images(
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
+    beam_options: Optional[str] = typer.Option(
+        None, help='Beam pipeline options, e.g. "--runner=DataflowRunner --project=p ..." (default DirectRunner).'
+    ),
 ) -> None:
     """Convert image class folders into sharded TFRecords plus dataset.json."""
     try:
@@ -144,7 +173,8 @@ def images(
             image=ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate),
         )
         started = time.monotonic()
-        manifest = convert_images(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet)
+        manifest = convert_images(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet,
+                                  runner=_runner(runner, beam_options))
     except (ValueError, OSError) as e:
         _fail(e)
     if not quiet:
@@ -174,6 +204,10 @@ def episodes(
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
+    runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
+    beam_options: Optional[str] = typer.Option(
+        None, help='Beam pipeline options, e.g. "--runner=DataflowRunner --project=p ..." (default DirectRunner).'
+    ),
 ) -> None:
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
     try:
@@ -191,7 +225,8 @@ def episodes(
             episode=EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size)),
         )
         started = time.monotonic()
-        manifest = convert_episodes(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet)
+        manifest = convert_episodes(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet,
+                                    runner=_runner(runner, beam_options))
     except (ValueError, OSError) as e:
         _fail(e)
     if not quiet:
@@ -386,6 +421,83 @@ def demo(
         typer.echo(f"next: tfshard info {out}; tfshard bench {out}; tfshard bench {out_ep} --window 128 --shift 16")
     except (ValueError, OSError) as e:
         _fail(e)
+
+
+service_app = typer.Typer(
+    no_args_is_help=True,
+    help="Run tf.data service servers, so CPU hosts preprocess for readers.images/windows(service=...).",
+)
+app.add_typer(service_app, name="service")
+
+
+def _serve(server, name: str) -> None:
+    """Blocks until Ctrl-C or SIGTERM, then stops ``server``.
+
+    Not ``server.join()``: it blocks inside C++ and never lets Python see Ctrl-C.
+    """
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+    server.stop()
+    typer.echo(f"{name}: stopped")
+
+
+def _start_server(start):
+    """Imports TensorFlow quietly and starts a tf.data service server with ``start(readers.service)``."""
+    _load_tensorflow()
+    import tensorflow as tf
+
+    from readers import service as service_lib
+
+    try:
+        return service_lib, start(service_lib)
+    except (ValueError, OSError, tf.errors.OpError) as e:
+        _fail(e)
+
+
+@service_app.command("dispatcher")
+def service_dispatcher(
+    port: int = typer.Option(5050, help="Port to listen on (0: any free port)."),
+    work_dir: Optional[str] = typer.Option(None, help="Folder (local or gs://) for datasets and the journal."),
+    fault_tolerant: bool = typer.Option(
+        False, "--fault-tolerant", help="Journal state to --work-dir, so a restarted dispatcher resumes its jobs."
+    ),
+) -> None:
+    """Start a dispatcher and serve until Ctrl-C; prints the address readers and workers use."""
+    import socket
+
+    service_lib, server = _start_server(
+        lambda lib: lib.start_dispatcher(port, work_dir=work_dir, fault_tolerant=fault_tolerant)
+    )
+    address = f"{socket.gethostname()}:{service_lib.bound_port(server)}"
+    typer.echo(f"dispatcher: serving at grpc://{address}; add workers with `tfshard service worker --dispatcher "
+               f"{address}`, read with service='grpc://{address}'")
+    _serve(server, "dispatcher")
+
+
+@service_app.command("worker")
+def service_worker(
+    dispatcher: str = typer.Option(..., help="HOST:PORT of the dispatcher (as `tfshard service dispatcher` prints)."),
+    port: int = typer.Option(5051, help="Port to listen on. Keep it fixed: a client waits for a stopped worker "
+                                        "until one is back at the same address (0: any free port)."),
+    worker_address: Optional[str] = typer.Option(
+        None, help="Address clients use to reach this worker; %port% stands for the bound port.",
+        show_default="<hostname>:%port%",
+    ),
+) -> None:
+    """Start a worker for the --dispatcher and serve until Ctrl-C; it runs the readers' pipelines up to batching."""
+    import socket
+
+    service_lib, server = _start_server(lambda lib: lib.start_worker(dispatcher, port=port, worker_address=worker_address))
+    bound = service_lib.bound_port(server)
+    advertised = (worker_address or f"{socket.gethostname()}:%port%").replace("%port%", str(bound))
+    typer.echo(f"worker: serving at {advertised} (port {bound}) for dispatcher {dispatcher}")
+    _serve(server, "worker")
 
 
 def main() -> None:

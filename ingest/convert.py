@@ -17,7 +17,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import tqdm
 
@@ -249,11 +249,42 @@ def _committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> di
 
 
 
-def _write_shards(
-    job, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int, progress: bool
-) -> Iterator[tuple[ShardSpec, _ShardResult]]:
+def write_shard(job, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
+                on_item: Callable[[Any], None] = lambda item: None) -> _ShardResult:
+    """Writes one planned shard from its ``(item, prepared)`` pairs in plan order; commits it atomically.
+
+    The one place records reach a shard, for the local process pool and the Beam runner alike.
+    """
     from ingest.write import ShardWriter
 
+    stats, rejected = job.new_stats(), []
+    with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
+        for item, result in prepared:
+            if isinstance(result, Rejection):
+                if options.on_error == "fail" and not result.chosen:
+                    raise InputError(
+                        f"{os.path.join(job.src, result.relpath)}: {result.reason}; "
+                        "or pass --on-error skip to leave bad files out"
+                    )
+                rejected.append({"path": result.relpath, "reason": result.reason})
+            else:
+                for record in job.encode(result, stats):
+                    writer.write(record)
+            on_item(item)
+    return _ShardResult(writer.info, stats, rejected)
+
+
+def record_commit(out: str, spec: ShardSpec, result: _ShardResult) -> None:
+    """Notes a committed shard in the state folder, so a rerun keeps it."""
+    from ingest.write import join, write_text_atomic
+
+    write_text_atomic(join(join(out, STATE_DIR), spec.file_name + ".json"), result.to_json())
+
+
+def _write_shards(
+    job, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int,
+    progress: bool,
+) -> Iterator[tuple[ShardSpec, _ShardResult]]:
     tasks = (ordered[s.split][i] for s in todo for i in range(s.start, s.stop))
     results = ordered_map(
         job.prepare,
@@ -266,28 +297,19 @@ def _write_shards(
     done_bytes = 0
     total = sum(s.num_records for s in todo)
     with tqdm.tqdm(total=total, unit=job.unit, disable=not progress, dynamic_ncols=True, desc=job.kind) as bar:
+
+        def on_item(item) -> None:
+            nonlocal done_bytes
+            done_bytes += job.size_of(item)
+            bar.update(1)
+            elapsed = time.monotonic() - started
+            if elapsed > 0:
+                bar.set_postfix_str(f"{done_bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
+
         try:
             for spec in todo:
-                stats, rejected = job.new_stats(), []
-                with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
-                    for item in ordered[spec.split][spec.start : spec.stop]:
-                        result = next(results)
-                        if isinstance(result, Rejection):
-                            if options.on_error == "fail" and not result.chosen:
-                                raise InputError(
-                                    f"{os.path.join(job.src, result.relpath)}: {result.reason}; "
-                                    "or pass --on-error skip to leave bad files out"
-                                )
-                            rejected.append({"path": result.relpath, "reason": result.reason})
-                        else:
-                            for record in job.encode(result, stats):
-                                writer.write(record)
-                            done_bytes += job.size_of(item)
-                        bar.update(1)
-                        elapsed = time.monotonic() - started
-                        if elapsed > 0:
-                            bar.set_postfix_str(f"{done_bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
-                yield spec, _ShardResult(writer.info, stats, rejected)
+                pairs = ((item, next(results)) for item in ordered[spec.split][spec.start : spec.stop])
+                yield spec, write_shard(job, out, spec, pairs, options, on_item)
         finally:
             results.close()
 
@@ -326,8 +348,13 @@ def _check_folders(src: str, out: str) -> None:
             raise InputError(f"{out}: output folder is inside the source folder {src}; choose a folder outside it")
 
 
-def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool):
-    """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died."""
+def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool,
+            runner: Callable | None = None):
+    """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died.
+
+    ``runner`` (e.g. ``ingest.beam_runner.BeamRunner``) writes the shards still to do elsewhere;
+    planning, resume and the manifest stay here, so both produce the same files.
+    """
     import tensorflow as tf
 
     from ingest.write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
@@ -350,9 +377,18 @@ def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, over
     if results:
         log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))
     todo = [s for s in specs if s.file_name not in results]
-    for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress):
-        write_text_atomic(join(state, spec.file_name + ".json"), result.to_json())
-        results[spec.file_name] = result
+    if runner is None:
+        for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress):
+            record_commit(out, spec, result)
+            results[spec.file_name] = result
+    elif todo:
+        runner(job, out, todo, ordered, options)  # commits each shard and its record from the workers
+        results = _committed_results(out, specs, options.index, job)
+        missing = [s.file_name for s in specs if s.file_name not in results]
+        if missing:
+            raise RuntimeError(
+                f"{out}: the runner finished without committing {len(missing)} shard(s), e.g. {missing[0]}"
+            )
     manifest = _assemble(job, specs, results, options, fingerprint)
     write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
     tf.io.gfile.rmtree(state)
@@ -367,6 +403,7 @@ def convert_images(
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    runner: Callable | None = None,
 ) -> manifest_lib.Manifest:
     """Converts ``src/<class>/<image>`` (or ``src/<split>/<class>/<image>``) into sharded TFRecords in ``out``.
 
@@ -377,6 +414,8 @@ def convert_images(
       workers: worker processes for decoding (default: all usable CPUs; 0 runs in-process).
       overwrite: replace a dataset in ``out`` that was made from other inputs or options.
       progress: show a tqdm progress bar.
+      runner: None writes with local worker processes; ``ingest.beam_runner.BeamRunner(args)``
+        writes the shards on Apache Beam (same files; planning, resume and the manifest stay here).
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -395,7 +434,9 @@ def convert_images(
     _check_folders(src, out)
     if options.on_error is None:
         options = dataclasses.replace(options, on_error="skip")
-    return run_job(ImageJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress)
+    return run_job(
+        ImageJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress, runner=runner
+    )
 
 
 def convert_episodes(
@@ -406,6 +447,7 @@ def convert_episodes(
     workers: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    runner: Callable | None = None,
 ) -> manifest_lib.Manifest:
     """Converts numpy episodes under ``src`` (``.npy``/``.npz``, time on axis 0, recursive) into sharded TFRecords.
 
@@ -422,7 +464,7 @@ def convert_episodes(
         ``on_error=None`` means ``"fail"`` here: an unreadable or mismatched
         episode stops the run unless ``"skip"`` is asked (empty episodes are
         always skipped, with their reason recorded).
-      workers, overwrite, progress: as for ``convert_images``.
+      workers, overwrite, progress, runner: as for ``convert_images``.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -441,4 +483,6 @@ def convert_episodes(
     _check_folders(src, out)
     if options.on_error is None:
         options = dataclasses.replace(options, on_error="fail")
-    return run_job(EpisodeJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress)
+    return run_job(
+        EpisodeJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress, runner=runner
+    )

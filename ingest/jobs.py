@@ -179,7 +179,8 @@ class EpisodeJob:
             total = sum((p.sums[name] for p in parts if name in p.sums), FeatureSums())
             if total.count:
                 mean[name], std[name] = total.mean_std()
-        return {"episodes": [e for p in parts for e in p.episodes], "feature_mean": mean, "feature_std": std}
+        episodes = [{**e, "shard": i} for i, p in enumerate(parts) for e in p.episodes]  # i: index in the split
+        return {"episodes": episodes, "feature_mean": mean, "feature_std": std}
 
     @staticmethod
     def summary(parts: list[EpisodeShardStats]) -> dict[str, Any]:

@@ -80,7 +80,7 @@ class SplitInfo:
     class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     pixel_mean: list[float] | None = None  # None with validate=False: no pixels were decoded
     pixel_std: list[float] | None = None
-    episodes: list[dict[str, Any]] | None = None  # {"id", "source", "length"} in record order (episode datasets)
+    episodes: list[dict[str, Any]] | None = None  # {"id", "source", "length", "shard"} in record order (episodes)
     feature_mean: dict[str, list[float]] | None = None  # per feature, per trailing element (flattened)
     feature_std: dict[str, list[float]] | None = None
 

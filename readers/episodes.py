@@ -1,4 +1,4 @@
-"""``readers.episodes()``: whole episodes back from ``tfshard episodes`` shards, plus the bulk loader for resident windows.
+"""``readers.episodes()``: whole episodes from ``tfshard episodes`` shards, and the bulk loader for resident windows.
 
 An episode is one record, or several chunk records written one after another
 in the same shard; chunks are joined per shard file before files are
@@ -81,7 +81,8 @@ def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Data
         last = tf.equal(record["episode/chunk"], record["episode/chunks"] - 1)
         return joined, (last, record["episode/length"], joined)
 
-    return records.scan(empty, step).filter(lambda last, length, joined: last).map(lambda last, length, joined: (length, joined))
+    joined = records.scan(empty, step).filter(lambda last, length, joined: last)
+    return joined.map(lambda last, length, joined: (length, joined))
 
 
 def _decode_episode(schema, source: str):
@@ -154,22 +155,28 @@ def load_concatenated(
     split: str,
     schema: dict[str, tuple[np.dtype, tuple[int, ...]]],
     *,
+    shards: Sequence[int] | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
 ) -> tuple[dict[str, np.ndarray], list[int]]:
-    """Every episode of a split laid end to end in manifest order: one numpy array per feature, and the lengths.
+    """The episodes of a split (or of some of its shards) laid end to end in manifest order.
 
-    Shards are read in parallel, in any order: each chunk is copied straight to
-    its place (episode offset from the manifest's lengths + its start step), so
-    nothing is sorted and no intermediate list of episodes is kept.
+    Returns one numpy array per feature, and the episodes' lengths. Shards are
+    read in parallel, in any order: each chunk is copied straight to its place
+    (episode offset from the manifest's lengths + its start step), so nothing
+    is sorted and no intermediate list of episodes is kept.
     """
     info = files_lib.split_info(dataset, split)
-    lengths = info.episode_lengths
-    offsets = dict(zip((e["id"] for e in info.episodes), np.concatenate([[0], np.cumsum(lengths)])[:-1].tolist()))
+    chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
+    wanted = set(chosen)
+    episodes = [e for e in info.episodes if e["shard"] in wanted]
+    lengths = [e["length"] for e in episodes]
+    offsets = dict(zip((e["id"] for e in episodes), np.concatenate([[0], np.cumsum(lengths)])[:-1].tolist()))
     total = int(sum(lengths))
     arrays = {n: np.empty((total, *shape), dtype) for n, (dtype, shape) in schema.items()}
     filled = dict.fromkeys(schema, 0)
+    paths = dataset.shard_paths(split)
     records = files_lib.interleave_records(
-        dataset.shard_paths(split), compression=dataset.manifest.compression, shuffle_files=False, seed=None,
+        [paths[i] for i in chosen], compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
     )
     spec = _parse_spec(list(schema))

@@ -8,6 +8,10 @@ a fixed cache size, cached as uint8, and the random crop happens after the cache
 Without a cache, training decodes only a random crop of each JPEG
 (``decode_and_crop_jpeg``). Elements stay uint8 until batched, so the shuffle
 buffer holds a quarter of the bytes it would as float32.
+
+With ``service=`` (the tf.data service, see ``readers/service.py``) everything
+up to and including batching runs on the service's workers; the client
+receives uint8 batches and only augments them, casts to float and prefetches.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import tensorflow as tf
 from readers import augment as augment_lib
 from readers import cache as cache_lib
 from readers import files as files_lib
+from readers import service as service_lib
 
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -99,6 +104,9 @@ def images(
     num_parallel_reads: int | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
     ignore_errors: bool = False,
+    service: str | None = None,
+    service_job_name: str | None = None,
+    processing_mode: str = "distributed_epoch",
 ) -> tf.data.Dataset:
     """Streams a ``tfshard images`` dataset for training or evaluation.
 
@@ -122,7 +130,8 @@ def images(
       shuffle_buffer: elements in the shuffle buffer (uint8 images). Records are
         also shuffled at write time and files every epoch.
       input_context: from ``distribute_datasets_from_function``; each input
-        pipeline reads its own shard files.
+        pipeline reads its own shard files. With ``service`` the service splits
+        the epoch instead: the pipelines must share a ``service_job_name``.
       deterministic: element order of the parallel stages; None keeps
         ``tf.data``'s default (deterministic). False is faster when order need
         not be reproducible.
@@ -131,9 +140,26 @@ def images(
       read_buffer_bytes: read buffer per file (larger helps on gs://).
       ignore_errors: skip records that fail to read or decode, logging each,
         instead of stopping.
+      service: ``"grpc://HOST:PORT"`` of a tf.data service dispatcher (``tfshard
+        service dispatcher``): reading, decoding, cropping, shuffling and
+        batching run on its workers; augmentation stays here. Each epoch's
+        order then depends on which worker asks first, and ``seed`` seeds only
+        the augmentation: the workers' file order, crops and shuffle buffer draw
+        fresh randomness every epoch (each epoch is a new service job built from
+        the same graph, so a fixed seed there would repeat one order every
+        epoch). Not with ``cache``. With ``drop_remainder`` each worker drops
+        its own last partial batch.
+      service_job_name: clients passing the same name share one stream (each
+        gets part of every epoch); None: this dataset gets a job of its own.
+      processing_mode: ``"distributed_epoch"``: each record once per epoch
+        across all workers (at most once, if a worker dies mid-file);
+        ``"parallel_epochs"``: every worker reads the whole split.
 
     Returns:
       A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly.
+
+    Raises:
+      ValueError: bad arguments, a split that does not exist, or ``cache`` with ``service``.
 
     Example:
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
@@ -151,16 +177,27 @@ def images(
         raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
     if num_parallel_reads is not None and num_parallel_reads < 1:
         raise ValueError(f"num_parallel_reads: must be positive or None (got {num_parallel_reads!r})")
+    remote = service_lib.service_options(
+        service, processing_mode, service_job_name, where="service", input_context=input_context
+    )
+    if remote is not None and cache is not None:
+        raise ValueError(
+            f"cache: not with service= (got cache={cache!r}); each epoch is a new service job, so a memory cache "
+            "never outlives one, and every worker would write its own share of the split under one cache name. "
+            "Drop cache, or read without service"
+        )
     image_size = (int(image_size[0]), int(image_size[1]))
     drop_remainder = training if drop_remainder is None else drop_remainder
+    # On service workers a fixed seed would replay the same randomness every epoch (see ``service``).
+    worker_seed = seed if remote is None else None
 
     dataset = files_lib.info(path)
-    paths = files_lib.shard_files(dataset, split, input_context=input_context)
+    paths = files_lib.shard_files(dataset, split, input_context=input_context if remote is None else None)
     records = files_lib.interleave_records(
         paths,
         compression=dataset.manifest.compression,
         shuffle_files=training,
-        seed=seed,
+        seed=worker_seed,
         cycle_length=num_parallel_reads,
         read_buffer_bytes=read_buffer_bytes,
         deterministic=deterministic,
@@ -172,7 +209,7 @@ def images(
             encoded, label = _parse(record)
             return decode_random_crop(encoded, seed_, image_size), label
 
-        ds = tf.data.Dataset.zip((records, _seed_stream(seed, salt=1)))
+        ds = tf.data.Dataset.zip((records, _seed_stream(worker_seed, salt=1)))
         stage = None
     else:
         # Deterministic, so it may be cached. In training keep a larger centred square to crop from later.
@@ -197,8 +234,15 @@ def images(
         if cache_lib.claim(prefix):
             ds = ds.cache(prefix)
     if training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    options = tf.data.Options()
+    options.autotune.enabled = True
+    options.experimental_optimization.map_parallelization = True
+    if deterministic is not None:
+        options.deterministic = deterministic
+    if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
+        ds = remote.distribute(ds.with_options(options))
 
     def to_float(images_, labels):
         return augment_lib.to_unit_float(images_), labels
@@ -219,9 +263,4 @@ def images(
     else:
         ds = ds.map(to_float, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     ds = ds.prefetch(AUTOTUNE)
-    options = tf.data.Options()
-    options.autotune.enabled = True
-    options.experimental_optimization.map_parallelization = True
-    if deterministic is not None:
-        options.deterministic = deterministic
     return ds.with_options(options)

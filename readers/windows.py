@@ -1,4 +1,4 @@
-"""``readers.windows()``: sliding windows over episodes, gathered from device-resident arrays (the fast way, by default).
+"""``readers.windows()``: sliding windows over episodes, gathered from device-resident arrays (the default).
 
 Resident mode (default). The episodes of a split are laid end to end, once, as
 one array per feature, held in a ``tf.Variable`` on the target device (a
@@ -24,12 +24,15 @@ buffer mixes windows. Without shuffling it yields exactly what resident mode doe
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence, Union
+import concurrent.futures
+import dataclasses
+from typing import Callable, Mapping, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
 
 from readers import files as files_lib
+from readers import service as service_lib
 from readers.episodes import episodes as read_episodes
 from readers.episodes import feature_schema, load_concatenated, select_features
 from readers.starts import window_count, window_starts
@@ -85,10 +88,15 @@ def _check_common(length: int, shift: int, batch_size: int, where: str) -> None:
 
 
 def _index_batches(
-    starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int
+    starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
+    limit: int | None = None,
 ) -> tf.data.Dataset:
-    """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch."""
-    per_replica = len(starts) // replicas  # equal shares, so no replica runs out of steps before the others
+    """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
+
+    ``limit``: use only the first ``limit`` starts of each epoch's permutation (equal steps across workers).
+    """
+    usable = len(starts) if limit is None else min(limit, len(starts))
+    per_replica = usable // replicas  # equal shares, so no replica runs out of steps before the others
     full, tail = divmod(per_replica, batch_size)
     tail = 0 if drop_remainder else tail
     all_starts = tf.constant(starts)
@@ -117,9 +125,51 @@ def _gather_batches(index: tf.data.Dataset, arrays: dict, layout: _Layout, lengt
     return index.map(gather, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
 
 
+@dataclasses.dataclass
+class _Source:
+    """The episodes to hold resident: their lengths and shards in order, and how to load some shards of them."""
+
+    lengths: list[int]
+    shard_of: list[int]  # episode -> shard index (in memory: each episode is its own "shard")
+    num_shards: int
+    load: Callable[[Sequence[int] | None], tuple[dict[str, np.ndarray], list[int]]]  # shards (None: all)
+    where: str
+
+    def worker_shards(self, worker: int, workers: int) -> list[int]:
+        if self.num_shards < workers:
+            raise ValueError(
+                f"{self.where}: {self.num_shards} shards for {workers} workers; each worker holds its own shards' "
+                f"episodes, so write at least one shard per worker (`tfshard episodes ... --min-shards {workers}`)"
+            )
+        return list(range(worker, self.num_shards, workers))
+
+    def lengths_in(self, shards: Sequence[int]) -> list[int]:
+        wanted = set(shards)
+        return [t for t, shard in zip(self.lengths, self.shard_of) if shard in wanted]
+
+
+def _variables_on(arrays: dict[str, np.ndarray], devices: Sequence[str]) -> list[dict[str, tf.Variable]]:
+    """One plain variable per feature on each device.
+
+    Made on a fresh thread: TensorFlow keeps the strategy scope and its variable
+    creator per thread, so inside ``strategy.scope()`` these stay plain per-device
+    variables instead of becoming mirrored ones (whose multi-worker creation would
+    broadcast worker 0's values over every worker's own share).
+    """
+
+    def make():
+        placed = []
+        for device in devices:
+            with tf.device(device):
+                placed.append({n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()})
+        return placed
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(make).result()
+
+
 def _resident(
-    arrays: dict[str, np.ndarray],
-    lengths: list[int],
+    source: _Source,
     layout: _Layout,
     *,
     length: int,
@@ -131,16 +181,16 @@ def _resident(
     device: str | None,
     strategy: tf.distribute.Strategy | None,
 ):
-    starts = window_starts(lengths, length, shift, layout.horizon)
     seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed  # one seed shared by all replicas
     options = dict(shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
     if strategy is None and tf.distribute.has_strategy():
         strategy = tf.distribute.get_strategy()
     if strategy is None:
-        with tf.device(device or default_device()):
-            resident = {n: tf.Variable(arrays[n], trainable=False, name=f"resident_{n}") for n in layout.gathered}
+        arrays, lengths = source.load(None)
+        (resident,) = _variables_on(arrays, [device or default_device()])
+        starts = window_starts(lengths, length, shift, layout.horizon)
         index = _index_batches(starts, batch_size=batch_size, replica=0, replicas=1, **options)
-        return _gather_batches(index, resident, layout, length)
+        return _with_arrays(_gather_batches(index, resident, layout, length), [resident])
 
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
@@ -148,27 +198,63 @@ def _resident(
             f"batch_size={batch_size} is the global batch and must divide evenly over the strategy's {replicas} "
             f"replicas; pass a multiple of {replicas}"
         )
-    with strategy.scope():  # one mirrored variable = one component per replica, each on that replica's device
-        mirrored = {n: tf.Variable(arrays[n], trainable=False, name=f"resident_{n}") for n in layout.gathered}
-    per_device = {n: strategy.experimental_local_results(v) for n, v in mirrored.items()}
+    if isinstance(strategy, tf.distribute.MirroredStrategy):  # one worker: every replica holds every episode
+        arrays, lengths = source.load(None)
+        per_device = _variables_on(arrays, strategy.extended.worker_devices)
+        starts = window_starts(lengths, length, shift, layout.horizon)
 
-    def replica_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        i = context.input_pipeline_id
-        index = _index_batches(starts, batch_size=batch_size // replicas, replica=i, replicas=replicas, **options)
-        return _gather_batches(index, {n: per_device[n][i] for n in layout.gathered}, layout, length)
+        def replica_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            i = context.input_pipeline_id
+            index = _index_batches(starts, batch_size=batch_size // replicas, replica=i, replicas=replicas, **options)
+            return _gather_batches(index, per_device[i], layout, length)
 
-    per_replica = tf.distribute.InputOptions(
-        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
-    )
-    # TF 2.21's MirroredExtended._input_workers_with_options overwrites the strategy's input workers when asked for
-    # PER_REPLICA and never restores them, so every later dataset distributed by that strategy (the user's
-    # validation set, a streamed reader) would silently get per-replica pipelines. Put them back.
-    saved = getattr(strategy.extended, "_input_workers_devices", None)
-    try:
-        return strategy.distribute_datasets_from_function(replica_dataset, options=per_replica)
-    finally:
-        if saved is not None:
-            strategy.extended._input_workers_devices = saved
+        per_replica = tf.distribute.InputOptions(
+            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
+        )
+        # TF 2.21's MirroredExtended._input_workers_with_options overwrites the strategy's input workers when asked
+        # for PER_REPLICA and never restores them, so every later dataset distributed by that strategy (the user's
+        # validation set, a streamed reader) would silently get per-replica pipelines. Put them back.
+        saved = getattr(strategy.extended, "_input_workers_devices", None)
+        try:
+            return _with_arrays(strategy.distribute_datasets_from_function(replica_dataset, options=per_replica),
+                                per_device)
+        finally:
+            if saved is not None:
+                strategy.extended._input_workers_devices = saved
+
+    def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Several workers (MultiWorkerMirroredStrategy): each loads only its own shards' episodes, once per local
+        # replica on that replica's device, and every worker runs the same number of steps (the smallest share).
+        worker, workers = context.input_pipeline_id, context.num_input_pipelines
+        shards = source.worker_shards(worker, workers)
+        arrays, lengths = source.load(shards)
+        starts = window_starts(lengths, length, shift, layout.horizon)
+        equal = min(window_count(source.lengths_in(source.worker_shards(w, workers)), length, shift, layout.horizon)
+                    for w in range(workers))
+        devices = strategy.extended.worker_devices
+        per_device = _variables_on(arrays, devices)
+        placed.extend(per_device)
+        datasets = [
+            _gather_batches(
+                _index_batches(starts, batch_size=batch_size // replicas, replica=r, replicas=len(devices),
+                               limit=equal, **options),
+                per_device[r], layout, length,
+            )
+            for r in range(len(devices))
+        ]
+        if len(datasets) == 1:
+            return datasets[0]
+        # The per-worker iterator hands elements to local replicas round robin: element r goes to replica r.
+        return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(len(datasets)).repeat())
+
+    placed: list[dict[str, tf.Variable]] = []
+    return _with_arrays(strategy.distribute_datasets_from_function(worker_dataset), placed)
+
+
+def _with_arrays(dataset, arrays: list[dict[str, tf.Variable]]):
+    """Attaches the resident variables (one dict per device) as ``dataset.resident_arrays``, to see where they live."""
+    dataset.resident_arrays = arrays
+    return dataset
 
 
 def resident_windows(
@@ -209,16 +295,27 @@ def resident_windows(
     for name in layout.gathered[1:]:
         other = [len(e) for e in episodes[name]]
         if other != lengths:
-            raise ValueError(f"{where}: episodes[{name!r}]: episode lengths {other} differ from {layout.gathered[0]!r}'s {lengths}")
-    arrays = {n: np.concatenate(episodes[n]) for n in layout.gathered}
-    return _resident(arrays, lengths, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
+            raise ValueError(
+                f"{where}: episodes[{name!r}]: episode lengths {other} differ from {layout.gathered[0]!r}'s {lengths}"
+            )
+    def load(shards):
+        chosen = range(len(lengths)) if shards is None else shards
+        arrays = {n: np.concatenate([episodes[n][i] for i in chosen]) for n in layout.gathered}
+        return arrays, [lengths[i] for i in chosen]
+
+    source = _Source(lengths, list(range(len(lengths))), len(lengths), load, where)
+    return _resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
                      seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)
 
 
 def _streamed(path, split, layout, schema, *, length, shift, batch_size, shuffle, seed, drop_remainder,
-              shuffle_buffer, input_context, read_buffer_bytes):
+              shuffle_buffer, input_context, read_buffer_bytes, remote=None):
     span = length + layout.horizon
     gathered_schema = {n: schema[n] for n in layout.gathered}
+    if remote is not None:
+        # The service splits the epoch (not input_context), and each epoch is a new job built from this graph:
+        # a fixed seed on the workers would replay one order every epoch, so they draw fresh randomness.
+        seed, input_context = None, None
     episodes = read_episodes(
         path, split, features=list(gathered_schema), shuffle_files=shuffle, seed=seed, input_context=input_context,
         read_buffer_bytes=read_buffer_bytes,
@@ -234,6 +331,8 @@ def _streamed(path, split, layout, schema, *, length, shift, batch_size, shuffle
     if shuffle:
         windows_ = windows_.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     batches = windows_.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE)
+    if remote is not None:  # the workers send each gathered window once; (x, x) or past/future are made here
+        batches = remote.distribute(batches)
     return batches.map(lambda b: layout.shape(b, length), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
 
 
@@ -255,6 +354,9 @@ def windows(
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
     input_context: tf.distribute.InputContext | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    service: str | None = None,
+    service_job_name: str | None = None,
+    processing_mode: str = "distributed_epoch",
 ):
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
@@ -285,9 +387,20 @@ def windows(
         device memory); windows are then mixed by a buffer of ``shuffle_buffer``.
       input_context: streamed mode: FILE sharding across input pipelines.
       read_buffer_bytes: read buffer per shard.
+      service: streamed mode: ``"grpc://HOST:PORT"`` of a tf.data service
+        dispatcher; reading, windowing, shuffling and batching run on its
+        workers (see ``readers.images``: ``seed`` does not reach the workers,
+        which shuffle afresh every epoch). Resident windows stay local by
+        design: their arrays live in this process's device memory, and a
+        service would ship every window over the network.
+      service_job_name: clients passing the same name share one stream.
+      processing_mode: ``"distributed_epoch"`` (each window once per epoch
+        across workers) or ``"parallel_epochs"`` (each worker reads it all).
 
     Returns:
-      A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``).
+      A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
+      resident mode its ``resident_arrays`` attribute lists the placed variables, one
+      ``{feature: tf.Variable}`` per device (``.device`` says where each lives).
 
     Raises:
       ValueError: bad arguments, a split or feature that does not exist, or not an episode dataset.
@@ -300,6 +413,14 @@ def windows(
     _check_common(length, shift, batch_size, where)
     if resident and input_context is not None:
         raise ValueError(f"{where}: input_context is for resident=False; resident mode shards by replica (strategy=)")
+    if resident and service is not None:
+        raise ValueError(
+            f"{where}: service= is for resident=False (got service={service!r}); resident windows stay local by "
+            "design: their arrays live in this process's device memory, and a service would ship every window "
+            "over the network. Pass resident=False to window on service workers"
+        )
+    remote = service_lib.service_options(service, processing_mode, service_job_name, where=where,
+                                         input_context=input_context)
     dataset = files_lib.info(path)
     chosen = select_features(dataset, features)
     schema = feature_schema(dataset)
@@ -318,13 +439,20 @@ def windows(
                     batch_size=ctx.get_per_replica_batch_size(batch_size), shuffle=shuffle, seed=seed,
                     drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer, input_context=ctx,
                     read_buffer_bytes=read_buffer_bytes,
+                    remote=service_lib.service_options(service, processing_mode, service_job_name, where=where,
+                                                       input_context=ctx),
                 )
             )
         return _streamed(path, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
                          shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
-                         input_context=input_context, read_buffer_bytes=read_buffer_bytes)
-    arrays, lengths = load_concatenated(
-        dataset, split, {n: schema[n] for n in layout.gathered}, read_buffer_bytes=read_buffer_bytes
-    )
-    return _resident(arrays, lengths, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
+                         input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote)
+    split_episodes = files_lib.split_info(dataset, split).episodes
+
+    def load(shards):
+        return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
+                                 read_buffer_bytes=read_buffer_bytes)
+
+    source = _Source(lengths, [e["shard"] for e in split_episodes], len(dataset.shard_paths(split)), load,
+                     f"{where}: split {split!r}")
+    return _resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
                      seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)

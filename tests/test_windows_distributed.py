@@ -161,21 +161,22 @@ def test_shuffled_shares_change_every_epoch_and_the_seed_repeats_them(strategies
 
 def test_each_replica_holds_its_own_copy_of_the_arrays_on_its_device(strategies, data):
     strategy = strategies[3]
-    created = []
+    ds = readers.windows(data.out, length=4, batch_size=3, features="obs", strategy=strategy)
 
-    def record(next_creator, **kwargs):
-        variable = next_creator(**kwargs)
-        created.append(variable)
-        return variable
-
-    with tf.variable_creator_scope(record):  # sees the per-device components the strategy makes
-        readers.windows(data.out, length=4, batch_size=3, features="obs", strategy=strategy)
-
+    created = [arrays["obs"] for arrays in ds.resident_arrays]
     devices = [v.device for v in created]
     assert len(created) == 3 and [d[-5:] for d in devices] == ["CPU:0", "CPU:1", "CPU:2"], devices
     everything = np.concatenate(data.episodes["obs"])
     for variable in created:
         np.testing.assert_array_equal(variable.numpy(), everything)
+
+
+def test_values_from_distribute_values_from_function_alone_stay_on_the_host(strategies):
+    # The measurement behind the design: a value made per replica by the strategy, without a device scope, is
+    # placed on the host (CPU:0) for every replica, so a gather from it would not read the replica's own memory.
+    strategy = strategies[3]
+    values = strategy.experimental_distribute_values_from_function(lambda ctx: tf.constant([1.0, 2.0]))
+    assert [v.device[-5:] for v in strategy.experimental_local_results(values)] == ["CPU:0"] * 3
 
 
 @pytest.mark.parametrize("api", ["windows", "resident_windows"])

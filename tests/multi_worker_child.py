@@ -1,0 +1,72 @@
+"""One worker of a real two-process MultiWorkerMirroredStrategy cluster on loopback (run by test_multi_worker.py).
+
+Usage: python multi_worker_child.py IMAGES EPISODES ONE_SHARD RESULT.json, with TF_CONFIG set by the parent.
+Writes what this worker read, so the parent can check the shares are disjoint and complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import readers  # noqa: E402
+
+
+def image_signatures(strategy, path: str) -> list[list[float]]:
+    def dataset_fn(context):
+        return readers.images(path, batch_size=4, image_size=(8, 8), training=False, input_context=context,
+                              drop_remainder=False)
+
+    seen = []
+    for images, labels in strategy.distribute_datasets_from_function(dataset_fn):
+        for part_images, part_labels in zip(strategy.experimental_local_results(images),
+                                            strategy.experimental_local_results(labels)):
+            seen += [[int(label), round(float(np.sum(image)), 3)] for image, label in
+                     zip(part_images.numpy(), part_labels.numpy())]
+    return seen
+
+
+def main(images: str, episodes: str, one_shard: str, result_path: str) -> None:
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    result = {"task": task, "images": image_signatures(strategy, images)}
+    try:
+        image_signatures(strategy, one_shard)
+        result["few_shards_error"] = None
+    except ValueError as e:
+        result["few_shards_error"] = str(e)
+
+    ds = readers.windows(episodes, length=4, shift=2, batch_size=2 * strategy.num_replicas_in_sync, features="data",
+                         seed=0, strategy=strategy)
+
+    @tf.function
+    def step(windows):  # a collective every step: it hangs unless every worker runs the same number of steps
+        total = strategy.run(lambda w: tf.reduce_sum(tf.ones_like(w[:, 0, 0])), args=(windows,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, total, axis=None)
+
+    epochs = []
+    for _ in range(2):
+        windows, counted = [], 0
+        for batch in ds:
+            counted += int(step(batch))
+            for part in strategy.experimental_local_results(batch):
+                windows += [w[:, 0].tolist() for w in part.numpy()]
+        epochs.append({"windows": windows, "global_count": counted})
+    result["epochs"] = epochs
+    result["resident"] = [
+        {"device": arrays["data"].device, "values": sorted(set(arrays["data"].numpy()[:, 0].tolist()))}
+        for arrays in ds.resident_arrays
+    ]
+    with open(result_path, "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

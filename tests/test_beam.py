@@ -1,0 +1,97 @@
+"""Conversion on Apache Beam's DirectRunner: the same records, shard files and manifest as the local converter."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("apache_beam")
+tf = pytest.importorskip("tensorflow")
+
+from conftest import make_tree, random_episodes, save_episodes, write_jpeg  # noqa: E402
+from ingest import ConvertOptions, EpisodeOptions, InputError, convert_episodes, convert_images  # noqa: E402
+from ingest.beam_runner import BeamRunner  # noqa: E402
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))}
+
+
+def _records_by_split(out, manifest) -> dict[str, set[bytes]]:
+    return {
+        split: {r.numpy() for r in tf.data.TFRecordDataset([os.path.join(out, s.file) for s in info.shards])}
+        for split, info in manifest.splits.items()
+    }
+
+
+@pytest.fixture
+def images_src(tmp_path):
+    src = tmp_path / "images"
+    make_tree(src, classes=("cat", "dog", "eel"), per_class=5, splits=("train", "val"))
+    (src / "train" / "cat" / "broken.jpg").write_bytes(write_jpeg(src / "train" / "cat" / "ok.jpg", 9)[:200])
+    return src
+
+
+def test_images_on_beam_write_the_local_runs_records_files_and_manifest(tmp_path, images_src):
+    options = ConvertOptions(num_shards=3, index=True)
+    local = convert_images(str(images_src), str(tmp_path / "local"), options, workers=0, progress=False)
+    beam = convert_images(str(images_src), str(tmp_path / "beam"), options, progress=False,
+                          runner=BeamRunner("--runner=DirectRunner"))
+
+    assert _records_by_split(tmp_path / "beam", beam) == _records_by_split(tmp_path / "local", local)
+    assert beam == local and [r["path"] for r in beam.rejected] == ["train/cat/broken.jpg"]
+    assert _files(tmp_path / "beam") == _files(tmp_path / "local")  # the plan fixes the order: identical bytes
+
+
+def test_episodes_on_beam_with_chunked_episodes_match_the_local_run(tmp_path):
+    src = tmp_path / "episodes"
+    save_episodes(src, {f"run-{i}.npz": {"obs": e, "step": np.arange(len(e))} for i, e in
+                        enumerate(random_episodes([40, 3, 90, 17, 55], seed=4))})
+    options = ConvertOptions(num_shards=2, on_error="fail", episode=EpisodeOptions(max_record_bytes=256))
+    local = convert_episodes(str(src), str(tmp_path / "local"), options, workers=0, progress=False)
+    beam = convert_episodes(str(src), str(tmp_path / "beam"), options, progress=False,
+                            runner=BeamRunner(["--runner=DirectRunner"]))
+
+    assert local.splits["train"].records > 5  # chunked
+    assert beam == local and _files(tmp_path / "beam") == _files(tmp_path / "local")
+
+
+@pytest.mark.slow
+def test_multi_process_direct_runner_gives_the_same_files(tmp_path, images_src):
+    options = ConvertOptions(num_shards=2)
+    local = convert_images(str(images_src), str(tmp_path / "local"), options, workers=0, progress=False)
+    runner = BeamRunner("--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing")
+    beam = convert_images(str(images_src), str(tmp_path / "beam"), options, progress=False, runner=runner)
+    assert beam == local and _files(tmp_path / "beam") == _files(tmp_path / "local")
+
+
+def test_a_bad_file_under_on_error_fail_stops_beam_with_the_one_line_error(tmp_path, images_src):
+    with pytest.raises(InputError, match=r"broken\.jpg: (truncated|corrupt).*--on-error skip[^\[]*$"):
+        convert_images(str(images_src), str(tmp_path / "out"), ConvertOptions(on_error="fail"), progress=False,
+                       runner=BeamRunner())
+    assert not [n for n in os.listdir(tmp_path / "out") if n.endswith(".tfrecord")]  # no partial shard, no manifest
+    assert "dataset.json" not in os.listdir(tmp_path / "out")
+
+
+def test_beam_finishes_a_local_run_whose_shard_went_missing(tmp_path, images_src):
+    options = ConvertOptions(num_shards=3)
+    out = tmp_path / "out"
+    manifest = convert_images(str(images_src), str(out), options, workers=0, progress=False)
+    clean = _files(out)
+    os.remove(out / manifest.splits["train"].shards[1].file)
+
+    again = convert_images(str(images_src), str(out), options, progress=False, runner=BeamRunner())
+
+    assert again == manifest and _files(out) == clean
+
+
+def test_cli_runner_beam_and_beam_options_without_it(cli, tmp_path, images_src):
+    result = cli("images", images_src, tmp_path / "out", "--runner", "beam", "--quiet",
+                 "--beam-options", "--runner=DirectRunner")
+    assert result.exit_code == 0, result.output
+    assert os.path.exists(tmp_path / "out" / "dataset.json")
+
+    result = cli("images", images_src, tmp_path / "out2", "--beam-options", "--runner=DirectRunner")
+    assert result.exit_code == 1 and "--beam-options: only used with --runner beam" in result.output

@@ -1,0 +1,125 @@
+"""Two real worker processes under MultiWorkerMirroredStrategy on loopback: file shares, resident windows."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+from conftest import make_tree, save_episodes  # noqa: E402
+from ingest import ConvertOptions, convert_episodes, convert_images  # noqa: E402
+
+import readers  # noqa: E402
+
+CHILD = os.path.join(os.path.dirname(__file__), "multi_worker_child.py")
+LENGTHS = [30, 9, 41, 17, 25, 12, 33, 20]
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("multi-worker")
+    make_tree(base / "images", classes=("a", "b", "c"), per_class=8)
+    convert_images(str(base / "images"), str(base / "images-tfr"), ConvertOptions(num_shards=4), workers=0,
+                   progress=False)
+    convert_images(str(base / "images"), str(base / "one-shard"), ConvertOptions(num_shards=1), workers=0,
+                   progress=False)
+    episodes = {f"e{i}.npy": (1000.0 * i + np.arange(t, dtype=np.float32))[:, None] for i, t in enumerate(LENGTHS)}
+    save_episodes(base / "episodes", episodes)
+    convert_episodes(str(base / "episodes"), str(base / "episodes-tfr"), ConvertOptions(num_shards=4), workers=0,
+                     progress=False)
+
+    ports = _free_ports(2)
+    children = []
+    for index in range(2):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps({
+            "cluster": {"worker": [f"localhost:{p}" for p in ports]}, "task": {"type": "worker", "index": index}}))
+        args = [sys.executable, CHILD, str(base / "images-tfr"), str(base / "episodes-tfr"), str(base / "one-shard"),
+                str(base / f"result-{index}.json")]
+        children.append(subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for child in children:
+        try:
+            outputs.append(child.communicate(timeout=240)[0])
+        except subprocess.TimeoutExpired:
+            for c in children:
+                c.kill()
+            pytest.fail("a worker hung (timeout 240 s): unequal steps across workers would do this")
+    for child, output in zip(children, outputs):
+        assert child.returncode == 0, output[-3000:]
+    results = [json.loads((base / f"result-{i}.json").read_text()) for i in range(2)]
+    return base, results
+
+
+def _image_signatures(path):
+    ds = readers.images(path, batch_size=4, image_size=(8, 8), training=False, drop_remainder=False)
+    return sorted((int(label), round(float(np.sum(image)), 3)) for images, labels in ds
+                  for image, label in zip(images.numpy(), labels.numpy()))
+
+
+@pytest.mark.slow
+def test_two_workers_read_disjoint_complete_file_shares(cluster_run):
+    base, results = cluster_run
+    shares = [sorted(tuple(s) for s in r["images"]) for r in results]
+    assert shares[0] and shares[1]
+    assert not set(shares[0]) & set(shares[1])
+    assert sorted(shares[0] + shares[1]) == _image_signatures(str(base / "images-tfr"))
+
+
+@pytest.mark.slow
+def test_fewer_shards_than_workers_is_a_clear_error(cluster_run):
+    _, results = cluster_run
+    for r in results:
+        assert r["few_shards_error"] and "1 shards, fewer than the 2 input pipelines" in r["few_shards_error"]
+        assert "--min-shards 2" in r["few_shards_error"]
+
+
+@pytest.mark.slow
+def test_each_worker_holds_only_its_own_shards_episodes(cluster_run):
+    base, results = cluster_run
+    manifest = readers.info(str(base / "episodes-tfr")).manifest.splits["train"]
+    by_shard = collections.defaultdict(set)
+    for e in manifest.episodes:
+        by_shard[e["shard"]].add(e["id"])
+    held = []
+    for r in results:
+        (arrays,) = r["resident"]  # one local replica (one CPU) per worker
+        episodes = {int(v // 1000) for v in arrays["values"]}
+        expected = set().union(*(by_shard[s] for s in range(r["task"], 4, 2)))
+        assert episodes == expected  # only its shards (ids are the .npy files' sorted positions: e0..e7)
+        held.append(episodes)
+    assert not held[0] & held[1] and held[0] | held[1] == set(range(len(LENGTHS)))
+
+
+@pytest.mark.slow
+def test_workers_run_equal_steps_of_their_own_windows_reshuffled_each_epoch(cluster_run):
+    _, results = cluster_run
+    counts = [[len(epoch["windows"]) for epoch in r["epochs"]] for r in results]
+    assert counts[0] == counts[1] and counts[0][0] > 0  # equal steps (else the per-step collective would hang)
+    for r in results:
+        (arrays,) = r["resident"]
+        own = {int(v // 1000) for v in arrays["values"]}
+        first, second = ([tuple(w) for w in epoch["windows"]] for epoch in r["epochs"])
+        assert {int(w[0] // 1000) for w in first} <= own
+        assert len(set(first)) == len(first)  # no window twice in an epoch
+        for w in first:  # a window never crosses an episode boundary
+            assert w == tuple(w[0] + np.arange(4, dtype=np.float32))
+        assert first != second  # a new order every epoch
+        assert r["epochs"][0]["global_count"] == len(first) * 2
