@@ -29,6 +29,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/images.py
 	$(BIN)/python benchmarks/windows.py
+	$(BIN)/python benchmarks/network.py
 
 clean:
 	rm -rf tfshard-demo .pytest_cache

@@ -94,6 +94,9 @@ def _main(
     _state["debug"] = debug
     if not debug:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # TF's GCS client gives every open gs:// file a 64 MiB read-ahead; 8 MiB blocks read 16 shards at once
+    # 2.6x faster in benchmarks/network.py. Read once, when TF first touches gs://; a user's own value wins.
+    os.environ.setdefault("GCS_READ_CACHE_BLOCK_SIZE_MB", "8")
     logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING, format="%(levelname)s: %(message)s")
 
 

@@ -160,8 +160,9 @@ def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib
     """Checks OUT against this run; returns the existing manifest when the work is already done."""
     import tensorflow as tf
 
-    from ingest.write import TEMP_PREFIX, join, remove_if_exists
+    from ingest.write import check_bucket, TEMP_PREFIX, join, remove_if_exists
 
+    check_bucket(out)
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     state_path = join(out, STATE_DIR)
     plan_path = join(state_path, "plan.json")

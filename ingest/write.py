@@ -45,6 +45,22 @@ def write_text_atomic(path: str, text: str) -> None:
     tf.io.gfile.rename(temp, path, overwrite=True)
 
 
+def check_bucket(path: str) -> None:
+    """For an object-store URL, fails fast when its bucket is missing or invisible.
+
+    TensorFlow's recursive ``makedirs`` on a missing gs:// bucket retries forever
+    (hundreds of requests a second, no error), so check the bucket root first.
+    """
+    if "://" not in path:
+        return
+    scheme, rest = path.split("://", 1)
+    root = f"{scheme}://{rest.split('/', 1)[0]}"
+    if scheme in ("gs", "s3") and not tf.io.gfile.exists(root):
+        raise FileNotFoundError(
+            f"{path}: bucket {root} does not exist or is not visible with these credentials; create it or fix the name"
+        )
+
+
 def remove_if_exists(path: str) -> None:
     if tf.io.gfile.exists(path):
         tf.io.gfile.remove(path)

@@ -26,7 +26,7 @@ import time
 
 import tensorflow as tf
 
-from ingest.write import join
+from ingest.write import check_bucket, join
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,9 @@ def claim(prefix: str) -> bool:
     the lock and partial data of a writer that is gone; False when another live
     process owns it, in which case the caller reads without the cache.
     """
-    tf.io.gfile.makedirs(prefix.rsplit("/", 1)[0])
+    folder = prefix.rsplit("/", 1)[0]
+    check_bucket(folder)  # makedirs on a missing bucket would retry forever
+    tf.io.gfile.makedirs(folder)
     if tf.io.gfile.exists(prefix + ".index"):
         return True
     owner_path = prefix + ".owner"
