@@ -135,6 +135,29 @@ def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
         typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files")
 
 
+def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
+    """The ConvertOptions both conversion commands share, plus the kind's own (``image=`` or ``episode=``)."""
+    from ingest import ConvertOptions, parse_size
+
+    return ConvertOptions(
+        shard_bytes=parse_size(shard_size),
+        num_shards=num_shards,
+        min_shards=min_shards,
+        compression=None if compression is Compression.none else compression.value,
+        seed=seed if shuffle else None,
+        on_error=on_error.value,
+        index=index,
+        **kind,
+    )
+
+
+def _run_conversion(convert, src, out, options, workers, overwrite, quiet, runner) -> None:
+    started = time.monotonic()
+    manifest = convert(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet, runner=runner)
+    if not quiet:
+        _print_summary(out, manifest, time.monotonic() - started)
+
+
 @app.command()
 def images(
     src: str = typer.Argument(..., help="SRC/<class>/<image> or SRC/<split>/<class>/<image>."),
@@ -163,25 +186,14 @@ def images(
     """Convert image class folders into sharded TFRecords plus dataset.json."""
     try:
         _load_tensorflow()
-        from ingest import ConvertOptions, ImageOptions, convert_images, parse_size
+        from ingest import ImageOptions, convert_images
 
-        options = ConvertOptions(
-            shard_bytes=parse_size(shard_size),
-            num_shards=num_shards,
-            min_shards=min_shards,
-            compression=None if compression is Compression.none else compression.value,
-            seed=seed if shuffle else None,
-            on_error=on_error.value,
-            index=index,
-            image=ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate),
-        )
-        started = time.monotonic()
-        manifest = convert_images(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet,
-                                  runner=_runner(runner, beam_options))
+        image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate)
+        options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
+                                   image=image)
+        _run_conversion(convert_images, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
     except (ValueError, OSError) as e:
         _fail(e)
-    if not quiet:
-        _print_summary(out, manifest, time.monotonic() - started)
 
 
 class OnNan(str, enum.Enum):
@@ -215,25 +227,14 @@ def episodes(
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
     try:
         _load_tensorflow()
-        from ingest import ConvertOptions, EpisodeOptions, convert_episodes, parse_size
+        from ingest import EpisodeOptions, convert_episodes, parse_size
 
-        options = ConvertOptions(
-            shard_bytes=parse_size(shard_size),
-            num_shards=num_shards,
-            min_shards=min_shards,
-            compression=None if compression is Compression.none else compression.value,
-            seed=seed if shuffle else None,
-            on_error=on_error.value,
-            index=index,
-            episode=EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size)),
-        )
-        started = time.monotonic()
-        manifest = convert_episodes(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet,
-                                    runner=_runner(runner, beam_options))
+        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size))
+        options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
+                                   episode=episode)
+        _run_conversion(convert_episodes, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
     except (ValueError, OSError) as e:
         _fail(e)
-    if not quiet:
-        _print_summary(out, manifest, time.monotonic() - started)
 
 
 @app.command()

@@ -396,6 +396,14 @@ def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, over
     return manifest
 
 
+def _convert(make_job, default_on_error: str, src: str, out: str, options: ConvertOptions, **run):
+    """Checks the folders, settles the kind's ``on_error`` default, scans ``src`` into a job and runs it."""
+    _check_folders(src, out)
+    if options.on_error is None:
+        options = dataclasses.replace(options, on_error=default_on_error)
+    return run_job(make_job(src, options), out, options, **run)
+
+
 def convert_images(
     src: str,
     out: str,
@@ -432,12 +440,8 @@ def convert_images(
     """
     from ingest.jobs import ImageJob
 
-    _check_folders(src, out)
-    if options.on_error is None:
-        options = dataclasses.replace(options, on_error="skip")
-    return run_job(
-        ImageJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress, runner=runner
-    )
+    return _convert(ImageJob, "skip", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
+                    runner=runner)
 
 
 def convert_episodes(
@@ -481,9 +485,5 @@ def convert_episodes(
     """
     from ingest.jobs import EpisodeJob
 
-    _check_folders(src, out)
-    if options.on_error is None:
-        options = dataclasses.replace(options, on_error="fail")
-    return run_job(
-        EpisodeJob(src, options), out, options, workers=workers, overwrite=overwrite, progress=progress, runner=runner
-    )
+    return _convert(EpisodeJob, "fail", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
+                    runner=runner)
