@@ -79,10 +79,27 @@ def _load_tensorflow() -> None:
         os.close(saved)
 
 
+def _errors() -> tuple[type[BaseException], ...]:
+    """What a command reports as one line: bad input, OS errors (a full disk) and TensorFlow's op errors."""
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        return ValueError, OSError, tf.errors.OpError
+    return ValueError, OSError
+
+
 def _fail(error: BaseException) -> None:
     if _state["debug"]:
         raise error
-    typer.echo(f"error: {error}", err=True)
+    message = str(error)
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        if isinstance(error, tf.errors.OpError):
+            from ingest.readback import short_tf_error
+
+            message = f"{short_tf_error(error.message) or type(error).__name__} (TensorFlow {type(error).__name__})"
+    typer.echo(f"error: {' '.join(message.split()) or type(error).__name__}", err=True)
     raise typer.Exit(1)
 
 
@@ -192,7 +209,7 @@ def images(
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    image=image)
         _run_conversion(convert_images, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
-    except (ValueError, OSError) as e:
+    except _errors() as e:
         _fail(e)
 
 
@@ -214,6 +231,9 @@ def episodes(
     shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle episode order at write time."),
     on_nan: OnNan = typer.Option(OnNan.fail, help="NaN/inf: fail (name file and index), skip the episode, or keep."),
     max_record_size: str = typer.Option("64MiB", help="Longer episodes are split into chunk records of this size."),
+    max_episode_bytes: str = typer.Option(
+        "1GiB", help="Reject episodes whose headers declare more data (memory: a worker holds ~2 copies of one)."
+    ),
     on_error: OnError = typer.Option(OnError.fail, help="Unreadable or mismatched files: fail, or skip and record."),
     workers: Optional[int] = typer.Option(None, help="Loader processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
@@ -229,11 +249,12 @@ def episodes(
         _load_tensorflow()
         from ingest import EpisodeOptions, convert_episodes, parse_size
 
-        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size))
+        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size),
+                                 max_episode_bytes=parse_size(max_episode_bytes))
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    episode=episode)
         _run_conversion(convert_episodes, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
-    except (ValueError, OSError) as e:
+    except _errors() as e:
         _fail(e)
 
 
@@ -249,7 +270,7 @@ def info(
         from ingest.manifest import to_json
 
         manifest = load_manifest(out)
-    except (ValueError, OSError) as e:
+    except _errors() as e:
         _fail(e)
     if as_json:
         typer.echo(to_json(manifest), nl=False)
@@ -292,7 +313,7 @@ def verify(out: str = typer.Argument(..., help="A dataset folder.")) -> None:
         for problem in e.problems:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(1)
-    except (ValueError, OSError) as e:
+    except _errors() as e:
         _fail(e)
     shards = sum(len(s.shards) for s in manifest.splits.values())
     typer.echo(f"{out}: OK, {manifest.total_records:,} records in {shards} shards match the manifest")
@@ -347,7 +368,7 @@ def bench(
                        f"{images / seconds:,.0f} img/s, {batches / seconds:,.1f} batches/s{skipped}")
         if temp:
             shutil.rmtree(temp, ignore_errors=True)
-    except (ValueError, OSError) as e:
+    except _errors() as e:
         _fail(e)
 
 
@@ -423,7 +444,7 @@ def demo(
                    f"x {tuple(x.shape)}, y {tuple(y.shape)} (the next 8 steps); {count:,} windows per epoch, "
                    f"gathered from one resident array on {default_device()}")
         typer.echo(f"next: tfshard info {out}; tfshard bench {out}; tfshard bench {out_ep} --window 128 --shift 16")
-    except (ValueError, OSError) as e:
+    except _errors() as e:
         _fail(e)
 
 
@@ -454,13 +475,11 @@ def _serve(server, name: str) -> None:
 def _start_server(start):
     """Imports TensorFlow quietly and starts a tf.data service server with ``start(readers.service)``."""
     _load_tensorflow()
-    import tensorflow as tf
-
     from readers import service as service_lib
 
     try:
         return service_lib, start(service_lib)
-    except (ValueError, OSError, tf.errors.OpError) as e:
+    except _errors() as e:
         _fail(e)
 
 

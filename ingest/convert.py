@@ -13,6 +13,7 @@ written last; the state folder is removed after it.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ from ingest.scan import Rejection
 log = logging.getLogger(__name__)
 
 STATE_DIR = ".tfshard-state"
+REMOVING = "removing.json"  # what an --overwrite is removing, written before it removes anything
 ON_ERROR = (None, "skip", "fail")
 COMPRESSIONS = (None, "gzip")
 
@@ -100,9 +102,14 @@ class _ShardResult:
                            "rejected": self.rejected}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str, job) -> "_ShardResult":
-        raw = json.loads(text)
-        return cls(manifest_lib.ShardInfo(**raw["info"]), job.stats_from_dict(raw["stats"]), raw["rejected"])
+    def from_dict(cls, raw: Any, job, source: str, file_name: str) -> "_ShardResult":
+        """A commit record read back from the state folder; anything unexpected is a ValueError naming ``source``."""
+        try:
+            info = manifest_lib.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
+            rejected = [{"path": str(r["path"]), "reason": str(r["reason"])} for r in raw["rejected"]]
+            return cls(info, job.stats_from_dict(raw["stats"]), rejected)
+        except (KeyError, TypeError, AttributeError, IndexError) as e:
+            raise ValueError(f"{source}: not a commit record tfshard wrote ({type(e).__name__})") from None
 
 
 def _plan(job, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
@@ -140,43 +147,98 @@ def _fingerprint(job, ordered: dict[str, list], options: ConvertOptions) -> str:
 
 
 def _damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
-    """Listed shards and index files that are missing or not their recorded size (a stat each, no read)."""
-    import tensorflow as tf
-
-    from ingest.write import join
+    """Listed shards and index files that are missing, not regular files, or not their recorded size (no read)."""
+    from ingest.write import NotRegularFileError, join, stat_regular
 
     damaged = []
     for split in manifest.splits.values():
         for shard in split.shards:
-            path = join(out, shard.file)
-            if not tf.io.gfile.exists(path) or tf.io.gfile.stat(path).length != shard.bytes:
-                damaged.append(shard.file)
-            if shard.index_file is not None and not tf.io.gfile.exists(join(out, shard.index_file)):
-                damaged.append(shard.index_file)
+            for name, size in ((shard.file, shard.bytes), (shard.index_file, None)):
+                if name is None:
+                    continue
+                try:
+                    found, _ = stat_regular(join(out, name))
+                except (FileNotFoundError, NotRegularFileError):
+                    found = -1
+                if found < 0 or (size is not None and found != size):
+                    damaged.append(name)
     return damaged
 
 
-def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.Manifest | None:
-    """Checks OUT against this run; returns the existing manifest when the work is already done."""
+def _check_state_folder(out: str) -> None:
+    """The state folder must be a real folder of ours: through a symlink, state would be written (and later
+    removed) somewhere else."""
+    from ingest.write import join
+
+    state = join(out, STATE_DIR)
+    if "://" not in out and (os.path.islink(state) or (os.path.lexists(state) and not os.path.isdir(state))):
+        raise OutputExistsError(
+            f"{state}: not a folder tfshard made (a symlink or a file); remove it (nothing of the dataset is in it) "
+            "and run again"
+        )
+
+
+def _read_state(path: str) -> Any:
+    from ingest.readback import read_small_file
+
+    return manifest_lib.parse_json(read_small_file(path, "state file"), path)
+
+
+def _files_to_remove(raw: Any, path: str) -> list[str]:
+    """The ``files`` list of a plan or removal record: plain output file names only, checked before any use."""
+    files = raw.get("files") if isinstance(raw, dict) else None
+    if not isinstance(files, list) or not all(manifest_lib.is_output_name(name) for name in files):
+        bad = next((n for n in files if not manifest_lib.is_output_name(n)), files) if isinstance(files, list) else files
+        raise OutputExistsError(
+            f"{path}: lists {bad!r}, not a file tfshard writes in OUT; remove {path} (or OUT) and run again"
+        )
+    return files
+
+
+def _remove_outputs(out: str, names: list[str]) -> None:
+    from ingest.write import TEMP_PREFIX, join, remove_if_exists
+
+    for name in names:
+        remove_if_exists(join(out, name))
+        remove_if_exists(join(out, TEMP_PREFIX + name))
+
+
+def _finish_pending_removal(out: str) -> None:
+    """An ``--overwrite`` killed while removing the old dataset: remove the rest of what it recorded."""
     import tensorflow as tf
 
-    from ingest.write import check_bucket, TEMP_PREFIX, join, remove_if_exists
+    from ingest.write import join
 
-    check_bucket(out)
+    record = join(join(out, STATE_DIR), REMOVING)
+    if not tf.io.gfile.exists(record):
+        return
+    names = _files_to_remove(_read_state(record), record)
+    log.warning("%s: finishing an interrupted --overwrite: removing %d files of the previous dataset", out, len(names))
+    _remove_outputs(out, names)
+    tf.io.gfile.rmtree(join(out, STATE_DIR))
+
+
+def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.Manifest | None:
+    """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done."""
+    import tensorflow as tf
+
+    from ingest.lock import LOCK_NAME
+    from ingest.readback import load_manifest
+    from ingest.write import join, write_text_atomic
+
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     state_path = join(out, STATE_DIR)
     plan_path = join(state_path, "plan.json")
-    if not tf.io.gfile.exists(out):
-        tf.io.gfile.makedirs(state_path)
-        return None
+    _check_state_folder(out)
+    _finish_pending_removal(out)
     old_files: list[str] = []
     if tf.io.gfile.exists(manifest_path):
         try:
-            old = manifest_lib.from_json(tf.io.gfile.GFile(manifest_path).read(), manifest_path)
+            old = load_manifest(out)
         except ValueError as e:
             raise OutputExistsError(
                 f"{out}: output folder holds a {manifest_lib.MANIFEST_NAME} tfshard cannot read ({e}); "
-                "remove it or choose another folder"
+                "nothing was removed: remove OUT yourself, or choose another folder"
             ) from e
         if old.fingerprint == fingerprint and not overwrite:
             damaged = _damaged_files(out, old)
@@ -200,13 +262,13 @@ def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib
             if name is not None
         ]
     elif tf.io.gfile.exists(plan_path):
-        old_plan = json.loads(tf.io.gfile.GFile(plan_path).read())
-        if old_plan["fingerprint"] == fingerprint:
+        old_plan = _read_state(plan_path)
+        old_files = _files_to_remove(old_plan, plan_path)
+        if old_plan.get("fingerprint") == fingerprint:
             return None
         what = "an unfinished conversion of other inputs or options"
-        old_files = old_plan["files"]
     else:
-        leftovers = [n for n in tf.io.gfile.listdir(out) if n.rstrip("/") != STATE_DIR]
+        leftovers = [n for n in tf.io.gfile.listdir(out) if n.rstrip("/") not in (STATE_DIR, LOCK_NAME)]
         if not leftovers:
             tf.io.gfile.makedirs(state_path)
             return None
@@ -215,21 +277,24 @@ def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib
         raise OutputExistsError(
             f"{out}: output folder holds {what}; pass --overwrite to replace it, or choose another folder"
         )
+    # Record what goes before removing anything: a run killed midway finishes the removal when rerun.
     log.info("%s: --overwrite: removing %d files of the previous dataset", out, len(old_files))
-    for name in old_files:
-        remove_if_exists(join(out, name))
-        remove_if_exists(join(out, TEMP_PREFIX + name))
-    if tf.io.gfile.exists(state_path):
-        tf.io.gfile.rmtree(state_path)
+    tf.io.gfile.makedirs(state_path)
+    write_text_atomic(join(state_path, REMOVING), json.dumps({"files": old_files}))
+    _remove_outputs(out, old_files)
+    tf.io.gfile.rmtree(state_path)
     tf.io.gfile.makedirs(state_path)
     return None
 
 
 def _committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dict[str, _ShardResult]:
-    """The state records of shards that are committed and still hash to what was recorded."""
+    """The state records of shards that are committed and still hash to what was recorded.
+
+    A record that is unreadable or not what tfshard writes only means its shard is written again.
+    """
     import tensorflow as tf
 
-    from ingest.write import file_sha256, join
+    from ingest.write import NotRegularFileError, file_sha256, join
 
     kept = {}
     for spec in specs:
@@ -237,17 +302,20 @@ def _committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> di
         path = join(out, spec.file_name)
         if not (tf.io.gfile.exists(record) and tf.io.gfile.exists(path)):
             continue
-        result = _ShardResult.from_json(tf.io.gfile.GFile(record).read(), job)
-        if index and not (result.info.index_file and tf.io.gfile.exists(join(out, result.info.index_file))):
+        try:
+            result = _ShardResult.from_dict(_read_state(record), job, record, spec.file_name)
+            if index and not (result.info.index_file and tf.io.gfile.exists(join(out, result.info.index_file))):
+                continue
+            index_ok = not index or file_sha256(join(out, result.info.index_file))[0] == result.info.index_sha256
+            matches = index_ok and file_sha256(path, result.info.bytes) == (result.info.sha256, result.info.bytes)
+        except (ValueError, NotRegularFileError) as e:
+            log.warning("%s: %s; rewriting its shard", record, e)
             continue
-        index_ok = not index or file_sha256(join(out, result.info.index_file))[0] == result.info.index_sha256
-        if index_ok and file_sha256(path) == (result.info.sha256, result.info.bytes):
+        if matches:
             kept[spec.file_name] = result
         else:
             log.warning("%s: does not match its commit record; rewriting it", path)
     return kept
-
-
 
 
 def write_shard(job, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
@@ -353,16 +421,51 @@ def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, over
             runner: Callable | None = None):
     """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died.
 
+    Holds ``OUT/.tfshard-lock`` throughout, so a second conversion into the same OUT fails at once.
     ``runner`` (e.g. ``ingest.beam_runner.BeamRunner``) writes the shards still to do elsewhere;
     planning, resume and the manifest stay here, so both produce the same files.
+
+    Raises:
+      OutputLockedError: another conversion is writing into ``out``.
+      OSError: ``errno.ENOSPC`` when the disk fills up (committed shards are kept for the rerun).
     """
     import tensorflow as tf
 
-    from ingest.write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
+    from ingest.lock import output_lock
+    from ingest.readback import check_output_folder
+    from ingest.write import check_bucket
 
     workers = default_workers() if workers is None else workers
     ordered, specs = _plan(job, options)
     fingerprint = _fingerprint(job, ordered, options)
+    check_output_folder(out)
+    check_bucket(out)
+    tf.io.gfile.makedirs(out)
+    try:
+        with output_lock(out):
+            return _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers, overwrite=overwrite,
+                               progress=progress, runner=runner)
+    except tf.errors.ResourceExhaustedError as e:
+        raise _no_space(out) from e
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise _no_space(out) from e
+        raise
+
+
+def _no_space(out: str) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"{out}: no space left on the device; free space (or choose a folder on a larger disk) and run the same "
+        "command again: committed shards are kept",
+    )
+
+
+def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner):
+    import tensorflow as tf
+
+    from ingest.write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
+
     planned = [s.file_name for s in specs]
     if options.index:
         planned += [index_file_name(n) for n in planned]

@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import os
 import zipfile
 
 import numpy as np
 
 from ingest.errors import InputError
-from ingest.scan import SPLIT_NAMES, Rejection, SourceFile
+from ingest.localfs import NotRegularFileError, open_regular
+from ingest.scan import SPLIT_NAMES, Rejection, SourceFile, not_regular_problem, stat_problem
 
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
 ON_NAN = ("fail", "skip", "keep")
 NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: what tf.io.decode_raw (+ bitcast) reads back
 DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
+DEFAULT_MAX_EPISODE_BYTES = 2**30
 EMPTY_EPISODE = "empty episode (0 time steps); left out"
 
 
@@ -52,16 +55,22 @@ class EpisodeOptions:
         ``"skip"`` leaves the episode out with that reason; ``"keep"`` writes it.
       max_record_bytes: an episode larger than this is split into chunk records
         (whole time steps), joined again by the reader.
+      max_episode_bytes: an episode whose arrays the headers declare larger than
+        this is rejected before anything is loaded (a worker holds about two
+        copies of one episode; a small compressed ``.npz`` can declare gigabytes).
     """
 
     on_nan: str = "fail"
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
 
     def __post_init__(self):
         if self.on_nan not in ON_NAN:
             raise ValueError(f"on_nan: must be one of {ON_NAN} (got {self.on_nan!r})")
         if self.max_record_bytes < 1:
             raise ValueError(f"max_record_bytes: must be positive (got {self.max_record_bytes!r})")
+        if self.max_episode_bytes < 1:
+            raise ValueError(f"max_episode_bytes: must be positive (got {self.max_episode_bytes!r})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,39 +130,107 @@ class PreparedEpisode:
     sums: dict  # name -> FeatureSums
 
 
-def _header(path: str) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """Feature name → (dtype, full shape) from the .npy/.npz headers, reading no data."""
+class _BadFile(ValueError):
+    """A problem with an episode file, in our own words: never the file's bytes (numpy's errors quote them)."""
 
-    def read(f):
+
+@dataclasses.dataclass(frozen=True)
+class _Member:
+    """One array of an episode file: where its data starts, and what its header declares."""
+
+    name: str | None  # the .npz member name, or None for a .npy file
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def declared_bytes(self) -> int:
+        return int(self.dtype.itemsize) * math.prod(self.shape)
+
+
+def _read_header(f, available: int, where: str) -> tuple[np.dtype, tuple[int, ...], bool]:
+    """(dtype, shape, fortran order) of one .npy stream of ``available`` bytes, left at its data; checks the
+    data the header declares fits in the stream."""
+    try:
         version = np.lib.format.read_magic(f)
         reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, _, dtype = reader(f)
-        return dtype, tuple(shape)
+        shape, fortran, dtype = reader(f, max_header_size=2**16)
+    except EOFError:
+        raise _BadFile(f"{where}truncated .npy header") from None
+    except (ValueError, SyntaxError, TypeError):
+        raise _BadFile(f"{where}not a readable numpy file (bad magic string or header)") from None
+    shape = tuple(int(n) for n in shape)
+    if dtype.hasobject:
+        return dtype, shape, bool(fortran)  # refused by the caller, with its own reason; never read
+    declared = int(dtype.itemsize) * math.prod(shape)
+    if declared > available - f.tell():
+        raise _BadFile(f"{where}truncated: the header declares {declared:,} bytes of data, the file holds "
+                       f"{max(available - f.tell(), 0):,}")
+    return dtype, shape, bool(fortran)
 
+
+def _members(path: str, size: int) -> list[_Member]:
+    """The arrays of a .npy/.npz file from their headers, reading no data; ambiguous .npz names are refused."""
     if path.lower().endswith(".npy"):
-        with open(path, "rb") as f:
-            return {NPY_FEATURE: read(f)}
-    with zipfile.ZipFile(path) as archive:
-        found = {}
-        for member in sorted(archive.namelist()):
-            if member.endswith(".npy"):
-                with archive.open(member) as f:
-                    found[member[: -len(".npy")]] = read(f)
+        with open_regular(path) as f:
+            dtype, shape, _ = _read_header(f, size, "")
+            return [_Member(None, dtype, shape)]
+    with open_regular(path) as f, zipfile.ZipFile(f) as archive:
+        names = archive.namelist()
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        stems = [n[: -len(".npy")] for n in names if n.endswith(".npy")]
+        clashes = sorted(set(stems) & set(names))
+        if duplicates or clashes:
+            which = duplicates or [f"{n!r} and {n + '.npy'!r}" for n in clashes]
+            raise _BadFile(f"ambiguous member names in the .npz ({', '.join(map(str, which))} both name one array); "
+                           "re-export it with one member per array")
+        found = []
+        for member in sorted(n for n in names if n.endswith(".npy")):
+            info = archive.getinfo(member)
+            with archive.open(info) as stream:
+                dtype, shape, _ = _read_header(stream, info.file_size, f"member {member!r}: ")
+            found.append(_Member(member, dtype, shape))
         return found
+
+
+def _problem(error: Exception) -> str:
+    """A reason for an unreadable episode file that quotes none of its content."""
+    if isinstance(error, _BadFile):
+        return str(error)
+    if isinstance(error, NotRegularFileError):
+        return "not a regular file (a FIFO, device or folder); only regular files are read"
+    if isinstance(error, zipfile.BadZipFile):
+        return "not a valid .npz (zip) archive"
+    if isinstance(error, OSError):
+        return f"cannot read: {error.strerror or type(error).__name__}"
+    return f"unreadable ({type(error).__name__})"
+
+
+_READ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, RuntimeError, NotImplementedError)
 
 
 def _describe(schema: Schema) -> str:
     return ", ".join(f"{name}: {spec.dtype}{list(spec.shape)}" for name, spec in sorted(schema.items()))
 
 
-def read_episode_header(file: SourceFile) -> EpisodeSource | Rejection:
-    """Schema and length of one episode from its headers; a Rejection for unreadable or unusable files."""
+def read_episode_header(file: SourceFile, max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES) -> EpisodeSource | Rejection:
+    """Schema and length of one episode from its headers; a Rejection for unreadable or unusable files.
+
+    Every size a header declares is checked against the file before any data is loaded.
+    """
     try:
-        header = _header(file.path)
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        return Rejection(file.relpath, f"not a readable numpy file ({type(e).__name__}: {e}); re-export it")
-    if not header:
+        members = _members(file.path, file.size)
+    except _READ_ERRORS as e:
+        return Rejection(file.relpath, f"{_problem(e)}; re-export it")
+    if not members:
         return Rejection(file.relpath, "no arrays in the .npz; re-export it with at least one named array")
+    header = {NPY_FEATURE if m.name is None else m.name[: -len(".npy")]: (m.dtype, m.shape) for m in members}
+    declared = sum(m.declared_bytes for m in members if not m.dtype.hasobject)
+    if declared > max_episode_bytes:
+        return Rejection(
+            file.relpath,
+            f"episode of {declared:,} bytes (as its headers declare) is over --max-episode-bytes "
+            f"({max_episode_bytes:,}); raise the limit if it is genuine and fits in memory",
+        )
     schema, lengths = {}, set()
     for name, (dtype, shape) in header.items():
         if dtype.hasobject:
@@ -199,8 +276,9 @@ def common_schema(episodes: list[EpisodeSource]) -> tuple[Schema, list[Rejection
     return schema, odd
 
 
-def scan_episode_files(root: str) -> tuple[dict[str, list[SourceFile]], int, int]:
-    """Every ``.npy``/``.npz`` below ``root`` (recursively, sorted), by split; plus hidden and other file counts.
+def scan_episode_files(root: str) -> tuple[dict[str, list[SourceFile]], list[Rejection], int, int]:
+    """Every ``.npy``/``.npz`` below ``root`` (recursively, sorted), by split; the episode files that cannot be
+    read (broken links, FIFOs, devices) as rejections; and the hidden and other file counts.
 
     Splits are detected as for images: every top-level folder named train/val/validation/test.
     """
@@ -210,6 +288,7 @@ def scan_episode_files(root: str) -> tuple[dict[str, list[SourceFile]], int, int
     top_dirs = [e for e in top if os.path.isdir(os.path.join(root, e))]
     use_splits = bool(top_dirs) and all(d in SPLIT_NAMES for d in top_dirs)
     files: dict[str, list[SourceFile]] = {}
+    rejected: list[Rejection] = []
     hidden = other = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -224,11 +303,19 @@ def scan_episode_files(root: str) -> tuple[dict[str, list[SourceFile]], int, int
             if use_splits and "/" not in relpath:
                 other += 1
                 continue
-            st = os.stat(path)
-            files.setdefault(split, []).append(SourceFile(path, relpath, split, -1, st.st_size, st.st_mtime_ns))
-    if not files:
+            try:
+                st = os.stat(path)
+            except OSError as e:
+                rejected.append(Rejection(relpath, stat_problem(e)))
+                continue
+            problem = not_regular_problem(st.st_mode)
+            if problem is not None:
+                rejected.append(Rejection(relpath, problem))
+                continue
+            files.setdefault(split, []).append(SourceFile.of(path, relpath, split, -1, st))
+    if not files and not rejected:
         raise InputError(f"{root}: no .npy or .npz episodes found; put one episode per file under SRC")
-    return {s: sorted(f, key=lambda x: x.relpath) for s, f in sorted(files.items())}, hidden, other
+    return {s: sorted(f, key=lambda x: x.relpath) for s, f in sorted(files.items())}, rejected, hidden, other
 
 
 def _sums(array: np.ndarray) -> FeatureSums:
@@ -236,31 +323,67 @@ def _sums(array: np.ndarray) -> FeatureSums:
     return FeatureSums(int(values.shape[0]), tuple(values.sum(0).tolist()), tuple(np.square(values).sum(0).tolist()))
 
 
+def _read_member(stream, available: int, where: str, spec: FeatureSpec, length: int) -> np.ndarray:
+    """One array read into memory its header declares, after checking that header against the scan's."""
+    dtype, shape, fortran = _read_header(stream, available, where)
+    expected = (np.dtype(spec.dtype), (length, *spec.shape))
+    if (dtype.newbyteorder("<") if dtype.byteorder not in "|<" else dtype, shape) != expected:
+        raise _BadFile(f"{where}changed since the scan (now {dtype.str}{list(shape)}); run again")
+    array = np.empty(math.prod(shape), dtype)
+    view = memoryview(array).cast("B")
+    filled = 0
+    while filled < len(view):  # streamed straight into the array: nothing is inflated or copied on the way
+        count = stream.readinto(view[filled:])
+        if not count:
+            raise _BadFile(f"{where}truncated data")
+        filled += count
+    return array.reshape(shape, order="F" if fortran else "C")
+
+
+def _load_arrays(source: EpisodeSource, schema: Schema) -> dict[str, np.ndarray]:
+    """Every feature of an episode, its headers checked again on the open file (it may have changed since the scan)."""
+    with open_regular(source.file.path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if source.file.path.lower().endswith(".npy"):
+            return {NPY_FEATURE: _read_member(f, size, "", schema[NPY_FEATURE], source.length)}
+        arrays = {}
+        with zipfile.ZipFile(f) as archive:
+            for name, spec in schema.items():
+                info = archive.getinfo(name + ".npy")
+                with archive.open(info) as stream:
+                    arrays[name] = _read_member(stream, info.file_size, f"member {info.filename!r}: ", spec, source.length)
+        return arrays
+
+
 def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptions) -> PreparedEpisode | Rejection:
-    """Loads, checks and chunks one episode; never raises for bad input."""
+    """Loads, checks and chunks one episode; never raises for bad input (a NaN with ``on_nan="fail"`` excepted).
+
+    Memory: the arrays and their record bytes, each about the episode's size; NaN checks and sums go chunk by chunk.
+    """
     relpath = source.file.relpath
     try:
-        loaded = np.load(source.file.path, allow_pickle=False)
-        arrays = {NPY_FEATURE: loaded} if isinstance(loaded, np.ndarray) else {n: loaded[n] for n in schema}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
-        return Rejection(relpath, f"cannot load ({type(e).__name__}: {e}); re-export it")
-    for name, array in arrays.items():
-        if array.shape[0] != source.length:
-            return Rejection(relpath, f"feature {name!r} changed since the scan (length {array.shape[0]}); run again")
-        if options.on_nan != "keep" and array.dtype.kind in "fc":
-            bad = ~np.isfinite(array)
-            if bad.any():
-                index = tuple(int(i) for i in np.argwhere(bad)[0])
-                reason = f"non-finite value {array[index]} in feature {name!r} at index {list(index)}"
-                if options.on_nan == "fail":
-                    raise InputError(f"{source.file.path}: {reason}; clean the data or pass --on-nan skip|keep")
-                return Rejection(relpath, f"{reason}; left out (--on-nan skip)", chosen=True)
+        arrays = _load_arrays(source, schema)
+    except _READ_ERRORS as e:
+        return Rejection(relpath, f"cannot load: {_problem(e)}; re-export it")
     step_bytes = sum(spec.step_bytes for spec in schema.values())
     steps_per_chunk = max(1, options.max_record_bytes // max(step_bytes, 1))
-    little = {name: np.ascontiguousarray(arrays[name], dtype=np.dtype(spec.dtype)) for name, spec in schema.items()}
-    chunks = [
-        (start, min(steps_per_chunk, source.length - start), {n: a[start : start + steps_per_chunk].tobytes() for n, a in little.items()})
-        for start in range(0, source.length, steps_per_chunk)
-    ]
-    sums = {name: _sums(array) for name, array in little.items() if array.dtype.kind in "biuf"}
+    chunks, sums = [], {}
+    for start in range(0, source.length, steps_per_chunk):
+        stop = min(start + steps_per_chunk, source.length)
+        data = {}
+        for name, spec in schema.items():
+            block = np.ascontiguousarray(arrays[name][start:stop], dtype=np.dtype(spec.dtype))  # little-endian
+            if options.on_nan != "keep" and block.dtype.kind in "fc":
+                bad = ~np.isfinite(block)
+                if bad.any():
+                    index = tuple(int(i) for i in np.argwhere(bad)[0])
+                    index = (index[0] + start, *index[1:])
+                    reason = f"non-finite value {arrays[name][index]} in feature {name!r} at index {list(index)}"
+                    if options.on_nan == "fail":
+                        raise InputError(f"{source.file.path}: {reason}; clean the data or pass --on-nan skip|keep")
+                    return Rejection(relpath, f"{reason}; left out (--on-nan skip)", chosen=True)
+            if block.dtype.kind in "biuf":
+                sums[name] = sums.get(name, FeatureSums()) + _sums(block)
+            data[name] = block.tobytes()
+        chunks.append((start, stop - start, data))
     return PreparedEpisode(source.file, source.episode_id, source.length, chunks, sums)

@@ -18,6 +18,7 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
+from ingest.localfs import NotRegularFileError, open_regular
 from ingest.scan import Rejection, SourceFile
 
 DEFAULT_QUALITY = 95
@@ -102,9 +103,17 @@ _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"RIFF")
 _JPEG_EOI, _JPEG_SOS = b"\xff\xd9", b"\xff\xda"
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+class _ChangedSinceScan(ValueError):
+    pass
+
+
+def _read(source: SourceFile) -> bytes:
+    """The file's bytes, never more than its size at scan time (a file that grew is refused, not read on)."""
+    with open_regular(source.path) as f:
+        data = f.read(source.size + 1)
+    if len(data) != source.size:
+        raise _ChangedSinceScan(f"{len(data)} bytes")
+    return data
 
 
 @contextlib.contextmanager
@@ -154,6 +163,10 @@ def _conversion_reason(image: Image.Image, options: ImageOptions) -> str | None:
 
 
 def _decode_problem(error: Exception, data: bytes) -> str:
+    if isinstance(error, NotRegularFileError):
+        return "not a regular file (replaced since the scan); only regular files are read: replace it with the real file"
+    if isinstance(error, _ChangedSinceScan):
+        return "changed size since the scan; run the conversion again"
     if isinstance(error, FileNotFoundError):
         return "file not found (removed since the scan?); restore it or run again"
     if isinstance(error, PermissionError) or getattr(error, "errno", None) == errno.EACCES:
@@ -211,7 +224,7 @@ def prepare_image(source: SourceFile, options: ImageOptions) -> PreparedImage | 
     """
     data = b""
     try:
-        data = _read(source.path)
+        data = _read(source)
         if not data:
             return Rejection(source.relpath, "empty file (0 bytes); remove it or replace it with the real image")
         with _own_pixel_cap():

@@ -76,7 +76,7 @@ class ImageJob:
 
     @staticmethod
     def source_key(item: SourceFile) -> tuple:
-        return item.relpath, item.size, item.mtime_ns
+        return item.relpath, item.size, item.mtime_ns, item.ctime_ns
 
     def identity(self) -> dict:
         return {"class_names": self.class_names}
@@ -127,12 +127,15 @@ class EpisodeJob:
     nothing_found = "no usable .npy/.npz episodes found; check SRC"
 
     def __init__(self, src: str, options):
-        found, hidden, other = scan_episode_files(src)
+        found, unreadable, hidden, other = scan_episode_files(src)
         every = sorted((f for files in found.values() for f in files), key=lambda f: f.relpath)
-        headers = [read_episode_header(f) for f in every]
-        episodes = [dataclasses.replace(h, episode_id=i) for i, h in enumerate(headers) if isinstance(h, EpisodeSource)]
+        headers = [read_episode_header(f, options.episode.max_episode_bytes) for f in every]
+        # An id is the file's position among every episode file found, readable or not, so leaving one out
+        # never renumbers the others.
+        ids = {rel: i for i, rel in enumerate(sorted([f.relpath for f in every] + [r.relpath for r in unreadable]))}
+        episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath]) for h in headers if isinstance(h, EpisodeSource)]
         schema, odd = common_schema(episodes)
-        unusable = [h for h in headers if isinstance(h, Rejection)] + odd
+        unusable = unreadable + [h for h in headers if isinstance(h, Rejection)] + odd
         # An empty episode is not an error (nothing is lost): it is always skipped, with its reason recorded.
         _fail_on(src, [r for r in unusable if not r.chosen], options.on_error)
         odd_paths = {r.relpath for r in odd}
@@ -154,7 +157,7 @@ class EpisodeJob:
 
     @staticmethod
     def source_key(item: EpisodeSource) -> tuple:
-        return item.file.relpath, item.file.size, item.file.mtime_ns, item.episode_id
+        return item.file.relpath, item.file.size, item.file.mtime_ns, item.file.ctime_ns, item.episode_id
 
     def identity(self) -> dict:
         return {"schema": self.features}

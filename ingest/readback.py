@@ -1,83 +1,199 @@
-"""Reading a written dataset back against its manifest: ``tfshard verify`` and ``tfshard info``."""
+"""Reading a written dataset back against its manifest: ``tfshard verify`` and ``tfshard info``.
+
+Everything read here is untrusted: the manifest is validated field by field on
+load (so every shard path is a plain file name inside OUT), only regular files
+are opened, and no file is read past the size the manifest gives it.
+"""
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
+
 from ingest import manifest as manifest_lib
 from ingest.errors import VerifyError
 
-_SHARD_NAME = re.compile(r"^(?P<split>.+)-\d{5}-of-\d{5}\.tfrecord(\.gz)?$")
+
+def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (a manifest or state file), size checked first.
+
+    Raises:
+      FileNotFoundError: nothing there.
+      ValueError: not a regular file, or larger than ``limit``.
+    """
+    from ingest.write import open_regular, stat_regular
+
+    import tensorflow as tf
+
+    size, _ = stat_regular(path)
+    if size > limit:
+        raise manifest_lib.ManifestError(
+            f"{path}: {what} of {size:,} bytes, over the {limit:,}-byte limit; this is not a file tfshard wrote"
+        )
+    with (tf.io.gfile.GFile(path, "rb") if "://" in path else open_regular(path)) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise manifest_lib.ManifestError(f"{path}: {what} grew past the {limit:,}-byte limit while being read")
+    return data
+
+
+def check_output_folder(out: str) -> None:
+    """OUT, when it exists, must be a folder (a file there gives one clear error, not a traceback later)."""
+    import os
+
+    import tensorflow as tf
+
+    if "://" in out:
+        if tf.io.gfile.exists(out) and not tf.io.gfile.isdir(out):
+            raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
 
 
 def load_manifest(out: str) -> manifest_lib.Manifest:
-    """Reads ``out/dataset.json``.
+    """Reads and validates ``out/dataset.json``.
 
     Raises:
       FileNotFoundError: there is no manifest (not a dataset, or a conversion that never finished).
-      ValueError: the manifest is not valid.
+      NotADirectoryError: ``out`` is a file.
+      ValueError: the manifest is not a valid tfshard manifest (the message names the field).
     """
     import tensorflow as tf
 
-    from ingest.write import join
+    from ingest.write import NotRegularFileError, join
 
+    check_output_folder(out)
     path = join(out, manifest_lib.MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
         raise FileNotFoundError(
             f"{path}: no manifest; {out} is not a finished tfshard dataset (rerun the conversion to finish it)"
         )
-    with tf.io.gfile.GFile(path, "r") as f:
-        return manifest_lib.from_json(f.read(), path)
+    try:
+        data = read_small_file(path, "manifest")
+    except NotRegularFileError as e:
+        raise manifest_lib.ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
+    return manifest_lib.from_json(data, path)
 
 
-def _short_tf_error(message: str) -> str:
+def short_tf_error(message: str) -> str:
     """TensorFlow's op error without its graph-function wrapper and op name, e.g. "corrupted record at 120"."""
-    text = re.sub(r"\{\{function_node [^}]*\}\}", "", message.strip().splitlines()[0])
+    lines = message.strip().splitlines() or [""]
+    text = re.sub(r"\{\{function_node [^}]*\}\}", "", lines[0])
     text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text)
     return text.split("' failed with")[0].strip()
+
+
+def _records(path: str, compression: str | None):
+    import tensorflow as tf
+
+    return tf.data.TFRecordDataset(path, compression_type="GZIP" if compression == "gzip" else "")
 
 
 def _count_records(path: str, compression: str | None) -> tuple[int, str | None]:
     """Reads every record (TensorFlow checks both CRCs of each); returns the count and any read error."""
     import tensorflow as tf
 
-    dataset = tf.data.TFRecordDataset(path, compression_type="GZIP" if compression == "gzip" else "")
     try:
-        return int(dataset.reduce(0, lambda n, _: n + 1)), None
+        return int(_records(path, compression).reduce(0, lambda n, _: n + 1)), None
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-        return 0, _short_tf_error(e.message)
+        return 0, short_tf_error(e.message)
+
+
+def _step_bytes(features: dict) -> dict[str, int]:
+    return {
+        key: int(np.dtype(spec["dtype"]).itemsize * int(np.prod(spec["shape"], dtype=np.int64)))
+        for key, spec in features.items()
+        if key.startswith("data/")
+    }
+
+
+def _episode_problems(path: str, shard_index: int, split: manifest_lib.SplitInfo, manifest) -> list[str]:
+    """Every chunk record of one episode shard against the manifest: ids, order, lengths, coverage, byte counts."""
+    import tensorflow as tf
+
+    step_bytes = _step_bytes(manifest.features)
+    keys = ("episode/id", "episode/length", "episode/chunk", "episode/chunks", "episode/start", "episode/steps")
+    spec = {k: tf.io.FixedLenFeature([], tf.int64) for k in keys}
+    spec.update({k: tf.io.FixedLenFeature([], tf.string) for k in step_bytes})
+    parsed = _records(path, manifest.compression).map(lambda r: tf.io.parse_single_example(r, spec)).map(
+        lambda e: {**{k: e[k] for k in keys}, **{k: tf.cast(tf.strings.length(e[k]), tf.int64) for k in step_bytes}}
+    )
+    listed = [e for e in split.episodes if e["shard"] == shard_index]
+    expected = {e["id"]: e for e in listed}
+    fix = "the manifest does not describe this shard's records; rerun the conversion with --overwrite"
+    problems, seen_order, covered = [], [], {}
+    try:
+        for record in parsed.as_numpy_iterator():
+            episode_id, length = int(record["episode/id"]), int(record["episode/length"])
+            start, steps = int(record["episode/start"]), int(record["episode/steps"])
+            entry = expected.get(episode_id)
+            if entry is None:
+                problems.append(f"{path}: holds episode {episode_id}, which the manifest does not list in this shard; {fix}")
+                continue
+            name = f"episode {episode_id} ({entry['source']})"
+            if length != entry["length"]:
+                problems.append(f"{path}: {name} has {length} steps, the manifest says {entry['length']}; {fix}")
+            if start < 0 or steps < 1 or start + steps > length or covered.get(episode_id, 0) != start:
+                problems.append(f"{path}: {name} chunk {int(record['episode/chunk'])} covers steps "
+                                f"[{start}, {start + steps}), not the next steps of the episode; {fix}")
+            for key, per_step in step_bytes.items():
+                if int(record[key]) != steps * per_step:
+                    problems.append(f"{path}: {name} feature {key[5:]!r} holds {int(record[key])} bytes, "
+                                    f"{steps} steps need {steps * per_step}; {fix}")
+            covered[episode_id] = start + steps
+            if not seen_order or seen_order[-1] != episode_id:
+                seen_order.append(episode_id)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
+        return problems  # the record count check already names the unreadable record
+    for entry in listed:
+        if covered.get(entry["id"], 0) != entry["length"]:
+            problems.append(f"{path}: episode {entry['id']} ({entry['source']}) has {covered.get(entry['id'], 0)} "
+                            f"of its {entry['length']} steps in the shard; {fix}")
+    if not problems and seen_order != [e["id"] for e in listed]:
+        problems.append(f"{path}: episodes are not in the manifest's order; {fix}")
+    return problems[:20]
 
 
 def verify(out: str) -> manifest_lib.Manifest:
-    """Checks every shard of ``out`` against its manifest: presence, size, sha256, record CRCs and counts.
+    """Checks every shard of ``out`` against its manifest: presence, size, sha256, record CRCs and counts,
+    and for episodes every chunk's episode id, length, steps and bytes.
 
     Returns:
       The manifest, when everything matches.
 
     Raises:
       FileNotFoundError: no manifest in ``out``.
+      ValueError: the manifest is not valid (names the field).
       VerifyError: any mismatch; ``.problems`` lists each as "path: problem; fix".
     """
     import tensorflow as tf
 
-    from ingest.write import file_sha256, join
+    from ingest.write import NotRegularFileError, file_sha256, join, stat_regular
 
     manifest = load_manifest(out)
     problems = []
     listed = set()
     fix = "rerun the conversion with --overwrite to rewrite it"
     for split in manifest.splits.values():
-        for shard in split.shards:
+        for shard_index, shard in enumerate(split.shards):
             listed.add(shard.file)
             path = join(out, shard.file)
-            if not tf.io.gfile.exists(path):
+            try:
+                stat_regular(path)
+            except FileNotFoundError:
                 problems.append(f"{path}: missing shard (listed in the manifest); {fix}")
                 continue
-            sha256, size = file_sha256(path)
+            except NotRegularFileError as e:
+                problems.append(f"{e}; remove it and {fix}")
+                continue
+            sha256, size = file_sha256(path, max_bytes=shard.bytes)
             if size < shard.bytes:
                 problems.append(f"{path}: truncated shard ({size} bytes, manifest says {shard.bytes}); {fix}")
-            elif size > shard.bytes:
-                problems.append(f"{path}: shard is longer than the manifest says ({size} > {shard.bytes} bytes); {fix}")
+            elif size > shard.bytes:  # not read further: its length is unknown and could be anything
+                problems.append(f"{path}: shard is longer than the manifest says (> {shard.bytes} bytes); {fix}")
+                continue
             elif sha256 != shard.sha256:
                 problems.append(f"{path}: corrupted shard (sha256 {sha256[:12]}… != manifest {shard.sha256[:12]}…); {fix}")
             records, error = _count_records(path, manifest.compression)
@@ -85,15 +201,23 @@ def verify(out: str) -> manifest_lib.Manifest:
                 problems.append(f"{path}: unreadable record ({error}); {fix}")
             elif records != shard.records:
                 problems.append(f"{path}: {records} records, manifest says {shard.records}; {fix}")
+            elif manifest.kind == "episodes":
+                problems += _episode_problems(path, shard_index, split, manifest)
             if shard.index_file is not None:
                 listed.add(shard.index_file)
                 index_path = join(out, shard.index_file)
-                if not tf.io.gfile.exists(index_path):
+                try:
+                    index_size, _ = stat_regular(index_path)
+                except FileNotFoundError:
                     problems.append(f"{index_path}: missing index file; {fix}")
-                elif file_sha256(index_path)[0] != shard.index_sha256:
+                    continue
+                except NotRegularFileError as e:
+                    problems.append(f"{e}; remove it and {fix}")
+                    continue
+                if index_size > 64 * (shard.records + 1) or file_sha256(index_path)[0] != shard.index_sha256:
                     problems.append(f"{index_path}: index file does not match the manifest's sha256; {fix}")
     for name in sorted(tf.io.gfile.listdir(out)):
-        if _SHARD_NAME.match(name) and not name.startswith(".") and name not in listed:
+        if manifest_lib.SHARD_NAME.match(name) and name not in listed:
             problems.append(
                 f"{join(out, name)}: unexpected shard (not in the manifest); remove it or rerun with --overwrite"
             )

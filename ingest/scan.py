@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import stat
 
 from ingest.errors import InputError
+from ingest.localfs import file_kind
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 SPLIT_NAMES = ("train", "val", "validation", "test")
@@ -28,6 +30,11 @@ class SourceFile:
     label: int
     size: int
     mtime_ns: int
+    ctime_ns: int = 0  # changes with every write to the file, and cannot be set back: part of the inputs' identity
+
+    @classmethod
+    def of(cls, path: str, relpath: str, split: str, label: int, st: os.stat_result) -> "SourceFile":
+        return cls(path, relpath, split, label, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +58,7 @@ class SourceTree:
     ignored_other: int = 0
 
 
-def _stat_problem(error: OSError) -> str:
+def stat_problem(error: OSError) -> str:
     if error.errno == errno.ELOOP:
         return "symlink loop (the link resolves to itself); remove or repoint the link"
     if error.errno == errno.ENOENT:
@@ -59,6 +66,13 @@ def _stat_problem(error: OSError) -> str:
     if error.errno == errno.EACCES:
         return "permission denied; make the file readable (chmod a+r)"
     return f"cannot stat: {error.strerror}"
+
+
+def not_regular_problem(mode: int) -> str | None:
+    """Why a file of this mode cannot be an input, or None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return f"not a regular file ({file_kind(mode)}); only regular files are read: replace it with the real file"
 
 
 def _list_dir(path: str) -> list[os.DirEntry]:
@@ -87,7 +101,7 @@ def _walk_class(root: str, class_dir: str, split: str, label: int, tree: SourceT
                 st = None if is_dir else os.stat(entry.path)
             except OSError as e:
                 if entry.name.lower().endswith(IMAGE_EXTENSIONS) or entry.is_symlink():
-                    tree.rejected.append(Rejection(relpath, _stat_problem(e)))
+                    tree.rejected.append(Rejection(relpath, stat_problem(e)))
                 else:
                     tree.ignored_other += 1
                 continue
@@ -99,7 +113,11 @@ def _walk_class(root: str, class_dir: str, split: str, label: int, tree: SourceT
                     seen_dirs.add(real)
                     subdirs.append(entry.path)
             elif entry.name.lower().endswith(IMAGE_EXTENSIONS):
-                found.append(SourceFile(entry.path, relpath, split, label, st.st_size, st.st_mtime_ns))
+                problem = not_regular_problem(st.st_mode)
+                if problem is not None:
+                    tree.rejected.append(Rejection(relpath, problem))
+                else:
+                    found.append(SourceFile.of(entry.path, relpath, split, label, st))
             else:
                 tree.ignored_other += 1
         stack.extend(reversed(subdirs))

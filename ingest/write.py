@@ -9,10 +9,13 @@ final name; the same holds for the index files and the manifest.
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
+import stat
 
 import tensorflow as tf
 
+from ingest.localfs import NotRegularFileError, file_kind, open_regular
 from ingest.manifest import ShardInfo
 from ingest.plan import index_file_name
 
@@ -25,14 +28,46 @@ def join(folder: str, name: str) -> str:
     return posixpath.join(folder, name) if "://" in folder else tf.io.gfile.join(folder, name)
 
 
-def file_sha256(path: str) -> tuple[str, int]:
-    """Returns the sha256 hex digest and the size in bytes of a file."""
+def stat_regular(path: str) -> tuple[int, int]:
+    """Size in bytes and mtime (ns) of a regular file, following symlinks.
+
+    Raises:
+      FileNotFoundError: nothing is there.
+      NotRegularFileError: a folder, FIFO, device or socket (``/dev/zero`` would read forever, a FIFO blocks).
+    """
+    if "://" in path:
+        try:
+            st = tf.io.gfile.stat(path)
+        except tf.errors.NotFoundError as e:
+            raise FileNotFoundError(f"{path}: no such file") from e
+        if st.is_directory:
+            raise NotRegularFileError(f"{path}: a folder, not a file")
+        return int(st.length), int(st.mtime_nsec)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(f"{path}: {file_kind(st.st_mode)}, not a regular file")
+    return st.st_size, st.st_mtime_ns
+
+
+def file_sha256(path: str, max_bytes: int | None = None) -> tuple[str, int]:
+    """Returns the sha256 hex digest and the size in bytes of a regular file.
+
+    ``max_bytes``: stop after this many bytes plus one, so a file longer than expected costs
+    no more than the expected read (the size returned is then ``max_bytes + 1``).
+
+    Raises:
+      NotRegularFileError: not a regular file.
+    """
+    stat_regular(path)
     digest = hashlib.sha256()
     size = 0
-    with tf.io.gfile.GFile(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+    limit = None if max_bytes is None else max_bytes + 1
+    with (tf.io.gfile.GFile(path, "rb") if "://" in path else open_regular(path)) as f:
+        while chunk := f.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
             digest.update(chunk)
             size += len(chunk)
+            if limit is not None and size >= limit:
+                break
     return digest.hexdigest(), size
 
 
@@ -117,7 +152,13 @@ class ShardWriter:
             self._next_offset += framed
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self._writer.close()
+        try:
+            self._writer.close()  # flushes: a full disk may fail here
+        except tf.errors.OpError:
+            remove_if_exists(self.temp_path)
+            if exc_type is None:
+                raise
+            return  # the error that stopped the block is the one to report
         if exc_type is not None:
             remove_if_exists(self.temp_path)
             return

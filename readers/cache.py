@@ -12,7 +12,9 @@ TensorFlow. Three things it leaves to the user (tensorflow/tensorflow#28798,
   writer's host, pid and process start time next to it, and clear the lock and
   its partial data when that process is gone;
 * a second process pointed at a cache another live process is writing reads
-  without the cache instead of crashing.
+  without the cache instead of crashing; so does a second pipeline of the same
+  process built while the first may still be writing it (TensorFlow's lockfile
+  refuses a second writer with ``AlreadyExistsError`` either way).
 """
 
 from __future__ import annotations
@@ -21,44 +23,27 @@ import hashlib
 import json
 import logging
 import os
-import socket
+import threading
 import time
+import weakref
 
 import tensorflow as tf
 
+from ingest.lock import is_alive, this_process
 from ingest.write import check_bucket, join
 
 log = logging.getLogger(__name__)
+
+# prefix -> the cache dataset of the last pipeline of this process that claimed it to write. A dataset is alive
+# while anything downstream of it is (each tf.data dataset holds its input, each iterator its dataset).
+_writers: dict[str, weakref.ref] = {}
+_writers_lock = threading.Lock()
 
 
 def cache_prefix(cache_dir: str, identity: dict) -> str:
     """``{cache_dir}/tfshard-{hash}``, where the hash covers everything in ``identity``."""
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:20]
     return join(cache_dir, f"tfshard-{digest}")
-
-
-def _process_start(pid: int) -> str | None:
-    """The start time of ``pid`` in clock ticks since boot (tells a reused pid apart), or None if it is gone.
-
-    A killed process its parent has not reaped yet (state Z) counts as gone.
-    """
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
-
-
-def _me() -> dict:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _process_start(os.getpid())}
-
-
-def _alive(owner: dict) -> bool:
-    if owner.get("host") != socket.gethostname():
-        return True  # cannot tell for another host: assume it is still writing
-    start = _process_start(owner.get("pid", -1))
-    return start is not None and start == owner.get("start")
 
 
 _UNREADABLE_OWNER_GRACE_S = 10.0  # a writer creates the owner file and fills it in one go
@@ -110,7 +95,7 @@ def claim(prefix: str) -> bool:
     if tf.io.gfile.exists(prefix + ".index"):
         return True
     owner_path = prefix + ".owner"
-    me = _me()
+    me = this_process()
     for _ in range(2):  # a second pass after clearing a dead owner
         owner = _read_owner(owner_path)
         if owner is None:
@@ -118,8 +103,8 @@ def claim(prefix: str) -> bool:
                 break
             continue  # another process created it between our read and our create
         if owner == me:
-            return True  # this process's own cache (an earlier pipeline here); TensorFlow handles its lock
-        if _alive(owner):
+            return _claim_from_this_process(prefix)
+        if is_alive(owner):
             log.warning(
                 "%s: cache is owned by live pid %s on %s; this pipeline reads without the cache",
                 prefix, owner.get("pid"), owner.get("host"),
@@ -133,3 +118,30 @@ def claim(prefix: str) -> bool:
         log.info("%s: removing a partial cache file left by a process that is gone", stale)
         tf.io.gfile.remove(stale)
     return True
+
+
+def _claim_from_this_process(prefix: str) -> bool:
+    """A cache this process claimed earlier and has not completed: usable only if its writer is gone."""
+    writer = _writers.get(prefix)
+    if (writer is not None and writer() is not None) or tf.io.gfile.glob(prefix + "_*.lockfile"):
+        log.warning(
+            "%s: cache is being written by another pipeline of this process (pid %s); this pipeline reads "
+            "without the cache", prefix, os.getpid(),
+        )
+        return False
+    return True  # its pipeline is gone, and TensorFlow discarded the partial data it left
+
+
+def cache_to_file(dataset: tf.data.Dataset, prefix: str) -> tf.data.Dataset:
+    """``dataset.cache(prefix)`` when this pipeline may use the cache (see ``claim``), else ``dataset`` as it is.
+
+    Example:
+      ds = cache_to_file(decoded, cache_prefix("/tmp/cache", {"data": "photos", "size": 224}))
+    """
+    with _writers_lock:  # two threads building pipelines at once must not both claim one prefix
+        if not claim(prefix):
+            return dataset
+        cached = dataset.cache(prefix)
+        if not tf.io.gfile.exists(prefix + ".index"):
+            _writers[prefix] = weakref.ref(cached)
+        return cached

@@ -13,16 +13,12 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from ingest.manifest import EPISODE_FEATURES
 from readers import files as files_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
-_META = {
-    "episode/id": tf.io.FixedLenFeature([], tf.int64),
-    "episode/length": tf.io.FixedLenFeature([], tf.int64),
-    "episode/chunk": tf.io.FixedLenFeature([], tf.int64),
-    "episode/chunks": tf.io.FixedLenFeature([], tf.int64),
-    "episode/start": tf.io.FixedLenFeature([], tf.int64),
-}
+_TF_DTYPES = {"int64": tf.int64, "string": tf.string}
+_META = {key: tf.io.FixedLenFeature([], _TF_DTYPES[spec["dtype"]]) for key, spec in EPISODE_FEATURES.items()}
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
 _RAW_TWIN = {np.dtype("<u4"): tf.int32, np.dtype("<u8"): tf.int64}
 
@@ -70,7 +66,10 @@ def _parse_spec(names: Sequence[str]) -> dict:
 
 
 def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Dataset:
-    """Parsed chunk records of one shard → one element per episode, with each feature's bytes joined in order."""
+    """Parsed chunk records of one shard → one ``(meta, joined)`` per episode, each feature's bytes joined in order.
+
+    ``meta``: the episode's id, length and source, from its last chunk record.
+    """
     empty = {n: tf.constant(b"") for n in names}
 
     def step(joined, record):
@@ -79,19 +78,46 @@ def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Data
             n: tf.strings.join([tf.where(first, tf.constant(b""), joined[n]), record[f"data/{n}"]]) for n in names
         }
         last = tf.equal(record["episode/chunk"], record["episode/chunks"] - 1)
-        return joined, (last, record["episode/length"], joined)
+        meta = {key: record[f"episode/{key}"] for key in ("id", "length", "source")}
+        return joined, (last, meta, joined)
 
-    joined = records.scan(empty, step).filter(lambda last, length, joined: last)
-    return joined.map(lambda last, length, joined: (length, joined))
+    joined = records.scan(empty, step).filter(lambda last, meta, joined: last)
+    return joined.map(lambda last, meta, joined: (meta, joined))
 
 
-def _decode_episode(schema, source: str):
-    def decode(length, joined):
+def _manifest_length(episodes: list[dict]):
+    """A graph function: episode id → its length in the manifest, or -1 for an id the manifest does not list.
+
+    Sorted constants and a binary search: they serialise with the graph (a tf.data service ships it to its workers).
+    """
+    order = sorted(episodes, key=lambda e: e["id"])
+    if not order:
+        return lambda episode_id: tf.constant(-1, tf.int64)
+    ids = tf.constant([e["id"] for e in order], tf.int64)
+    lengths = tf.constant([e["length"] for e in order], tf.int64)
+
+    def lookup(episode_id):
+        i = tf.minimum(tf.searchsorted(ids, tf.reshape(episode_id, [1]))[0], len(order) - 1)
+        return tf.where(tf.equal(ids[i], episode_id), lengths[i], tf.constant(-1, tf.int64))
+
+    return lookup
+
+
+def _decode_episode(schema, where: str, fix: str, manifest_length):
+    """Decodes a joined episode, checking its rows against its records' length and that length against the manifest."""
+
+    def decode(meta, joined):
+        expected = manifest_length(meta["id"])
+        tf.debugging.Assert(
+            tf.equal(meta["length"], expected),
+            [f"{where}: episode", meta["id"], meta["source"], "has", meta["length"],
+             "steps in its records, the manifest says (-1: it does not list this id)", expected, f"; {fix}"],
+        )
         episode = {n: decode_feature(joined[n], *schema[n]) for n in schema}
         for n, values in episode.items():
             tf.debugging.assert_equal(
-                tf.shape(values, out_type=tf.int64)[0], length,
-                message=f"{source}: feature {n!r} does not match the episode length; run `tfshard verify`",
+                tf.shape(values, out_type=tf.int64)[0], meta["length"],
+                message=f"{where}: feature {n!r} does not match the episode length; {fix}",
             )
         return episode
 
@@ -125,16 +151,24 @@ def episodes(
     Returns:
       A dataset of dicts, one per episode.
 
+    Raises:
+      FileNotFoundError: a shard is missing.
+      ValueError: a split or feature that does not exist, or a shard that is not a regular file or not the
+        manifest's size. While reading, an episode whose records disagree with the manifest (or with themselves)
+        raises ``tf.errors.InvalidArgumentError``.
+
     Example:
       ep = next(iter(readers.episodes("runs-tfr")))
       {k: v.shape for k, v in ep.items()}  # {'action': [5120], 'obs': [5120, 3]}
     """
     dataset = files_lib.info(path)
     schema = select_features(dataset, features)
-    paths = files_lib.shard_files(dataset, split, input_context=input_context)
+    chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context)
+    paths = [s.path for s in files_lib.check_shards(dataset, split, chosen)]
     spec = _parse_spec(list(schema))
     compression = "GZIP" if dataset.manifest.compression == "gzip" else ""
-    decode = _decode_episode(schema, path)
+    decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
+                             _manifest_length(files_lib.split_info(dataset, split).episodes or []))
 
     def read_one(shard):
         records = tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
@@ -148,6 +182,82 @@ def episodes(
     else:
         joined = files.flat_map(read_one)
     return joined.map(decode, num_parallel_calls=AUTOTUNE, deterministic=not shuffle_files)
+
+
+def _fix(path: str) -> str:
+    return f"run `tfshard verify {path}`; rewrite the dataset with --overwrite"
+
+
+class _Placer:
+    """Copies chunk records straight to their place in the concatenated arrays, checking each against the manifest.
+
+    The arrays are made with ``np.empty``: every chunk must belong to an episode
+    the manifest lists for the shards read, carry that episode's length, lie
+    inside it, hold ``steps`` rows of every feature and be seen once, and
+    ``arrays()`` then checks that each episode's chunks tile it exactly, so a
+    row that no chunk filled is never handed out.
+    """
+
+    def __init__(self, where: str, fix: str, episodes: list[dict], schema: dict, shards: Sequence[int]):
+        self.where, self.fix, self.schema, self.shards = where, fix, schema, list(shards)
+        lengths = [e["length"] for e in episodes]
+        starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])[:-1].tolist()
+        self.episodes = {e["id"]: (e, offset) for e, offset in zip(episodes, starts)}
+        self.spans: dict[int, list[tuple[int, int]]] = {e["id"]: [] for e in episodes}
+        self.seen: set[tuple[int, int]] = set()
+        total = int(sum(lengths))
+        self._arrays = {n: np.empty((total, *shape), dtype) for n, (dtype, shape) in schema.items()}
+        self._row_bytes = {n: dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for n, (dtype, shape) in
+                           schema.items()}
+
+    def _error(self, episode_id: int, source: str, problem: str) -> ValueError:
+        return ValueError(f"{self.where}: episode {episode_id} ({source}): {problem}; {self.fix}")
+
+    def place(self, record: dict) -> None:
+        """``record``: one parsed chunk, ``episode/*`` as Python ints and bytes, ``data/<name>`` as bytes."""
+        episode_id, chunk = record["episode/id"], record["episode/chunk"]
+        start, steps, length = record["episode/start"], record["episode/steps"], record["episode/length"]
+        if episode_id not in self.episodes:
+            source = record["episode/source"].decode("utf-8", "surrogateescape")
+            raise self._error(episode_id, source, f"not an episode the manifest lists for shards {self.shards} "
+                                                  f"(got episode/id={episode_id})")
+        entry, offset = self.episodes[episode_id]
+        fail = lambda problem: self._error(episode_id, entry["source"], problem)  # noqa: E731
+        if (episode_id, chunk) in self.seen:
+            raise fail(f"chunk {chunk} appears twice (got a second record with episode/chunk={chunk})")
+        self.seen.add((episode_id, chunk))
+        if length != entry["length"]:
+            raise fail(f"its records say {length} steps, the manifest says {entry['length']} "
+                       f"(got episode/length={length})")
+        if start < 0 or steps < 0 or start + steps > length:
+            raise fail(f"chunk {chunk} lies outside the episode's {length} steps (got episode/start={start}, "
+                       f"episode/steps={steps})")
+        for n, (dtype, shape) in self.schema.items():
+            raw = record[f"data/{n}"]
+            if len(raw) != steps * self._row_bytes[n]:
+                raise fail(f"chunk {chunk} feature {n!r} holds {len(raw)} bytes, not {steps} steps of "
+                           f"{dtype.name}{list(shape)} (got {len(raw)} != {steps * self._row_bytes[n]})")
+        at = offset + start
+        for n, (dtype, shape) in self.schema.items():
+            self._arrays[n][at : at + steps] = np.frombuffer(record[f"data/{n}"], dtype).reshape(-1, *shape)
+        self.spans[episode_id].append((start, steps))
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The filled arrays, once every episode's chunks tile its steps exactly (else a ValueError naming it)."""
+        for episode_id, spans in self.spans.items():
+            entry, _ = self.episodes[episode_id]
+            covered = 0
+            for start, steps in sorted(spans):
+                if start != covered:
+                    problem = "overlap" if start < covered else "are covered by no chunk"
+                    steps_ = f"{min(start, covered)}..{max(start, covered)}"
+                    raise self._error(episode_id, entry["source"],
+                                      f"steps {steps_} {problem} (got chunks (start, steps) {sorted(spans)})")
+                covered = start + steps
+            if covered != entry["length"]:
+                raise self._error(episode_id, entry["source"], f"steps {covered}..{entry['length']} are covered by "
+                                                               f"no chunk (got chunks (start, steps) {sorted(spans)})")
+        return self._arrays
 
 
 def load_concatenated(
@@ -164,34 +274,26 @@ def load_concatenated(
     read in parallel, in any order: each chunk is copied straight to its place
     (episode offset from the manifest's lengths + its start step), so nothing
     is sorted and no intermediate list of episodes is kept.
+
+    Raises:
+      FileNotFoundError: a shard is missing.
+      ValueError: a shard that is not a regular file or not the manifest's size, or a chunk record that
+        disagrees with the manifest (see ``_Placer``), naming the episode.
     """
     info = files_lib.split_info(dataset, split)
     chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
+    paths = [s.path for s in files_lib.check_shards(dataset, split, list(chosen))]
     wanted = set(chosen)
-    episodes = [e for e in info.episodes if e["shard"] in wanted]
-    lengths = [e["length"] for e in episodes]
-    offsets = dict(zip((e["id"] for e in episodes), np.concatenate([[0], np.cumsum(lengths)])[:-1].tolist()))
-    total = int(sum(lengths))
-    arrays = {n: np.empty((total, *shape), dtype) for n, (dtype, shape) in schema.items()}
-    filled = dict.fromkeys(schema, 0)
-    paths = dataset.shard_paths(split)
+    episodes = [e for e in info.episodes or [] if e["shard"] in wanted]
+    placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, schema, chosen)
     records = files_lib.interleave_records(
-        [paths[i] for i in chosen], compression=dataset.manifest.compression, shuffle_files=False, seed=None,
+        paths, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
     )
     spec = _parse_spec(list(schema))
     parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, spec), num_parallel_calls=AUTOTUNE)
     for batch in parsed.prefetch(AUTOTUNE).as_numpy_iterator():
-        for i, episode_id in enumerate(batch["episode/id"].tolist()):
-            at = offsets[episode_id] + int(batch["episode/start"][i])
-            for n, (dtype, shape) in schema.items():
-                values = np.frombuffer(batch[f"data/{n}"][i], dtype).reshape(-1, *shape)
-                arrays[n][at : at + len(values)] = values
-                filled[n] += len(values)
-    for n, count in filled.items():
-        if count != total:
-            raise ValueError(
-                f"{dataset.path}: split {split!r} feature {n!r} has {count} time steps in its shards, the manifest "
-                f"says {total}; run `tfshard verify {dataset.path}`"
-            )
-    return arrays, lengths
+        columns = {key: values.tolist() for key, values in batch.items()}
+        for i in range(len(columns["episode/id"])):
+            placer.place({key: values[i] for key, values in columns.items()})
+    return placer.arrays(), [e["length"] for e in episodes]

@@ -7,17 +7,22 @@ work unchanged.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import logging
 import os
 
 import tensorflow as tf
 
-from ingest.manifest import Manifest
+from ingest.manifest import Manifest, ShardInfo
 from ingest.readback import load_manifest
-from ingest.write import join
+from ingest.write import NotRegularFileError, join, stat_regular
 from readers.starts import window_count
 
+log = logging.getLogger(__name__)
+
 DEFAULT_READ_BUFFER_BYTES = 8 * 2**20
+_STAT_THREADS = 16  # on gs:// each stat is a request: 16 in flight hide the round trips
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,24 +86,102 @@ def split_info(dataset: DatasetInfo, split: str):
     return dataset.manifest.splits[split]
 
 
-def shard_files(
+def pipeline_shards(
     dataset: DatasetInfo, split: str, *, input_context: tf.distribute.InputContext | None = None
-) -> list[str]:
-    """This input pipeline's share of the split's shard files (FILE sharding).
+) -> list[int]:
+    """Indices (into the split's shards) of this input pipeline's share of the split (FILE sharding).
 
     Raises:
       ValueError: fewer shards than input pipelines, naming how many to write.
     """
-    paths = dataset.shard_paths(split)
+    count = len(split_info(dataset, split).shards)
     if input_context is None or input_context.num_input_pipelines == 1:
-        return paths
+        return list(range(count))
     pipelines = input_context.num_input_pipelines
-    if len(paths) < pipelines:
+    if count < pipelines:
         raise ValueError(
-            f"{dataset.path}: split {split!r} has {len(paths)} shards, fewer than the {pipelines} input pipelines "
+            f"{dataset.path}: split {split!r} has {count} shards, fewer than the {pipelines} input pipelines "
             f"(got num_input_pipelines={pipelines}); rewrite it with `tfshard {dataset.manifest.kind} ... --min-shards {pipelines}`"
         )
-    return paths[input_context.input_pipeline_id :: pipelines]
+    return list(range(input_context.input_pipeline_id, count, pipelines))
+
+
+def shard_files(
+    dataset: DatasetInfo, split: str, *, input_context: tf.distribute.InputContext | None = None
+) -> list[str]:
+    """This input pipeline's share of the split's shard files (see ``pipeline_shards``)."""
+    paths = dataset.shard_paths(split)
+    return [paths[i] for i in pipeline_shards(dataset, split, input_context=input_context)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardFile:
+    """A shard as found when a pipeline was built: its manifest entry, path, and the stat made then."""
+
+    path: str
+    info: ShardInfo
+    size: int
+    mtime_ns: int
+
+
+def _stat_all(paths: list[str]) -> list[tuple[tuple[int, int] | None, Exception | None]]:
+    """``(stat_regular(path), None)`` or ``(None, the error)`` per path, in order, several at a time."""
+
+    def stat(path):
+        try:
+            return stat_regular(path), None
+        except (OSError, NotRegularFileError) as e:  # returned, so the caller raises the first one in manifest order
+            return None, e
+
+    with concurrent.futures.ThreadPoolExecutor(max(1, min(_STAT_THREADS, len(paths)))) as pool:
+        return list(pool.map(stat, paths))
+
+
+def check_shards(
+    dataset: DatasetInfo, split: str, shards: list[int], *, warn_on_size: bool = False
+) -> list[ShardFile]:
+    """Stats the given shards of a split (in parallel) before a pipeline reads them.
+
+    A shard the manifest lists must exist, be a regular file (a FIFO blocks the
+    reader, ``/dev/zero`` never ends) and have the manifest's size. The stats
+    are returned, in the order given, so a cache key can follow a rewrite.
+
+    Args:
+      dataset: the dataset.
+      split: its split.
+      shards: indices into the split's shards.
+      warn_on_size: log a size that differs from the manifest instead of
+        raising (``ignore_errors``: reading what can be read is the point).
+
+    Raises:
+      FileNotFoundError: a shard is missing.
+      ValueError: a shard is not a regular file, or not the manifest's size.
+
+    Example:
+      [s.size for s in check_shards(readers.info("photos-tfr"), "train", [0, 1])]  # [31457280, 31457024]
+    """
+    infos = [split_info(dataset, split).shards[i] for i in shards]
+    paths = [join(dataset.path, info.file) for info in infos]
+    fix = f"run `tfshard verify {dataset.path}`, then rerun the conversion"
+    checked = []
+    for path, info, (found, error) in zip(paths, infos, _stat_all(paths)):
+        if isinstance(error, FileNotFoundError):
+            raise FileNotFoundError(
+                f"{path}: shard of split {split!r} is missing (listed in the manifest); {fix}"
+            ) from error
+        if isinstance(error, NotRegularFileError):
+            raise NotRegularFileError(f"{error}; a shard of split {split!r} must be a regular file: {fix}") from error
+        if error is not None:
+            raise error
+        size, mtime_ns = found
+        if size != info.bytes:
+            message = (f"{path}: shard of split {split!r} is not the size the manifest says "
+                       f"(got {size} bytes, manifest says {info.bytes}); {fix}")
+            if not warn_on_size:
+                raise ValueError(message)
+            log.warning("%s; reading what can be read (ignore_errors=True)", message)
+        checked.append(ShardFile(path, info, size, mtime_ns))
+    return checked
 
 
 def interleave_records(
@@ -110,24 +193,53 @@ def interleave_records(
     cycle_length: int | None,
     read_buffer_bytes: int,
     deterministic: bool | None,
+    ignore_errors: bool = False,
 ) -> tf.data.Dataset:
     """Serialized records from ``paths``, read ``cycle_length`` files at a time in parallel.
 
     Files are reshuffled every epoch (seeded) when ``shuffle_files``; ``cycle_length``
     None reads up to 16 files at once (more hides network latency on gs://).
+    ``ignore_errors``: the caller skips errors; a file gone since the pipeline was
+    built then raises one error and is skipped (see ``_read_if_present``).
     """
     files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle_files:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
     compression_type = "GZIP" if compression == "gzip" else ""
+
+    def read(path):
+        return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes)
+
     cycle = cycle_length or min(len(paths), 16)
     # One reader thread per open file, not AUTOTUNE: threads waiting on the network use no CPU, and tf.data's
     # CPU-budgeted autotuner starts each iterator (each epoch) with little parallelism, measured on gs:// as a
     # 1.9 s first batch instead of 0.3 s (benchmarks/network.py).
     return files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes),
+        (lambda path: _read_if_present(path, read)) if ignore_errors else read,
         cycle_length=cycle,
         block_length=1,
         num_parallel_calls=cycle,
         deterministic=deterministic,
     )
+
+
+def _read_if_present(path: tf.Tensor, read) -> tf.data.Dataset:
+    """``read(path)``, or, if the file is gone, one error (for ``ignore_errors`` to log) and then nothing.
+
+    Needed because TFRecordDataset retries a failed *open* of the same file on
+    every ``GetNext`` (it advances past a file only after a failed *read*), so
+    ``ignore_errors`` over a vanished shard spun forever at 100% CPU. The file
+    is looked up once per epoch (a stat, or one request on gs://); a file that
+    vanishes between that look-up and the open, or turns into a FIFO (the open
+    blocks), still cannot be escaped from inside TensorFlow.
+    """
+    found = tf.io.matching_files(tf.strings.regex_replace(path, r"([*?\[\\])", r"\\\1"))  # a path, not a glob
+
+    def fail_if_gone(path_):
+        message = tf.strings.join([path_, ": shard is gone (it was there when the pipeline was built); skipping it"])
+        with tf.control_dependencies([tf.debugging.Assert(tf.size(found) > 0, [message])]):
+            return tf.identity(path_)
+
+    # A map that fails on its only element, then ends: ignore_errors logs the error and moves on.
+    gone = tf.data.Dataset.from_tensors(path).map(fail_if_gone).filter(lambda _: False)
+    return gone.concatenate(read(found))

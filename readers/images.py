@@ -83,8 +83,30 @@ def _seed_stream(seed: int | None, salt: int) -> tf.data.Dataset:
     ).batch(2)
 
 
-def _cache_identity(dataset: files_lib.DatasetInfo, split: str, paths: list[str], stage: dict) -> dict:
-    return {"fingerprint": dataset.manifest.fingerprint, "split": split, "files": paths, "stage": stage, "v": 1}
+def _cache_identity(
+    dataset: files_lib.DatasetInfo, split: str, shards: list[files_lib.ShardFile], stage: dict, ignore_errors: bool
+) -> dict:
+    """What the cached bytes depend on. The manifest's fingerprint covers only the *sources* (names, sizes, mtimes):
+    the shards' sha256 follows their content, and their size and mtime at build time follow any rewrite, even a
+    byte-identical one that repairs a shard a cache was read from with ``ignore_errors``."""
+    files = [{"path": s.path, "sha256": s.info.sha256, "bytes": s.size, "mtime_ns": s.mtime_ns} for s in shards]
+    return {"fingerprint": dataset.manifest.fingerprint, "split": split, "files": files, "stage": stage,
+            "ignore_errors": ignore_errors, "v": 2}
+
+
+def _check_not_empty(dataset: files_lib.DatasetInfo, split: str, records: int, batch_size: int, fed: int) -> None:
+    """With drop_remainder, fewer records than one step takes would make an epoch of nothing: say so up front.
+
+    ``fed``: replicas this pipeline feeds under a strategy; a step takes a batch for each of them, or none at all.
+    """
+    if records < batch_size * fed:
+        what = f"batch_size={batch_size}" if fed == 1 else (
+            f"the {batch_size * fed} a step takes from it (batch_size={batch_size} for each of the {fed} replicas it "
+            "feeds)")
+        raise ValueError(
+            f"{dataset.path}: split {split!r} has {records} records for this pipeline, fewer than {what} with "
+            "drop_remainder=True, so an epoch would yield no batch; pass a smaller batch_size or drop_remainder=False"
+        )
 
 
 def images(
@@ -122,7 +144,9 @@ def images(
         (each epoch still differs from the last); None draws fresh randomness.
       cache: None; ``"memory"``; or a folder for a cache file. Only decoded,
         resized, deterministic images are cached (see the module docstring);
-        the file name follows the data and every option that changes it.
+        the file name follows the data (the shards' sha256, size and mtime) and
+        every option that changes it. A second pipeline of this process built
+        while the first may still be writing that file reads without it.
       augment: ``"default"`` (flip and colour jitter on the batch, plus the
         random-resized crop when cached), None, or a callable
         ``(images float32 [B,H,W,C], seed [2]) -> images`` applied per batch.
@@ -139,7 +163,8 @@ def images(
       num_parallel_reads: files read at once (interleave cycle); None: up to 16.
       read_buffer_bytes: read buffer per file (larger helps on gs://).
       ignore_errors: skip records that fail to read or decode, logging each,
-        instead of stopping.
+        instead of stopping; a shard whose size differs from the manifest's is
+        then only logged. A missing shard is still an error up front.
       service: ``"grpc://HOST:PORT"`` of a tf.data service dispatcher (``tfshard
         service dispatcher``): reading, decoding, cropping, shuffling and
         batching run on its workers; augmentation stays here. Each epoch's
@@ -159,7 +184,10 @@ def images(
       A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly.
 
     Raises:
-      ValueError: bad arguments, a split that does not exist, or ``cache`` with ``service``.
+      FileNotFoundError: a shard of this pipeline is missing.
+      ValueError: bad arguments, a split that does not exist, ``cache`` with ``service``, a shard that is not a
+        regular file or not the manifest's size (only logged with ``ignore_errors``), or too few records for one
+        batch with ``drop_remainder``.
 
     Example:
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
@@ -192,15 +220,23 @@ def images(
     worker_seed = seed if remote is None else None
 
     dataset = files_lib.info(path)
-    paths = files_lib.shard_files(dataset, split, input_context=input_context if remote is None else None)
+    # With a service the workers share out the whole split, so every shard is this pipeline's.
+    chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context if remote is None else None)
+    if drop_remainder:
+        infos = files_lib.split_info(dataset, split).shards
+        fed = 1 if input_context is None else max(1, input_context.num_replicas_in_sync
+                                                  // input_context.num_input_pipelines)
+        _check_not_empty(dataset, split, sum(infos[i].records for i in chosen), batch_size, fed)
+    shards = files_lib.check_shards(dataset, split, chosen, warn_on_size=ignore_errors)
     records = files_lib.interleave_records(
-        paths,
+        [s.path for s in shards],
         compression=dataset.manifest.compression,
         shuffle_files=training,
         seed=worker_seed,
         cycle_length=num_parallel_reads,
         read_buffer_bytes=read_buffer_bytes,
         deterministic=deterministic,
+        ignore_errors=ignore_errors,
     )
     crop_after_cache = None
     if training and cache is None:
@@ -230,9 +266,8 @@ def images(
     if cache == "memory":
         ds = ds.cache()
     elif cache is not None:
-        prefix = cache_lib.cache_prefix(cache, _cache_identity(dataset, split, paths, stage))
-        if cache_lib.claim(prefix):
-            ds = ds.cache(prefix)
+        identity = _cache_identity(dataset, split, shards, stage, ignore_errors)
+        ds = cache_lib.cache_to_file(ds, cache_lib.cache_prefix(cache, identity))
     if training:
         ds = ds.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)

@@ -51,8 +51,10 @@ class _Layout:
     """What to gather and how to shape it: inputs (one name → tensors, several → dicts) and targets."""
 
     def __init__(self, names: list[str], single: bool, targets: Targets, available: Sequence[str], where: str):
-        if isinstance(targets, bool) or not (targets is None or isinstance(targets, (str, int))):
+        if isinstance(targets, bool) or not (targets is None or isinstance(targets, (str, int, np.integer))):
             raise TypeError(f"{where}: targets must be None, 'same', a feature name or a horizon (got {targets!r})")
+        if isinstance(targets, np.integer):  # a horizon from numpy arithmetic, as length and shift may be
+            targets = int(targets)
         if isinstance(targets, int) and targets < 1:
             raise ValueError(f"{where}: a forecast horizon must be at least 1 step (got targets={targets!r})")
         if isinstance(targets, str) and targets != "same" and targets not in available:
@@ -85,6 +87,22 @@ def _check_common(length: int, shift: int, batch_size: int, where: str) -> None:
     for name, value in (("length", length), ("shift", shift), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{where}: {name} must be a positive integer (got {name}={value!r})")
+
+
+def _check_not_empty(where: str, windows: int, scope: str, need: int, what: str) -> None:
+    """With drop_remainder, a share of fewer windows than one step takes from it would make an epoch of nothing.
+
+    ``need``: the windows one step takes from this share; ``what`` says which batch that is, e.g. "batch_size=64".
+    """
+    if windows < need:
+        raise ValueError(
+            f"{where} has {windows} windows {scope}, fewer than {what} with drop_remainder=True, so an epoch would "
+            "yield no batch; pass a smaller batch_size or drop_remainder=False"
+        )
+
+
+def _per_replica(batch: int, batch_size: int, replicas: int) -> str:
+    return f"the per-replica batch of {batch} (batch_size={batch_size} over {replicas} replicas)"
 
 
 def _index_batches(
@@ -186,6 +204,9 @@ def _resident(
     if strategy is None and tf.distribute.has_strategy():
         strategy = tf.distribute.get_strategy()
     if strategy is None:
+        if drop_remainder:
+            _check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon),
+                             "for this pipeline", batch_size, f"batch_size={batch_size}")
         arrays, lengths = source.load(None)
         (resident,) = _variables_on(arrays, [device or default_device()])
         starts = window_starts(lengths, length, shift, layout.horizon)
@@ -199,6 +220,10 @@ def _resident(
             f"replicas; pass a multiple of {replicas}"
         )
     if isinstance(strategy, tf.distribute.MirroredStrategy):  # one worker: every replica holds every episode
+        if drop_remainder:
+            total = window_count(source.lengths, length, shift, layout.horizon)
+            _check_not_empty(source.where, total // replicas, f"per replica ({total} over {replicas} replicas)",
+                             batch_size // replicas, _per_replica(batch_size // replicas, batch_size, replicas))
         arrays, lengths = source.load(None)
         per_device = _variables_on(arrays, strategy.extended.worker_devices)
         starts = window_starts(lengths, length, shift, layout.horizon)
@@ -227,11 +252,16 @@ def _resident(
         # replica on that replica's device, and every worker runs the same number of steps (the smallest share).
         worker, workers = context.input_pipeline_id, context.num_input_pipelines
         shards = source.worker_shards(worker, workers)
-        arrays, lengths = source.load(shards)
-        starts = window_starts(lengths, length, shift, layout.horizon)
         equal = min(window_count(source.lengths_in(source.worker_shards(w, workers)), length, shift, layout.horizon)
                     for w in range(workers))
         devices = strategy.extended.worker_devices
+        if drop_remainder:
+            _check_not_empty(source.where, equal // len(devices),
+                             f"per replica ({equal} per worker, the smallest worker's share, over {len(devices)} "
+                             "local replicas)", batch_size // replicas,
+                             _per_replica(batch_size // replicas, batch_size, replicas))
+        arrays, lengths = source.load(shards)
+        starts = window_starts(lengths, length, shift, layout.horizon)
         per_device = _variables_on(arrays, devices)
         placed.extend(per_device)
         datasets = [
@@ -284,6 +314,7 @@ def resident_windows(
     """
     where = "resident_windows"
     _check_common(length, shift, batch_size, where)
+    length, shift, batch_size = int(length), int(shift), int(batch_size)  # numpy ints would mix dtypes in the graph
     if not episodes:
         raise ValueError(f"{where}: episodes must hold at least one feature (got an empty mapping)")
     names = list(episodes) if features is None else [features] if isinstance(features, str) else list(features)
@@ -308,14 +339,26 @@ def resident_windows(
                      seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)
 
 
-def _streamed(path, split, layout, schema, *, length, shift, batch_size, shuffle, seed, drop_remainder,
-              shuffle_buffer, input_context, read_buffer_bytes, remote=None):
+def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuffle, seed, drop_remainder,
+              shuffle_buffer, input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1):
+    """``batch_size``: this pipeline's batch (per replica under a strategy of ``replicas`` over ``pipelines``)."""
+    path = dataset.path
     span = length + layout.horizon
     gathered_schema = {n: schema[n] for n in layout.gathered}
     if remote is not None:
         # The service splits the epoch (not input_context), and each epoch is a new job built from this graph:
         # a fixed seed on the workers would replay one order every epoch, so they draw fresh randomness.
         seed, input_context = None, None
+    if drop_remainder:
+        mine = set(files_lib.pipeline_shards(dataset, split, input_context=input_context))
+        lengths = [e["length"] for e in files_lib.split_info(dataset, split).episodes or [] if e["shard"] in mine]
+        # Under a strategy one pipeline feeds several replicas; a step takes a batch for each or none at all.
+        fed = max(1, replicas // pipelines)
+        what = f"batch_size={batch_size}" if replicas == 1 else (
+            f"the {batch_size * fed} a step takes from it (a batch of {batch_size} for each of the {fed} replicas it "
+            f"feeds; batch_size={batch_size * replicas} over {replicas} replicas)")
+        _check_not_empty(f"{path}: split {split!r}", window_count(lengths, length, shift, layout.horizon),
+                         "for this pipeline", batch_size * fed, what)
     episodes = read_episodes(
         path, split, features=list(gathered_schema), shuffle_files=shuffle, seed=seed, input_context=input_context,
         read_buffer_bytes=read_buffer_bytes,
@@ -403,7 +446,10 @@ def windows(
       ``{feature: tf.Variable}`` per device (``.device`` says where each lives).
 
     Raises:
-      ValueError: bad arguments, a split or feature that does not exist, or not an episode dataset.
+      FileNotFoundError: a shard this pipeline reads is missing.
+      ValueError: bad arguments, a split or feature that does not exist, not an episode dataset, fewer windows
+        than one batch with ``drop_remainder``, a shard that is not a regular file or not the manifest's size, or
+        (resident) a chunk record that disagrees with the manifest.
 
     Example:
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")
@@ -411,6 +457,7 @@ def windows(
     """
     where = f"{path}"
     _check_common(length, shift, batch_size, where)
+    length, shift, batch_size = int(length), int(shift), int(batch_size)  # numpy ints would mix dtypes in the graph
     if resident and input_context is not None:
         raise ValueError(f"{where}: input_context is for resident=False; resident mode shards by replica (strategy=)")
     if resident and service is not None:
@@ -429,21 +476,22 @@ def windows(
     if window_count(lengths, length, shift, layout.horizon) == 0:
         raise ValueError(
             f"{where}: split {split!r} has no episode of at least {length + layout.horizon} steps (longest "
-            f"{max(lengths, default=0)}); pass a shorter length"
+            f"{max(lengths, default=0)}); pass a shorter length{' or horizon' if layout.horizon else ''}"
         )
     if not resident:
         if strategy is not None:
             return strategy.distribute_datasets_from_function(
                 lambda ctx: _streamed(
-                    path, split, layout, schema, length=length, shift=shift,
+                    dataset, split, layout, schema, length=length, shift=shift,
                     batch_size=ctx.get_per_replica_batch_size(batch_size), shuffle=shuffle, seed=seed,
                     drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer, input_context=ctx,
                     read_buffer_bytes=read_buffer_bytes,
                     remote=service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                                        input_context=ctx),
+                    replicas=ctx.num_replicas_in_sync, pipelines=ctx.num_input_pipelines,
                 )
             )
-        return _streamed(path, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
+        return _streamed(dataset, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
                          shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
                          input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote)
     split_episodes = files_lib.split_info(dataset, split).episodes

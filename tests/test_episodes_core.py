@@ -16,7 +16,7 @@ from ingest.scan import Rejection
 
 
 def _headers(root):
-    files, _, _ = scan_episode_files(str(root))
+    files, _, _, _ = scan_episode_files(str(root))
     return [read_episode_header(f) for split in files.values() for f in split]
 
 
@@ -91,7 +91,8 @@ def test_scan_recurses_sorted_with_splits(tmp_path):
         np.save(tmp_path / split / "deep" / "b.npy", np.zeros((3, 1)))
         np.save(tmp_path / split / "a.npy", np.zeros((3, 1)))
     (tmp_path / "train" / "notes.txt").write_text("x")
-    files, hidden, other = scan_episode_files(str(tmp_path))
+    files, rejected, hidden, other = scan_episode_files(str(tmp_path))
+    assert rejected == []
     assert {s: [f.relpath for f in fs] for s, fs in files.items()} == {
         "train": ["train/a.npy", "train/deep/b.npy"], "val": ["val/a.npy", "val/deep/b.npy"]}
     assert other == 1

@@ -3,8 +3,9 @@
 The process tests run real readers in child processes (``sys.executable -c``)
 and SIGKILL, ``os._exit`` or pause them mid-epoch, at the point where the
 cache's lockfile and partial data exist; the rest forge an owner file or
-interrupt an epoch in-process. "Reads the cache" is proved by deleting the
-shard files first: only a complete cache can still yield every record.
+interrupt an epoch in-process. "Reads the cache" is proved by zeroing the
+shards' bytes in place first (``_scramble_shards``): only a complete cache can
+still yield every record.
 """
 
 from __future__ import annotations
@@ -156,9 +157,24 @@ def _assert_complete(cache: str, prefix: str) -> None:
 
 
 def _remove_shards(out: str) -> None:
-    """Leaves dataset.json only: from now on a pipeline yields records only if it reads a complete cache."""
+    """Leaves dataset.json only: from now on an already built pipeline yields records only from a complete cache."""
     for shard in readers.info(out).shard_paths("train"):
         tf.io.gfile.remove(shard)
+
+
+def _scramble_shards(out: str) -> None:
+    """Zeroes every shard's bytes in place and puts its mtime back: a new pipeline then yields records only if it
+    reads a complete cache (reading the zeros fails at the first record).
+
+    A new pipeline refuses missing shards, and the cache key follows each shard's size and mtime at build time and
+    its sha256 in the manifest, not a re-hash of its bytes (that would read every shard at every build), so this
+    is the one change to the shards that still finds the same cache.
+    """
+    for shard in readers.info(out).shard_paths("train"):
+        st = os.stat(shard)
+        with open(shard, "r+b") as f:
+            f.write(b"\0" * st.st_size)
+        os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def _write_owner(prefix: str, owner: dict | str) -> None:
@@ -210,7 +226,7 @@ def test_cache_left_by_a_killed_writer_is_recovered_and_completed(dataset, tmp_p
     _assert_complete(cache, prefix)
     assert any("_0.lockfile" in r.getMessage() for r in caplog.records if r.name == "readers.cache")
 
-    _remove_shards(out)
+    _scramble_shards(out)
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
 
 
@@ -227,7 +243,7 @@ def test_cache_left_by_a_writer_that_exited_without_cleanup_is_recovered(dataset
 
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
     _assert_complete(cache, prefix)
-    _remove_shards(out)
+    _scramble_shards(out)
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
 
 
@@ -313,7 +329,7 @@ def test_second_process_reads_without_the_cache_a_live_process_is_writing(datase
     assert f"done {json.dumps(ALL)}" in _output(writer)
     _assert_complete(cache, prefix)
 
-    _remove_shards(out)
+    _scramble_shards(out)
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
 
 
@@ -372,7 +388,9 @@ def test_unfinished_epoch_leaves_no_cache_and_the_next_epoch_is_whole(dataset, t
     assert not _cache_files(cache, "tfshard-*_*")  # TensorFlow discarded the partial data and its lock
     assert sorted(_labels(ds)) == ALL
     _assert_complete(cache, _only_prefix(cache))
-    _remove_shards(out)
+    _scramble_shards(out)
+    with pytest.raises(tf.errors.DataLossError):  # the shards are unreadable now: records can only come from the cache
+        _labels(readers.images(out, **kwargs))
     assert sorted(_labels(readers.images(out, cache=cache, **kwargs))) == ALL
 
 
@@ -417,3 +435,106 @@ def test_ram_filesystem_stale_lock_is_cleared(dataset, ram_bucket):
     prefix = _forge_partial(data, cache, {"host": socket.gethostname(), "pid": os.getpid(), "start": "0"})
     assert sorted(_labels(readers.images(data, cache=cache, **TRAIN))) == ALL
     _assert_complete(cache, prefix)
+
+
+# ---------------------------------------------------------------- the cache follows the shards' content (issue 9)
+
+
+def _set_fingerprint(out: str, fingerprint: str) -> None:
+    path = os.path.join(out, "dataset.json")
+    manifest = json.loads(_read(path))
+    manifest["fingerprint"] = fingerprint
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+def test_dataset_rewritten_from_other_pixels_under_the_same_fingerprint_gets_a_new_cache(dataset, tmp_path):
+    """Attack 4: the fingerprint covers the sources' names, sizes and times, which can stay the same while the
+    pixels change (an object store keeps no ctime; a copy keeps the times). Here the rewritten dataset's manifest is
+    given back the old fingerprint to stand for that: the cache must still follow the shards."""
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    old = _by_label(readers.images(out, cache=cache, **EVAL))
+    fingerprint = readers.info(out).manifest.fingerprint
+
+    other = str(tmp_path / "other")
+    make_tree(other, classes=CLASSES, per_class=1, size=(40, 32), seed=100)  # same names, other pixels
+    convert_images(other, out, ConvertOptions(num_shards=4), workers=0, progress=False, overwrite=True)
+    _set_fingerprint(out, fingerprint)
+
+    fresh = _by_label(readers.images(out, **EVAL))
+    assert not np.array_equal(fresh[0], old[0])  # the pixels did change
+    cached = _by_label(readers.images(out, cache=cache, **EVAL))
+    for label in ALL:
+        np.testing.assert_array_equal(cached[label], fresh[label], err_msg=f"label {label}")
+    assert len(_cache_files(cache, "tfshard-*.index")) == 2
+
+
+def test_shard_repaired_byte_identically_after_a_cached_read_with_ignore_errors_gets_a_new_cache(dataset, tmp_path):
+    """Attack 5: a cache filled with ignore_errors while a shard was corrupt must not outlive the repair, even though
+    ``--overwrite`` writes byte-identical shards (same manifest, same sha256)."""
+    src, out = dataset
+    cache = str(tmp_path / "cache")
+    manifest = readers.info(out).manifest
+    shard = readers.info(out).shard_paths("train")[1]
+    with open(shard, "r+b") as f:  # one flipped byte inside the first record: its CRC fails, the size stays
+        f.seek(40)
+        byte = f.read(1)
+        f.seek(40)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    damaged = _labels(readers.images(out, cache=cache, ignore_errors=True, **EVAL))
+    assert len(damaged) < NUM_CLASSES and _cache_files(cache, "tfshard-*.index")
+
+    convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False, overwrite=True)
+    assert readers.info(out).manifest == manifest  # the repair changed nothing the manifest records
+
+    assert sorted(_labels(readers.images(out, ignore_errors=True, **EVAL))) == ALL
+    assert sorted(_labels(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
+
+
+def test_ignore_errors_gets_a_cache_of_its_own(dataset, tmp_path):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    assert sorted(_labels(readers.images(out, cache=cache, **EVAL))) == ALL
+    assert sorted(_labels(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
+    assert len(_cache_files(cache, "tfshard-*.index")) == 2
+
+
+# ---------------------------------------------------------------- two pipelines of one process (issue 9)
+
+
+@pytest.mark.parametrize("kwargs", [EVAL, TRAIN], ids=["eval", "train"])
+def test_two_pipelines_of_one_process_on_one_cache_iterated_together_both_read_everything(
+    dataset, tmp_path, caplog, kwargs
+):
+    """Attack 17: the second pipeline reads without the cache (TensorFlow's lockfile would refuse a second writer)."""
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    caplog.set_level(logging.WARNING, logger="readers.cache")
+    first = readers.images(out, cache=cache, **kwargs)
+    second = readers.images(out, cache=cache, **kwargs)
+    got_first, got_second = [], []
+    for (_, a), (_, b) in zip(first, second):  # lockstep: both iterators are open at once
+        got_first += a.numpy().tolist()
+        got_second += b.numpy().tolist()
+    assert sorted(got_first) == sorted(got_second) == ALL
+    warnings = [r.getMessage() for r in caplog.records if r.name == "readers.cache" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "another pipeline of this process" in warnings[0]
+    _assert_complete(cache, _only_prefix(cache))
+    _scramble_shards(out)
+    assert sorted(_labels(readers.images(out, cache=cache, **kwargs))) == ALL  # the first one's cache is whole
+
+
+def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_the_process(dataset, tmp_path, caplog):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 2  # bounds read-ahead, so take(2) really stops the cache early
+    dropped = readers.images(out, cache=cache, **EVAL).with_options(options)
+    assert len(_labels(dropped.take(2))) == 2
+    del dropped
+
+    caplog.set_level(logging.WARNING, logger="readers.cache")
+    assert sorted(_labels(readers.images(out, cache=cache, **EVAL))) == ALL
+    assert not [r for r in caplog.records if r.name == "readers.cache"]
+    _assert_complete(cache, _only_prefix(cache))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
@@ -164,22 +165,35 @@ def test_works_under_a_distribution_strategy(dataset):
     assert sum(int(tf.size(labels)) for _, labels in dist) == NUM_CLASSES // 4 * 4
 
 
-def _write_undecodable_record(out: str) -> None:
-    """Appends a shard whose one record carries JPEG bytes that do not decode (valid TFRecord CRCs)."""
+def _rewrite_shard(out: str, index: int, records: list[bytes]) -> None:
+    """Rewrites train shard ``index`` with ``records`` and records its new count, size and sha256 in the manifest."""
+    import hashlib
     import json
 
+    manifest_path = os.path.join(out, "dataset.json")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    shard = manifest["splits"]["train"]["shards"][index]
+    path = os.path.join(out, shard["file"])
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in records:
+            writer.write(record)
+    with open(path, "rb") as f:
+        data = f.read()
+    shard.update(records=len(records), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f)
+
+
+def _write_undecodable_record(out: str) -> None:
+    """Appends to the last shard a record carrying JPEG bytes that do not decode (valid TFRecord CRCs)."""
     example = tf.train.Example(features=tf.train.Features(feature={
         "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\xff\xd8\xff" + b"\0" * 50])),
         "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
     }))
-    name = "train-00004-of-00005.tfrecord"
-    with tf.io.TFRecordWriter(os.path.join(out, name)) as writer:
-        writer.write(example.SerializeToString())
-    manifest_path = os.path.join(out, "dataset.json")
-    manifest = json.loads(open(manifest_path).read())
-    manifest["splits"]["train"]["shards"].append({"file": name, "records": 1, "bytes": 0, "sha256": "", "index_file": None,
-                                                  "index_sha256": None})
-    open(manifest_path, "w").write(json.dumps(manifest))
+    last = readers.info(out).shard_paths("train")[-1]
+    records = [r.numpy() for r in tf.data.TFRecordDataset(last)] + [example.SerializeToString()]
+    _rewrite_shard(out, 3, records)
 
 
 def test_ignore_errors_skips_an_undecodable_record_and_keeps_the_rest(dataset, tmp_path):
@@ -200,3 +214,121 @@ def test_public_names_stay_functions_after_their_modules_load():
 
     assert callable(readers.images) and readers.images is readers.images
     assert callable(ingest.verify) and ingest.verify is ingest.verify
+
+
+# --- shards checked before reading (issue 9) ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def copy(dataset, tmp_path):
+    """A copy of the dataset to damage: (out, its shard paths)."""
+    import shutil
+
+    out = str(tmp_path / "copy")
+    shutil.copytree(dataset, out)
+    return out, readers.info(out).shard_paths("train")
+
+
+@pytest.mark.parametrize("ignore_errors", [False, True])
+def test_missing_shard_is_an_error_before_reading_even_with_ignore_errors(copy, ignore_errors):
+    """Attack 11: with ignore_errors a deleted shard made the reader retry its open forever at 100% CPU."""
+    out, shards = copy
+    os.remove(shards[2])
+    with pytest.raises(FileNotFoundError, match=re.escape(shards[2]) + r": shard of split 'train' is missing.*"
+                                                 + re.escape(f"run `tfshard verify {out}`, then rerun the conversion")):
+        readers.images(out, batch_size=1, image_size=(8, 8), ignore_errors=ignore_errors)
+
+
+@pytest.mark.parametrize("ignore_errors", [False, True])
+@pytest.mark.parametrize("kind, shown", [("fifo", "a FIFO"), ("dev-zero", "a character device"),
+                                         ("folder", "a folder")])
+def test_shard_that_is_not_a_regular_file_is_refused(copy, kind, shown, ignore_errors):
+    """A FIFO would block the reader, /dev/zero would never end."""
+    out, shards = copy
+    os.remove(shards[1])
+    if kind == "fifo":
+        os.mkfifo(shards[1])
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", shards[1])
+    else:
+        os.mkdir(shards[1])
+    with pytest.raises(ValueError, match=re.escape(shards[1]) + f": {shown}, not a regular file.*tfshard verify"):
+        readers.images(out, batch_size=1, image_size=(8, 8), ignore_errors=ignore_errors)
+
+
+def test_shard_of_another_size_is_refused_and_with_ignore_errors_logged(copy, caplog):
+    out, shards = copy
+    size = os.path.getsize(shards[0])
+    with open(shards[0], "ab") as f:
+        f.write(b"\0" * 5)
+    message = re.escape(f"{shards[0]}: shard of split 'train' is not the size the manifest says "
+                        f"(got {size + 5} bytes, manifest says {size}); run `tfshard verify {out}`")
+    with pytest.raises(ValueError, match=message):
+        readers.images(out, batch_size=1, image_size=(8, 8))
+
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="readers.files")
+    kept = _labels(readers.images(out, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
+    assert sorted(kept) == list(range(NUM_CLASSES))  # the records before the extra bytes are all there
+    assert any(re.search(message, r.getMessage()) for r in caplog.records)
+
+
+_READ_AFTER_REMOVING = r"""
+import json, os, sys
+import readers
+
+out, gone = sys.argv[1], sys.argv[2]
+ds = readers.images(out, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True)
+os.remove(gone)
+print(json.dumps(sorted(int(v) for _, labels in ds for v in labels.numpy())), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_shard_gone_after_the_pipeline_was_built_is_skipped_with_ignore_errors(copy):
+    """Run in a child with a timeout: before the fix the iteration never ended."""
+    import json
+    import subprocess
+    import sys
+
+    out, shards = copy
+    lost = {int(tf.io.parse_single_example(r, {"image/class/label": tf.io.FixedLenFeature([], tf.int64)})
+                ["image/class/label"]) for r in tf.data.TFRecordDataset(shards[2])}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        child = subprocess.run([sys.executable, "-c", _READ_AFTER_REMOVING, out, shards[2]], cwd=repo,
+                               env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}, capture_output=True, text=True,
+                               timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a shard removed after the pipeline was built made ignore_errors spin forever")
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert json.loads(child.stdout.splitlines()[-1]) == sorted(set(range(NUM_CLASSES)) - lost)
+    assert f"{shards[2]}: shard is gone" in child.stderr  # ignore_errors logged it
+
+
+# --- an epoch of no batch is refused up front (issue 9) -------------------------------------------------------------
+
+
+def test_fewer_records_than_one_batch_with_drop_remainder_is_an_error_up_front(dataset):
+    """Attack 18: training drops the remainder, so 24 records in batches of 64 made an epoch of nothing."""
+    with pytest.raises(ValueError, match=re.escape(
+            f"{dataset}: split 'train' has 24 records for this pipeline, fewer than batch_size=64 with "
+            "drop_remainder=True, so an epoch would yield no batch; "
+            "pass a smaller batch_size or drop_remainder=False")):
+        readers.images(dataset, batch_size=64)
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
+    with pytest.raises(ValueError, match=r"has 12 records for this pipeline, fewer than batch_size=13"):
+        readers.images(dataset, batch_size=13, input_context=context)
+    assert _labels(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))
+    assert sorted(_labels(readers.images(dataset, batch_size=64, image_size=(8, 8), drop_remainder=False))) == list(
+        range(NUM_CLASSES))
+    assert len(_labels(readers.images(dataset, batch_size=64, image_size=(8, 8), training=False))) == NUM_CLASSES
+
+
+def test_one_pipeline_feeding_two_replicas_needs_a_batch_for_each(dataset):
+    context = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=2)
+    with pytest.raises(ValueError, match=r"has 24 records for this pipeline, fewer than the 26 a step takes from it "
+                                         r"\(batch_size=13 for each of the 2 replicas it feeds\)"):
+        readers.images(dataset, batch_size=13, input_context=context)
+    assert len(_labels(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))) == 24

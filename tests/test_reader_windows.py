@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
+import os
+import re
 import types
 
 import numpy as np
@@ -82,9 +86,14 @@ def test_unshuffled_windows_equal_the_reference_in_order(plain, length, shift, d
     expected, _ = reference(plain.episodes["obs"], length, shift)
     count = sum((t - length) // shift + 1 for t in LENGTHS if t >= length)
     assert len(expected) == count == readers.info(plain.out).num_windows("train", length, shift)
+    options = dict(length=length, shift=shift, batch_size=batch_size, features="obs", shuffle=False,
+                   drop_remainder=drop_remainder)
+    if drop_remainder and count < batch_size:  # an epoch of no batch is refused up front (attack 18)
+        with pytest.raises(ValueError, match=rf"has {count} windows for this pipeline, fewer than batch_size=7"):
+            readers.windows(plain.out, **options)
+        return
 
-    ds = readers.windows(plain.out, length=length, shift=shift, batch_size=batch_size, features="obs",
-                         shuffle=False, drop_remainder=drop_remainder)
+    ds = readers.windows(plain.out, **options)
 
     got, sizes = stacked(ds)
     kept = count // batch_size * batch_size if drop_remainder else count
@@ -274,11 +283,31 @@ def test_bad_targets_are_refused(plain):
         readers.windows(plain.out, length=3, batch_size=2, targets=0)
     with pytest.raises(TypeError, match=r"targets must be None, 'same', a feature name or a horizon \(got True\)"):
         readers.windows(plain.out, length=3, batch_size=2, targets=True)
+    with pytest.raises(TypeError, match=r"targets must be None, 'same', a feature name or a horizon \(got "):
+        readers.windows(plain.out, length=3, batch_size=2, targets=np.bool_(True))
+    with pytest.raises(ValueError, match=r"horizon must be at least 1 step \(got targets=0\)"):
+        readers.windows(plain.out, length=3, batch_size=2, targets=np.int32(0))
 
 
-@pytest.mark.parametrize("length, targets", [(51, None), (48, 3), (1000, None)])
+@pytest.mark.parametrize("resident", [True, False])
+def test_a_numpy_integer_horizon_is_taken_like_an_int(plain, resident):
+    """Attack 19: length=np.int64(2) was accepted but targets=np.int64(2) refused."""
+    options = {"length": np.int64(4), "shift": 3, "batch_size": 4, "features": "obs", "shuffle": False,
+               "drop_remainder": False, "resident": resident}
+    with_numpy = list(readers.windows(plain.out, targets=np.int64(2), **options))
+    with_int = list(readers.windows(plain.out, targets=2, **options))
+    assert len(with_numpy) == len(with_int) > 1
+    for (x1, y1), (x2, y2) in zip(with_numpy, with_int):
+        assert y1.shape[1] == 2
+        np.testing.assert_array_equal(x1.numpy(), x2.numpy())
+        np.testing.assert_array_equal(y1.numpy(), y2.numpy())
+
+
+@pytest.mark.parametrize("length, targets", [(51, None), (48, 3), (48, np.int64(3)), (1000, None)])
 def test_window_longer_than_every_episode_is_an_error(plain, length, targets):
-    with pytest.raises(ValueError, match=rf"no episode of at least {length + (targets or 0)} steps \(longest 50\)"):
+    fix = "pass a shorter length" + (" or horizon" if targets else "")  # the horizon only when there is one
+    with pytest.raises(ValueError, match=rf"no episode of at least {length + (targets or 0)} steps \(longest 50\); "
+                                         rf"{fix}$"):
         readers.windows(plain.out, length=length, batch_size=2, targets=targets)
 
 
@@ -330,3 +359,169 @@ def test_counts_agree_with_dataset_info_for_many_sizes(plain):
                              drop_remainder=False)
         count = info.num_windows("train", length, shift)
         assert int(ds.cardinality()) == count == len(reference(plain.episodes["act"], length, shift)[0])
+
+
+# --- shards and records checked against the manifest (issue 9) ----------------------------------------------------
+
+
+def _copy(data, tmp_path) -> str:
+    import shutil
+
+    out = str(tmp_path / "copy")
+    shutil.copytree(data.out, out)
+    return out
+
+
+def _load_manifest(out: str) -> dict:
+    with open(os.path.join(out, "dataset.json")) as f:
+        return json.load(f)
+
+
+def _save_manifest(out: str, manifest: dict) -> None:
+    with open(os.path.join(out, "dataset.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def _shard_examples(out: str, index: int) -> list:
+    compression = "GZIP" if _load_manifest(out)["compression"] == "gzip" else ""
+    path = readers.info(out).shard_paths("train")[index]
+    return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path, compression_type=compression)]
+
+
+def _rewrite_shard(out: str, index: int, examples: list) -> None:
+    """Writes train shard ``index`` anew and records its count, size and sha256, so only its records disagree."""
+    manifest = _load_manifest(out)
+    shard = manifest["splits"]["train"]["shards"][index]
+    path = os.path.join(out, shard["file"])
+    options = tf.io.TFRecordOptions(compression_type="GZIP" if manifest["compression"] == "gzip" else "")
+    with tf.io.TFRecordWriter(path, options) as writer:
+        for example in examples:
+            writer.write(example.SerializeToString())
+    with open(path, "rb") as f:
+        data = f.read()
+    shard.update(records=len(examples), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    _save_manifest(out, manifest)
+
+
+def _set(example, key: str, value: int):
+    example = tf.train.Example.FromString(example.SerializeToString())
+    example.features.feature[key].int64_list.value[:] = [value]
+    return example
+
+
+def _get(example, key: str) -> int:
+    return example.features.feature[key].int64_list.value[0]
+
+
+def test_swapped_episode_lengths_in_the_manifest_are_caught_by_every_reader(chunked, tmp_path):
+    """Attack 6: resident windows crossed episodes or read unfilled memory; streamed ones now fail on the episode."""
+    out = _copy(chunked, tmp_path)
+    manifest = _load_manifest(out)
+    episodes = manifest["splits"]["train"]["episodes"]
+    first, second = episodes[0], episodes[1]
+    assert first["length"] != second["length"]
+    first["length"], second["length"] = second["length"], first["length"]
+    _save_manifest(out, manifest)
+    fix = re.escape(f"run `tfshard verify {out}`; rewrite the dataset with --overwrite")
+
+    with pytest.raises(ValueError, match=re.escape(f"{out}: split 'train': episode {first['id']} ({first['source']}): "
+                                                   f"its records say {second['length']} steps, the manifest says "
+                                                   f"{first['length']}") + ".*" + fix):
+        readers.windows(out, length=2, batch_size=2)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"steps in its records, the manifest says"):
+        list(readers.windows(out, length=2, batch_size=2, resident=False, shuffle=False))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"steps in its records, the manifest says"):
+        list(readers.episodes(out))
+
+
+# Edits of a shard's records around ``i``, the first chunk of an episode of at least 3 chunks of 4 steps.
+def _duplicate(examples, i):
+    return examples[: i + 1] + examples[i:]
+
+
+def _drop_second(examples, i):
+    return examples[: i + 1] + examples[i + 2 :]
+
+
+def _other_id(examples, i):
+    return examples[:i] + [_set(examples[i], "episode/id", 999)] + examples[i + 1 :]
+
+
+def _other_length(examples, i):
+    longer = _set(examples[i], "episode/length", _get(examples[i], "episode/length") + 1)
+    return examples[:i] + [longer] + examples[i + 1 :]
+
+
+def _past_the_end(examples, i):
+    second = _set(examples[i + 1], "episode/start", _get(examples[i + 1], "episode/length") - 1)
+    return examples[: i + 1] + [second] + examples[i + 2 :]
+
+
+def _fewer_steps(examples, i):
+    fewer = _set(examples[i], "episode/steps", _get(examples[i], "episode/steps") - 1)
+    return examples[:i] + [fewer] + examples[i + 1 :]
+
+
+def _overlapping(examples, i):
+    return examples[: i + 1] + [_set(examples[i + 1], "episode/start", 0)] + examples[i + 2 :]
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (_duplicate, r"chunk 0 appears twice"),
+    (_drop_second, r"steps 4\.\.8 are covered by no chunk"),
+    (_other_id, r"999 \(runs/ep\d+\.npz\): not an episode the manifest lists for shards \[0, 1, 2\] "
+                r"\(got episode/id=999\)"),
+    (_other_length, r"its records say \d+ steps, the manifest says \d+"),
+    (_past_the_end, r"chunk 1 lies outside the episode's \d+ steps \(got episode/start=\d+, episode/steps=4\)"),
+    (_fewer_steps, r"chunk 0 feature '\w+' holds \d+ bytes, not 3 steps"),
+    (_overlapping, r"steps 0\.\.4 overlap"),
+])
+def test_resident_windows_refuse_a_chunk_that_disagrees_with_the_manifest(chunked, tmp_path, edit, problem):
+    """Every row of the resident arrays must come from exactly one chunk the manifest accounts for."""
+    out = _copy(chunked, tmp_path)
+    examples = _shard_examples(out, 0)
+    i = next(i for i, e in enumerate(examples) if _get(e, "episode/chunk") == 0 and _get(e, "episode/chunks") >= 3)
+    _rewrite_shard(out, 0, edit(examples, i))
+    with pytest.raises(ValueError, match=re.escape(f"{out}: split 'train': episode ") + r".*" + problem
+                                         + r".*" + re.escape(f"run `tfshard verify {out}`")):
+        readers.windows(out, length=2, batch_size=2)
+
+
+@pytest.mark.parametrize("read", [
+    lambda out: readers.episodes(out),
+    lambda out: readers.windows(out, length=2, batch_size=2),
+    lambda out: readers.windows(out, length=2, batch_size=2, resident=False),
+], ids=["episodes", "resident", "streamed"])
+def test_missing_or_odd_shard_is_refused_before_reading(chunked, tmp_path, read):
+    out = _copy(chunked, tmp_path)
+    shards = readers.info(out).shard_paths("train")
+    os.remove(shards[1])
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{shards[1]}: shard of split 'train' is missing")):
+        read(out)
+    os.mkfifo(shards[1])
+    with pytest.raises(ValueError, match=re.escape(f"{shards[1]}: a FIFO, not a regular file")):
+        read(out)
+    os.remove(shards[1])
+    with open(shards[1], "wb") as f:
+        f.write(b"\0" * 10)
+    with pytest.raises(ValueError, match=re.escape(f"{shards[1]}: shard of split 'train' is not the size the manifest "
+                                                   "says (got 10 bytes")):
+        read(out)
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_fewer_windows_than_one_batch_with_drop_remainder_is_an_error_up_front(plain, resident):
+    """Attack 18: 2 windows of 49 steps in batches of 64 made an epoch of nothing."""
+    assert readers.info(plain.out).num_windows("train", 49) == 2
+    with pytest.raises(ValueError, match=re.escape(
+            f"{plain.out}: split 'train' has 2 windows for this pipeline, fewer than batch_size=64 with "
+            "drop_remainder=True, so an epoch would yield no batch; "
+            "pass a smaller batch_size or drop_remainder=False")):
+        readers.windows(plain.out, length=49, batch_size=64, resident=resident)
+    kept = list(readers.windows(plain.out, length=49, batch_size=64, resident=resident, drop_remainder=False))
+    assert [len(b["act"]) for b in kept] == [2]
+
+
+def test_resident_windows_from_memory_with_fewer_windows_than_a_batch(plain):
+    with pytest.raises(ValueError, match=r"resident_windows has 2 windows for this pipeline, fewer than batch_size=3"):
+        readers.resident_windows(plain.episodes, length=49, batch_size=3)

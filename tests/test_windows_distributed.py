@@ -198,6 +198,18 @@ def test_the_strategy_of_the_enclosing_scope_is_picked_up(strategies, data, api)
     assert {device[-5:] for _, device, _ in seen} == {"CPU:0", "CPU:1"}
 
 
+@pytest.mark.parametrize("api", ["windows", "resident_windows"])
+def test_fewer_windows_per_replica_than_a_per_replica_batch_is_an_error_up_front(strategies, data, api):
+    """Attack 18 under a strategy: 59 windows over 2 replicas are 29 each, one short of a per-replica batch of 30."""
+    assert len(reference(data.episodes["t"], 4, 2)) == 59
+    with pytest.raises(ValueError, match=r"has 29 windows per replica \(59 over 2 replicas\), fewer than the "
+                                         r"per-replica batch of 30 \(batch_size=60 over 2 replicas\) with "
+                                         r"drop_remainder=True, so an epoch would yield no batch"):
+        resident(strategies[2], data, api, batch_size=60)
+    windows, _ = one_epoch(strategies[2], resident(strategies[2], data, api, batch_size=58))
+    assert [len(w) for w in windows] == [29, 29]
+
+
 # --- training -----------------------------------------------------------------------------------------------------
 
 
@@ -325,6 +337,19 @@ def test_streamed_after_resident_on_the_same_strategy_still_reads_the_epoch(data
 
     total = len(reference(data.episodes["t"], 3, 2))
     assert total - 6 < sum(counts.values()) <= total
+
+
+def test_streamed_with_fewer_windows_than_one_step_takes_is_an_error_up_front(data):
+    total = len(reference(data.episodes["t"], 3, 2))
+    strategy = fresh(2)
+    # One input pipeline feeds both replicas: a step takes a per-replica batch for each, 2 * 32 > 63 windows.
+    assert total == 63
+    with pytest.raises(ValueError, match=r"split 'train' has 63 windows for this pipeline, fewer than the 64 a step "
+                                         r"takes from it \(a batch of 32 for each of the 2 replicas it feeds; "
+                                         r"batch_size=64 over 2 replicas\) with drop_remainder=True"):
+        streamed(strategy, data, batch_size=64, drop_remainder=True)
+    counts = window_counts(strategy, streamed(strategy, data, batch_size=60, drop_remainder=True))
+    assert sum(counts.values()) == 60  # one step: a batch of 30 for each replica
 
 
 def _steps_by_shard(data, steps_per_record=10) -> list[set]:

@@ -1,0 +1,1154 @@
+"""Issue 9, the regression table: each row is one attack on tfshard, its setup, the action, and what must hold.
+
+Every row builds its attack in ``tmp_path``, beside a ``victim`` folder, and checks, besides its own expectation,
+the one all rows share: no file outside OUT is deleted or changed (names and bytes; links and FIFOs by kind, never
+read). Rows that could hang, blow up memory or need a second process run the real CLI as a subprocess with a
+timeout and a 6 GiB address-space cap, so a regression fails instead of hanging the suite or the host; the others
+run the CLI in-process through the ``cli`` fixture, or call the library.
+
+The rows are grouped by the shape of their expectation:
+
+* ``REFUSALS``: the CLI exits 1 through its own error path (never an uncaught exception), with one stderr line
+  ``error: ...`` naming the offending path or manifest field, and no traceback;
+* ``LIBRARY_REFUSALS``: the library raises ValueError or OSError (``InputError`` subclasses ValueError) naming it,
+  never a bare KeyError/TypeError/MemoryError/RecursionError/UnicodeDecodeError;
+* ``SKIPS``: a conversion finishes; the bad input is in ``rejected`` with its reason, every good one is converted;
+* the scenarios after them: stale inputs and caches, two writers at once, kill -9 mid-``--overwrite``, a full disk.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+import zipfile
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import convert_episode_tree, image_features, make_tree
+from PIL import Image
+
+import readers
+from ingest import EpisodeOptions
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+MANIFEST = "dataset.json"
+STATE = ".tfshard-state"
+LOCK = ".tfshard-lock"
+EPISODE_LENGTHS = (3, 5, 8, 10)  # all different (row 6 swaps two); length 9 gives exactly 2 windows (row 18)
+MEMORY_CAP = 6 * 2**30  # a conversion reading /dev/zero into memory dies here, not in the host's OOM killer
+
+
+# --- the world every row lives in --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class World:
+    """``tmp_path`` with ``src/``, ``out/`` and a ``victim/`` folder no run may touch; ``cli`` runs in-process."""
+
+    root: str
+    cli: Callable
+    request: Any  # pytest's, for fixtures only some rows need
+
+    @property
+    def src(self) -> str:
+        return os.path.join(self.root, "src")
+
+    @property
+    def out(self) -> str:
+        return os.path.join(self.root, "out")
+
+    @property
+    def victim(self) -> str:
+        return os.path.join(self.root, "victim")
+
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.root, *parts)
+
+    def images(self, convert: bool = True) -> "World":
+        """``src``: 2 classes x 6 seeded 16x16 JPEGs; ``out``: its dataset in 3 shards (converted by the CLI)."""
+        make_tree(self.src)
+        if convert:
+            ok(self.cli("images", self.src, self.out, "--num-shards", "3", "--workers", "0", "--quiet"))
+        return self
+
+    def episodes(self) -> "World":
+        """``src``: one float32 [T, 2] .npy episode per ``EPISODE_LENGTHS``; ``out``: its dataset in 2 shards."""
+        good_episodes(self.src, lengths=EPISODE_LENGTHS, dtype=np.float32, width=2)
+        ok(self.cli("episodes", self.src, self.out, "--num-shards", "2", "--workers", "0", "--quiet"))
+        return self
+
+    def manifest(self) -> dict:
+        with open(os.path.join(self.out, MANIFEST), "rb") as f:
+            return json.loads(f.read())
+
+    def edit_manifest(self, edit: Callable[[dict], Any]) -> None:
+        raw = self.manifest()
+        edit(raw)
+        self.write_manifest(json.dumps(raw, indent=2).encode())
+
+    def write_manifest(self, data: bytes) -> None:
+        with open(os.path.join(self.out, MANIFEST), "wb") as f:
+            f.write(data)
+
+    def first_shard(self) -> str:
+        return self.manifest()["splits"]["train"]["shards"][0]["file"]
+
+
+@pytest.fixture
+def world(tmp_path, cli, request) -> World:
+    w = World(str(tmp_path), cli, request)
+    os.makedirs(w.victim)
+    with open(os.path.join(w.victim, "precious.txt"), "wb") as f:
+        f.write(b"a file of the user's, outside every dataset\n")
+    return w
+
+
+def ok(result) -> None:
+    assert result.exit_code == 0, (result.output, result.stderr, result.exception)
+
+
+# --- what the rows check ------------------------------------------------------------------------------------------
+
+
+def snapshot(root: str, skip: tuple[str, ...] = ("out",)) -> dict[str, Any]:
+    """Everything under ``root`` but the top-level entries in ``skip``: a file's bytes, a folder None, a symlink its
+    target and any other file its kind. Never follows a link nor opens a FIFO or device."""
+    found: dict[str, Any] = {}
+    for folder, dirs, files in os.walk(root):
+        rel_folder = os.path.relpath(folder, root)
+        if rel_folder == ".":
+            dirs[:] = [d for d in dirs if d not in skip]
+            files = [f for f in files if f not in skip]
+        for name in dirs + files:
+            path = os.path.join(folder, name)
+            rel = os.path.normpath(os.path.join(rel_folder, name))
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                found[rel] = ("symlink", os.readlink(path))
+            elif stat.S_ISDIR(st.st_mode):
+                found[rel] = None
+            elif stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    found[rel] = f.read()
+            else:
+                found[rel] = ("special", stat.S_IFMT(st.st_mode))
+    return found
+
+
+def assert_untouched(before: dict, after: dict) -> None:
+    assert sorted(after) == sorted(before), "files outside OUT were added or deleted"
+    for name, value in before.items():
+        assert after[name] == value, f"{name}: outside OUT, changed"
+
+
+@dataclasses.dataclass
+class Ran:
+    """A CLI run, in-process or as a subprocess."""
+
+    code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None = None  # in-process: what the runner caught (SystemExit for a handled error)
+    in_process: bool = True
+
+
+# Sets the cap, then execs the real command (same pid): no preexec_fn, which may deadlock in a threaded parent.
+_CAPPED = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[1]),) * 2); "
+           "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+
+
+def python(*args, cap: bool = True) -> list[str]:
+    """``python ARGS``, under ``MEMORY_CAP`` unless told."""
+    prefix = [sys.executable, "-c", _CAPPED, str(MEMORY_CAP)] if cap else [sys.executable]
+    return prefix + [str(a) for a in args]
+
+
+def run_process(*args, timeout: float = 60, cap: bool = True) -> Ran:
+    """``python -m cli ARGS`` from the repo; a run past ``timeout`` is killed and fails the test (a hang)."""
+    try:
+        done = subprocess.run(python("-m", "cli", *args, cap=cap), cwd=REPO, env=ENV, capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`tfshard {' '.join(map(str, args))}` still ran after {timeout} s: it hangs")
+    return Ran(done.returncode, done.stdout, done.stderr, in_process=False)
+
+
+def run_cli(cli, args, process: bool = False, timeout: float = 60) -> Ran:
+    if process:
+        return run_process(*args, timeout=timeout)
+    result = cli(*args)
+    return Ran(result.exit_code, result.stdout, result.stderr, result.exception)
+
+
+def mentions(text: str, name) -> bool:
+    """``name``: a string that must appear, a compiled regex that must match, or a tuple of which one must."""
+    if isinstance(name, tuple):
+        return any(mentions(text, n) for n in name)
+    if isinstance(name, re.Pattern):
+        return name.search(text) is not None
+    return name in text
+
+
+def number(n: int) -> re.Pattern:
+    """``n`` as a number of its own in a message, not a piece of a path such as ``/tmp/pytest-31/``."""
+    return re.compile(rf"(?<![-/\w]){n}(?![/\w])")
+
+
+def assert_cli_error(ran: Ran, names, one_line: bool = True) -> None:
+    """Exit 1 by the CLI's own error path; ``error: ...`` lines on stderr (one unless told) naming each of ``names``."""
+    assert ran.code == 1, f"exit {ran.code}, expected 1: stdout {ran.stdout!r} stderr {ran.stderr!r}"
+    if ran.in_process:
+        assert isinstance(ran.exception, SystemExit), f"an uncaught {type(ran.exception).__name__}: {ran.exception!r}"
+    assert "Traceback" not in ran.stderr + ran.stdout, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert lines, "no error message on stderr"
+    if one_line:
+        assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {ran.stderr!r}"
+    assert all(line.startswith("error:") for line in lines), ran.stderr
+    for name in names:
+        assert mentions(ran.stderr, name), f"the error does not name {name!r}: {ran.stderr!r}"
+
+
+def assert_raises_naming(call: Callable, names, kinds=(ValueError, OSError)) -> BaseException:
+    """``call()`` raises one of ``kinds`` (not a UnicodeDecodeError passing as a ValueError), naming ``names``."""
+    with pytest.raises(kinds) as caught:
+        call()
+    error = caught.value
+    assert not isinstance(error, UnicodeError), f"a bare {type(error).__name__}: {error}"
+    for name in names:
+        assert mentions(str(error), name), f"{type(error).__name__} does not name {name!r}: {error}"
+    return error
+
+
+# --- small inputs -------------------------------------------------------------------------------------------------
+
+
+def good_episodes(src: str, lengths=(6, 9, 11), dtype=np.float64, width: int | None = None, npz: str | None = None,
+                  seed: int = 0) -> int:
+    """Seeded episodes ``ep{i}.npy`` (or ``.npz`` with one array named ``npz``); returns how many."""
+    os.makedirs(src, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i, t in enumerate(lengths):
+        array = rng.normal(size=(t,) if width is None else (t, width)).astype(dtype)
+        path = os.path.join(src, f"ep{i}")
+        if npz:
+            np.savez(path, **{npz: array})
+        else:
+            np.save(path, array)
+    return len(lengths)
+
+
+def npy_bytes(array: np.ndarray, allow_pickle: bool = False) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+def write_declaring_npy(path: str, shape=(10**12,)) -> None:
+    """A .npy whose header declares ``shape`` float64 (8 TB for the default) followed by 8 bytes of data."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "<f8", "fortran_order": False, "shape": shape})
+        f.write(b"\0" * 8)
+    assert os.path.getsize(path) < 200
+
+
+class _Pwn:
+    """Unpickling this runs ``os.mkdir(marker)``: proof that a pickle was loaded."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.mkdir, (self.marker,)
+
+
+def pickle_array(marker: str) -> np.ndarray:
+    array = np.empty(4, dtype=object)
+    array[:] = [_Pwn(marker)] * 4
+    return array
+
+
+def jpeg_bytes(seed: int, size=(16, 16), quality: int = 90) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def jpeg_of_length(length: int, seed: int) -> bytes:
+    """Other pixels, exactly ``length`` bytes: a lower-quality JPEG padded by a comment (COM) segment."""
+    for quality in (50, 30, 10):
+        data = jpeg_bytes(seed, quality=quality)
+        if len(data) + 4 <= length:
+            pad = length - len(data)
+            comment = b"\xff\xfe" + struct.pack(">H", pad - 2) + b"\0" * (pad - 4)
+            return data[:2] + comment + data[2:]
+    raise AssertionError(f"no JPEG of seed {seed} fits in {length} bytes")
+
+
+def records(out: str) -> dict[str, bytes]:
+    """``{image/filename: image/encoded}`` of every record of an image dataset, read as documented."""
+    features = image_features()
+    with open(os.path.join(out, MANIFEST), "rb") as f:
+        manifest = json.load(f)
+    files = [os.path.join(out, s["file"]) for split in manifest["splits"].values() for s in split["shards"]]
+    found = {}
+    for raw in tf.data.TFRecordDataset(files):
+        example = tf.io.parse_single_example(raw, features)
+        found[example["image/filename"].numpy().decode()] = example["image/encoded"].numpy()
+    return found
+
+
+def pixels(out: str, cache: str | None = None, **kwargs) -> np.ndarray:
+    """Every image of the train split, eval path (file order, centre crop), as one [N, 16, 16, 3] array."""
+    ds = readers.images(out, batch_size=1, image_size=(16, 16), training=False, cache=cache, drop_remainder=False,
+                        **kwargs)
+    return np.concatenate([x.numpy() for x, _ in ds])
+
+
+# --- 1, 2, 3, 6, 7, 12, 13, 14: the CLI refuses in one line and touches nothing outside OUT -------------------------
+
+
+def _bad_entry(kind: str) -> Callable[[World], str]:
+    """A shard entry outside OUT. The real shard is moved to where the entry points, so a run that follows the entry
+    finds the very shard the manifest describes (and verify passes) instead of failing for a lucky reason."""
+
+    def make(w: World) -> str:
+        w.images()
+        if kind == "dev-zero":
+            entry = "/dev/zero"
+        else:
+            shutil.move(os.path.join(w.out, w.first_shard()), os.path.join(w.victim, "stolen.tfrecord"))
+            entry = "../victim/stolen.tfrecord" if kind == "dotdot" else os.path.join(w.victim, "stolen.tfrecord")
+        w.edit_manifest(_shard_file(entry))
+        return entry
+
+    return make
+
+
+BAD_ENTRIES = {kind: _bad_entry(kind) for kind in ("dotdot", "absolute", "dev-zero")}
+
+
+def _entry(value: str):
+    """How an error names the bad entry: its value, or where it is (a long value may be shortened in the message)."""
+    return value, "shards[0]"
+
+
+def _verify_bad_entry(kind):
+    def setup(w):
+        entry = BAD_ENTRIES[kind](w)
+        return ["verify", w.out], [MANIFEST, _entry(entry)]
+
+    return setup
+
+
+def _overwrite_bad_entry(kind):
+    def setup(w):
+        entry = BAD_ENTRIES[kind](w)
+        return ["images", w.src, w.out, "--overwrite", "--workers", "0", "--quiet"], [MANIFEST, _entry(entry)]
+
+    return setup
+
+
+def _overwrite_bad_index_entry(w):
+    w.images()
+
+    def edit(raw):
+        raw["splits"]["train"]["shards"][0]["index_file"] = "../victim/precious.txt"
+
+    w.edit_manifest(edit)
+    return ["images", w.src, w.out, "--overwrite", "--workers", "0", "--quiet"], [MANIFEST, "../victim/precious.txt"]
+
+
+def _overwrite_bad_plan(w):
+    w.images(convert=False)
+    with open(w.path("v2"), "wb") as f:
+        f.write(b"victim two\n")
+    os.makedirs(w.path("d", "inner"))
+    with open(w.path("d", "inner", "file.txt"), "wb") as f:
+        f.write(b"in a folder beside OUT\n")
+    os.makedirs(os.path.join(w.out, STATE))
+    with open(os.path.join(w.out, STATE, "plan.json"), "w") as f:
+        json.dump({"fingerprint": "x", "files": ["../v2", "../d"]}, f)
+    return ["images", w.src, w.out, "--overwrite", "--workers", "0", "--quiet"], ["plan.json"]
+
+
+def _state_link(where: str, overwrite: bool = False):
+    """OUT/.tfshard-state is a symlink to another folder that holds files: fresh OUT, or beside a finished dataset."""
+
+    def setup(w):
+        w.images(convert=where == "finished")
+        other = w.path("other")
+        os.makedirs(os.path.join(other, "sub"))
+        for rel in ("notes.txt", "plan.json", "sub/keep.bin"):
+            with open(os.path.join(other, rel), "wb") as f:
+                f.write(f"{rel}: not tfshard's\n".encode())
+        os.makedirs(w.out, exist_ok=True)
+        os.symlink(other, os.path.join(w.out, STATE))
+        args = ["images", w.src, w.out, "--num-shards", "3", "--workers", "0", "--quiet"]
+        return args + (["--overwrite"] if overwrite else []), [STATE]
+
+    return setup
+
+
+def _shard_links_to_dev_zero(w):
+    w.images()
+    shard = os.path.join(w.out, w.first_shard())
+    os.remove(shard)
+    os.symlink("/dev/zero", shard)
+    return ["verify", w.out], [w.first_shard(), "not a regular file"]
+
+
+def _swapped_lengths(w: World) -> tuple[str, str]:
+    """Swaps the manifest lengths of the first two episodes in record order (their lengths differ); their sources."""
+    w.episodes()
+    episodes = w.manifest()["splits"]["train"]["episodes"]
+    first, second = episodes[0], episodes[1]
+    assert first["length"] != second["length"]
+
+    def edit(raw):
+        listed = raw["splits"]["train"]["episodes"]
+        listed[0]["length"], listed[1]["length"] = listed[1]["length"], listed[0]["length"]
+
+    w.edit_manifest(edit)
+    return first["source"], second["source"]
+
+
+def _verify_swapped_lengths(w):
+    sources = _swapped_lengths(w)
+    return ["verify", w.out], [sources]  # either episode may be the one named
+
+
+def _ambiguous_npz(w) -> str:
+    good_episodes(w.src, width=2, npz="obs", dtype=np.float32)
+    path = os.path.join(w.src, "bad.npz")
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("obs.npy", npy_bytes(np.zeros((5, 2), np.float32)))
+        archive.writestr("obs", npy_bytes(np.ones((7, 3), np.float32)))
+    return path
+
+
+def _ambiguous_npz_fail(w):
+    path = _ambiguous_npz(w)
+    return ["episodes", w.src, w.out, "--on-error", "fail", "--workers", "0", "--quiet"], [path, "ambiguous"]
+
+
+def _declaring_npy_fail(w):
+    good_episodes(w.src)
+    path = os.path.join(w.src, "huge.npy")
+    write_declaring_npy(path)
+    return ["episodes", w.src, w.out, "--on-error", "fail", "--workers", "0", "--quiet"], [path]
+
+
+# Each bad manifest (14 in the issue): (setup, what the error must name).
+def _out_is_a_file(w):
+    with open(w.out, "wb") as f:
+        f.write(b"not a folder\n")
+
+
+def _manifest_is_a_folder(w):
+    w.images()
+    os.remove(os.path.join(w.out, MANIFEST))
+    os.makedirs(os.path.join(w.out, MANIFEST))
+
+
+def _edit_images(edit):
+    def setup(w):
+        w.images()
+        w.edit_manifest(edit)
+
+    return setup
+
+
+def _edit_episodes(edit):
+    def setup(w):
+        w.episodes()
+        w.edit_manifest(edit)
+
+    return setup
+
+
+def _shard_file(value):
+    def edit(raw):
+        raw["splits"]["train"]["shards"][0]["file"] = value
+
+    return edit
+
+
+def _episodes(value):
+    def edit(raw):
+        raw["splits"]["train"]["episodes"] = value
+
+    return edit
+
+
+def _first_episode_length(raw):
+    raw["splits"]["train"]["episodes"][0]["length"] = "x"
+
+
+def _raw_manifest(data: bytes):
+    def setup(w):
+        w.images()
+        w.write_manifest(data)
+
+    return setup
+
+
+def _names(field: str | None):
+    """What the error about a bad manifest names: dataset.json, and the field where there is one."""
+    return lambda w: [MANIFEST] + ([field] if field else [])
+
+
+# OUT itself is the offending path when it is a file (NotADirectoryError naming OUT, not its dataset.json).
+BAD_MANIFESTS = {
+    "out-is-a-file": (_out_is_a_file, lambda w: [w.out]),
+    "manifest-is-a-folder": (_manifest_is_a_folder, _names(None)),
+    "shard-file-null": (_edit_images(_shard_file(None)), _names("file")),
+    "shard-file-int": (_edit_images(_shard_file(3)), _names("file")),
+    "shard-file-dot": (_edit_images(_shard_file(".")), _names("file")),
+    "nested-100000-deep": (_raw_manifest(b"[" * 100_000 + b"]" * 100_000), _names(None)),
+    "not-utf8": (_raw_manifest(b'\xff\xfe{"kind": "images\x80\x81"}'), _names(None)),
+    "episodes-a-string": (_edit_episodes(_episodes("ep0.npy")), _names("episodes")),
+    "episodes-list-of-ints": (_edit_episodes(_episodes([1, 2, 3])), _names("episodes")),
+    "episode-length-x": (_edit_episodes(_first_episode_length), _names("length")),
+    "features-a-list": (_edit_images(lambda raw: raw.update(features=sorted(raw["features"]))), _names("features")),
+    "splits-null": (_edit_images(lambda raw: raw.update(splits=None)), _names("splits")),
+}
+
+
+def _bad_manifest(name: str, command: str):
+    make, names = BAD_MANIFESTS[name]
+
+    def setup(w):
+        make(w)
+        return [command, w.out], names(w)
+
+    return setup
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    setup: Callable[[World], tuple[list, list]]  # builds the attack; returns (CLI args, what the error must name)
+    process: bool = False  # a subprocess with a timeout: the old code hangs or reads forever here
+    one_line: bool = True
+
+
+REFUSALS = {
+    "1-verify-dotdot-shard": Refusal(_verify_bad_entry("dotdot")),
+    "1-verify-absolute-shard": Refusal(_verify_bad_entry("absolute")),
+    "12-verify-dev-zero-shard-entry": Refusal(_verify_bad_entry("dev-zero"), process=True),
+    "12-verify-shard-is-a-link-to-dev-zero": Refusal(_shard_links_to_dev_zero, process=True),
+    "1-overwrite-dotdot-shard": Refusal(_overwrite_bad_entry("dotdot")),
+    "1-overwrite-absolute-shard": Refusal(_overwrite_bad_entry("absolute")),
+    "1-overwrite-dotdot-index-file": Refusal(_overwrite_bad_index_entry),
+    "2-overwrite-plan-with-dotdot-files": Refusal(_overwrite_bad_plan),
+    "3-state-folder-is-a-link-fresh-out": Refusal(_state_link("fresh")),
+    "3-state-folder-is-a-link-beside-a-finished-dataset": Refusal(_state_link("finished")),
+    "3-state-folder-is-a-link-overwrite": Refusal(_state_link("finished", overwrite=True)),
+    "6-verify-swapped-episode-lengths": Refusal(_verify_swapped_lengths, one_line=False),
+    "7-npz-ambiguous-member-fail": Refusal(_ambiguous_npz_fail),
+    "13-npy-declares-8tb-fail": Refusal(_declaring_npy_fail, process=True),
+    **{
+        f"14-{command}-{name}": Refusal(_bad_manifest(name, command))
+        for name in BAD_MANIFESTS
+        for command in ("info", "verify")
+    },
+}
+
+
+@pytest.mark.parametrize("row", REFUSALS.values(), ids=REFUSALS.keys())
+def test_cli_refuses_in_one_line_and_touches_nothing_outside_out(world, row):
+    args, names = row.setup(world)
+    before = snapshot(world.root)
+
+    ran = run_cli(world.cli, args, process=row.process)
+
+    assert_cli_error(ran, names, one_line=row.one_line)
+    assert_untouched(before, snapshot(world.root))
+
+
+# --- 1, 6, 14, 18, 19c: the library refuses with ValueError/OSError naming the culprit -----------------------------
+
+
+def _readers_bad_entry(kind: str, reader: str):
+    def setup(w):
+        entry = BAD_ENTRIES[kind](w)
+        if reader == "info":
+            return lambda: readers.info(w.out), [_entry(entry)]
+        return lambda: readers.images(w.out, batch_size=1), [_entry(entry)]  # building it must fail: nothing read
+
+    return setup
+
+
+def _readers_bad_manifest(name: str):
+    make, names = BAD_MANIFESTS[name]
+
+    def setup(w):
+        make(w)
+        return lambda: readers.info(w.out), names(w)
+
+    return setup
+
+
+def _first_batch(ds) -> None:
+    next(iter(ds))
+
+
+def _windows_swapped_lengths(w):
+    _swapped_lengths(w)
+    return lambda: _first_batch(readers.windows(w.out, length=3, batch_size=1, shuffle=False)), [w.out]
+
+
+def _windows_fewer_than_a_batch(w):
+    w.episodes()
+    assert readers.info(w.out).num_windows("train", 9) == 2
+    call = lambda: _first_batch(readers.windows(w.out, length=9, batch_size=64))  # noqa: E731
+    return call, [number(2), re.compile(r"batch[_ ]size")]
+
+
+def _images_fewer_than_a_batch(w):
+    make_tree(w.src, classes=("only",), per_class=31)
+    ok(w.cli("images", w.src, w.out, "--workers", "0", "--quiet"))
+    return lambda: _first_batch(readers.images(w.out, batch_size=64)), [number(31)]
+
+
+def _horizon_too_long(w):
+    w.episodes()  # longest episode: 10 steps; 9 + 5 do not fit, 9 alone would
+    return lambda: _first_batch(readers.windows(w.out, length=9, targets=5, batch_size=1)), ["horizon"]
+
+
+LIBRARY_REFUSALS = {
+    **{
+        f"1-readers-{reader}-{kind}-shard": _readers_bad_entry(kind, reader)
+        for kind in BAD_ENTRIES
+        for reader in ("info", "images")
+    },
+    **{f"14-readers-info-{name}": _readers_bad_manifest(name) for name in BAD_MANIFESTS},
+    "6-windows-swapped-episode-lengths": _windows_swapped_lengths,
+    "18-windows-fewer-windows-than-a-batch": _windows_fewer_than_a_batch,
+    "18-images-fewer-images-than-a-batch": _images_fewer_than_a_batch,
+    "19c-horizon-too-long-says-horizon": _horizon_too_long,
+}
+
+
+@pytest.mark.parametrize("setup", LIBRARY_REFUSALS.values(), ids=LIBRARY_REFUSALS.keys())
+def test_library_refuses_with_value_or_os_error_naming_the_culprit(world, setup):
+    call, names = setup(world)
+    before = snapshot(world.root)
+
+    assert_raises_naming(call, names)
+
+    assert_untouched(before, snapshot(world.root))
+
+
+# --- 7, 10, 13, 16, 19a, pickles: a conversion skips the bad input with its reason ---------------------------------
+
+
+def _skip_ambiguous_npz(w):
+    _ambiguous_npz(w)
+    return "episodes", {"bad.npz": "ambiguous"}, 3
+
+
+def _skip_special_images(w):
+    make_tree(w.src)
+    os.mkfifo(os.path.join(w.src, "cat", "x.jpg"))
+    os.symlink("/dev/zero", os.path.join(w.src, "cat", "z.jpg"))
+    return "images", {"cat/x.jpg": "not a regular file", "cat/z.jpg": "not a regular file"}, 12
+
+
+def _skip_special_episodes(w):
+    good = good_episodes(w.src)
+    os.mkfifo(os.path.join(w.src, "x.npy"))
+    os.symlink("/dev/zero", os.path.join(w.src, "z.npy"))
+    return "episodes", {"x.npy": "not a regular file", "z.npy": "not a regular file"}, good
+
+
+def _skip_declaring_npy(w):
+    good = good_episodes(w.src)
+    write_declaring_npy(os.path.join(w.src, "huge.npy"))
+    return "episodes", {"huge.npy": ("truncated", "declares")}, good
+
+
+def _skip_zip_bomb(w):
+    good = good_episodes(w.src, npz="x")
+    shutil.copy(w.request.getfixturevalue("zip_bomb"), os.path.join(w.src, "bomb.npz"))
+    return "episodes", {"bomb.npz": MAX_EPISODE_BYTES}, good
+
+
+def _skip_broken_link(w):
+    good = good_episodes(w.src)
+    os.symlink("missing", os.path.join(w.src, "ep9.npy"))
+    return "episodes", {"ep9.npy": "broken symlink"}, good
+
+
+def _skip_passwd_link(w):
+    good = good_episodes(w.src)
+    os.symlink("/etc/passwd", os.path.join(w.src, "p.npy"))
+    return "episodes", {"p.npy": ""}, good
+
+
+def _no_passwd_bytes(w: World, manifest_text: str) -> None:
+    with open("/etc/passwd", "rb") as f:
+        head = f.read(6).decode("utf-8", "replace")
+    assert head not in manifest_text, "dataset.json quotes /etc/passwd"
+    reason = {r["path"]: r["reason"] for r in json.loads(manifest_text)["rejected"]}["p.npy"]
+    assert "root" not in reason.replace(w.root, "<tmp>"), f"the reason quotes the linked file: {reason!r}"
+
+
+def _skip_pickle_npy(w):
+    good = good_episodes(w.src)
+    with open(os.path.join(w.src, "evil.npy"), "wb") as f:
+        f.write(npy_bytes(pickle_array(w.path("pwned")), allow_pickle=True))
+    return "episodes", {"evil.npy": "pickle"}, good
+
+
+def _skip_pickle_npz(w):
+    good = good_episodes(w.src, npz="obs")
+    np.savez(os.path.join(w.src, "evil.npz"), obs=pickle_array(w.path("pwned")))
+    return "episodes", {"evil.npz": "pickle"}, good
+
+
+def _never_unpickled(w: World, manifest_text: str) -> None:
+    assert not os.path.exists(w.path("pwned")), "a pickle in an episode file was loaded"
+
+
+MAX_EPISODE_BYTES = re.compile(r"max[-_]episode[-_]bytes")
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    setup: Callable[[World], tuple[str, dict, int]]  # builds SRC; returns (kind, {relpath: reason}, good inputs)
+    options: tuple = ("--on-error", "skip")
+    process: bool = False  # a subprocess with a timeout: the old code blocks on a FIFO or reads /dev/zero forever
+    check: Callable[[World, str], None] | None = None  # more, given the manifest's text
+
+
+SKIPS = {
+    "7-npz-ambiguous-member-skip": Skip(_skip_ambiguous_npz),
+    "10-images-fifo-and-link-to-dev-zero": Skip(_skip_special_images, options=(), process=True),
+    "10-episodes-fifo-and-link-to-dev-zero": Skip(_skip_special_episodes, process=True),
+    "13-npy-declares-8tb-skip": Skip(_skip_declaring_npy, process=True),
+    "13-npz-zip-bomb-over-max-episode-bytes": Skip(_skip_zip_bomb,
+                                                   options=("--on-error", "skip", "--max-episode-bytes", "64MiB")),
+    "16-broken-npy-symlink": Skip(_skip_broken_link),
+    "19a-npy-link-to-etc-passwd-quotes-nothing": Skip(_skip_passwd_link, check=_no_passwd_bytes),
+    "holds-npy-object-array-never-unpickled": Skip(_skip_pickle_npy, check=_never_unpickled),
+    "holds-npz-object-array-never-unpickled": Skip(_skip_pickle_npz, check=_never_unpickled),
+}
+
+
+@pytest.mark.parametrize("row", SKIPS.values(), ids=SKIPS.keys())
+def test_conversion_skips_the_bad_input_with_its_reason(world, row):
+    kind, bad, good = row.setup(world)
+    before = snapshot(world.root)
+
+    ran = run_cli(world.cli, [kind, world.src, world.out, *row.options, "--workers", "0", "--quiet"],
+                  process=row.process, timeout=120)
+
+    assert ran.code == 0, (ran.stdout, ran.stderr, ran.exception)
+    with open(os.path.join(world.out, MANIFEST), encoding="utf-8") as f:
+        text = f.read()
+    manifest = json.loads(text)
+    rejected = {r["path"]: r["reason"] for r in manifest["rejected"]}
+    assert sorted(rejected) == sorted(bad)
+    for path, reason in bad.items():
+        assert mentions(rejected[path], reason), f"{path}: reason {rejected[path]!r} does not say {reason!r}"
+    splits = manifest["splits"].values()
+    converted = sum(len(s["episodes"]) for s in splits) if kind == "episodes" else sum(s["records"] for s in splits)
+    assert converted == good
+    if row.check is not None:
+        row.check(world, text)
+    assert_untouched(before, snapshot(world.root))
+
+
+# --- 13: the zip bomb --------------------------------------------------------------------------------------------
+
+
+
+@pytest.fixture(scope="module")
+def zip_bomb(tmp_path_factory) -> str:
+    """One .npz member of 25,000,000 float64 zeros: 200 MB declared, a few hundred kB on disk."""
+    path = str(tmp_path_factory.mktemp("zip-bomb") / "bomb.npz")
+    np.savez_compressed(path, x=np.zeros((25_000_000,), np.float64))
+    assert os.path.getsize(path) < 2**20
+    return path
+
+
+def test_13_zip_bomb_over_the_library_limit_is_rejected_naming_it(world, zip_bomb):
+    good = good_episodes(world.src, npz="x")
+    shutil.copy(zip_bomb, os.path.join(world.src, "bomb.npz"))
+
+    manifest = convert_episode_tree(world.src, world.out, on_error="skip",
+                                    episode=EpisodeOptions(max_episode_bytes=64 * 2**20))
+
+    rejected = {r["path"]: r["reason"] for r in manifest.rejected}
+    assert sorted(rejected) == ["bomb.npz"]
+    assert MAX_EPISODE_BYTES.search(rejected["bomb.npz"]), rejected["bomb.npz"]
+    assert len(manifest.splits["train"].episodes) == good
+
+
+_PEAK_RSS = r"""
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.stderr.write(done.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_13_zip_bomb_under_the_default_limit_converts_in_bounded_memory(world, zip_bomb):
+    good = good_episodes(world.src, npz="x")
+    shutil.copy(zip_bomb, os.path.join(world.src, "bomb.npz"))
+    command = [sys.executable, "-m", "cli", "episodes", world.src, world.out, "--workers", "0", "--quiet"]
+
+    # A wrapper of its own, so RUSAGE_CHILDREN holds the conversion alone, not every child this test run started.
+    done = subprocess.run([sys.executable, "-c", _PEAK_RSS, *command], cwd=REPO, env=ENV, capture_output=True,
+                          text=True, timeout=300)
+
+    code, peak_kib = map(int, done.stdout.split())
+    assert code == 0, done.stderr
+    manifest = world.manifest()
+    assert manifest["rejected"] == []
+    lengths = {e["source"]: e["length"] for e in manifest["splits"]["train"]["episodes"]}
+    assert len(lengths) == good + 1 and lengths["bomb.npz"] == 25_000_000
+    assert peak_kib < 1.5 * 2**20, f"peak RSS {peak_kib / 2**20:.2f} GiB converting a 200 MB episode"
+
+
+# --- 4: other inputs with the same names, sizes and mtimes --------------------------------------------------------
+
+
+def test_4_same_names_sizes_and_mtimes_but_other_pixels_are_not_taken_for_the_old_inputs(world):
+    w = world
+    v1 = make_tree(w.src)
+    ok(w.cli("images", w.src, w.out, "--workers", "0", "--quiet"))
+    cache = w.path("cache")
+    first = pixels(w.out, cache)
+    np.testing.assert_array_equal(first, pixels(w.out))
+    v2_root = w.path("v2")
+    v2 = {}
+    for i, (rel, data) in enumerate(sorted(v1.items())):
+        v2[rel] = jpeg_of_length(len(data), seed=1000 + i)
+        os.makedirs(os.path.dirname(os.path.join(v2_root, rel)), exist_ok=True)
+        with open(os.path.join(v2_root, rel), "wb") as f:
+            f.write(v2[rel])
+        old = os.stat(os.path.join(w.src, rel))
+        os.utime(os.path.join(v2_root, rel), ns=(old.st_atime_ns, old.st_mtime_ns))
+        new = os.stat(os.path.join(v2_root, rel))
+        assert (new.st_size, new.st_mtime_ns) == (old.st_size, old.st_mtime_ns) and v2[rel] != data
+    before = snapshot(w.root, skip=("out", "cache"))
+
+    again = run_cli(w.cli, ["images", v2_root, w.out, "--workers", "0", "--quiet"])
+
+    if again.code == 0:
+        assert records(w.out) == v2, "exit 0, and OUT still holds the old inputs' images"
+    else:
+        assert_cli_error(again, [w.out, "--overwrite"])
+    ok(w.cli("images", v2_root, w.out, "--workers", "0", "--quiet", "--overwrite"))
+    assert records(w.out) == v2
+    fresh = pixels(w.out)
+    assert not np.array_equal(fresh, first)
+    np.testing.assert_array_equal(pixels(w.out, cache), fresh, err_msg="the cache served the old inputs' pixels")
+    assert_untouched(before, snapshot(w.root, skip=("out", "cache")))
+
+
+# --- 5: a cache filled while a shard was damaged ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("repair", [(), ("--overwrite",)], ids=["5-rerun-repairs", "5-overwrite-repairs"])
+def test_5_cache_filled_from_a_damaged_shard_is_not_served_after_the_repair(world, repair):
+    w = world.images()
+    path = os.path.join(w.out, w.first_shard())
+    with open(path, "r+b") as f:
+        f.truncate(int(os.path.getsize(path) * 0.6))
+    cache = w.path("cache")
+    damaged = pixels(w.out, cache, ignore_errors=True)
+    assert 0 < len(damaged) < 12
+    before = snapshot(w.root, skip=("out", "cache"))
+
+    ok(w.cli("images", w.src, w.out, "--num-shards", "3", "--workers", "0", "--quiet", *repair))
+
+    whole = pixels(w.out, ignore_errors=True)
+    assert len(whole) == 12
+    np.testing.assert_array_equal(pixels(w.out, cache, ignore_errors=True), whole,
+                                  err_msg="the cache still serves the records of the damaged shard")
+    assert_untouched(before, snapshot(w.root, skip=("out", "cache")))
+
+
+# --- 8: two conversions into one OUT at once; a stale lock --------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def busy_source(tmp_path_factory) -> str:
+    """6 classes x 40 96x96 JPEGs: a couple of seconds of conversion, so two runs started together overlap."""
+    src = str(tmp_path_factory.mktemp("busy") / "src")
+    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=40, size=(96, 96))
+    return src
+
+
+def _busy_command(src: str, out: str) -> list[str]:
+    return [sys.executable, "-m", "cli", "images", src, out, "--num-shards", "4", "--workers", "1", "--quiet"]
+
+
+def _assert_refused_by_lock(ran: Ran, out: str, holder_pid: int) -> None:
+    assert_cli_error(ran, ["lock", os.path.join(out, LOCK), number(holder_pid)])
+
+
+def _lock_owned(out: str) -> bool:
+    """The lock file exists and holds its owner record (a run frozen between creating and filling it names no pid)."""
+    try:
+        return os.path.getsize(os.path.join(out, LOCK)) > 0
+    except OSError:
+        return False
+
+
+def _assert_finished(cli, out: str) -> None:
+    ok(cli("verify", out))
+    assert not os.path.lexists(os.path.join(out, LOCK)), "the lock outlived its conversion"
+
+
+@pytest.mark.slow
+def test_8_two_conversions_started_together_never_both_write(world, busy_source):
+    # Started together they nearly always overlap, and then one must be refused; if one happens to finish before
+    # the other reaches the lock, the other finds the finished dataset and exits 0 (the next test forces overlap).
+    before = snapshot(world.root)
+    for attempt in range(3):
+        out = world.path(f"out{attempt}")
+        procs = [subprocess.Popen(_busy_command(busy_source, out), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        try:
+            results = [p.communicate(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        codes = [p.returncode for p in procs]
+        assert 0 in codes and set(codes) <= {0, 1}, (attempt, codes, [r[1] for r in results])
+        for i, code in enumerate(codes):
+            if code == 1:
+                _assert_refused_by_lock(Ran(1, *results[i], in_process=False), out, procs[1 - i].pid)
+        _assert_finished(world.cli, out)
+    assert_untouched(before, snapshot(world.root, skip=("out0", "out1", "out2")))
+
+
+@pytest.mark.slow
+def test_8_a_second_conversion_while_one_is_writing_is_refused_by_the_lock(world, busy_source):
+    # Deterministic overlap: the first run is frozen (SIGSTOP) once its lock file names it, or, with no lock at all,
+    # once it has committed a shard; the second runs to its end meanwhile.
+    out = world.out
+    before = snapshot(world.root)
+    first = subprocess.Popen(_busy_command(busy_source, out), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (_lock_owned(out) or
+                   (os.path.isdir(out) and any(n.endswith("-of-00004.tfrecord") for n in os.listdir(out)))):
+            assert first.poll() is None, f"the first run ended (exit {first.returncode}) before it was frozen"
+            assert time.monotonic() < deadline, "the first run never took the lock nor wrote a shard"
+            time.sleep(0.001)
+        os.killpg(first.pid, signal.SIGSTOP)  # its own session: its decode worker freezes with it
+
+        second = run_process(*_busy_command(busy_source, out)[3:], timeout=120, cap=False)
+
+        os.killpg(first.pid, signal.SIGCONT)
+        first_out, first_err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGCONT)
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    _assert_refused_by_lock(second, out, first.pid)
+    assert first.returncode == 0, first_err
+    _assert_finished(world.cli, out)
+    assert_untouched(before, snapshot(world.root))
+
+
+def test_8_a_stale_lock_of_a_dead_process_does_not_block(world):
+    w = world.images(convert=False)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    os.makedirs(w.out)
+    with open(os.path.join(w.out, LOCK), "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": gone.pid, "start": "1"}, f)
+    before = snapshot(w.root)
+
+    ok(w.cli("images", w.src, w.out, "--workers", "0", "--quiet"))
+
+    ok(w.cli("verify", w.out))
+    assert not os.path.lexists(os.path.join(w.out, LOCK))
+    assert_untouched(before, snapshot(w.root))
+
+
+# --- 9: kill -9 during --overwrite, just after the old manifest is removed -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slow_source(tmp_path_factory) -> str:
+    """6 classes x 60 160x160 JPEGs: slow enough to kill the run mid-way (as tests/test_resume.py's kill_source)."""
+    src = str(tmp_path_factory.mktemp("slow") / "src")
+    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=60, size=(160, 160))
+    return src
+
+
+OLD_SHARDS = 200
+
+
+@pytest.mark.slow
+def test_9_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world, slow_source):
+    # A has many shards, not 8: removing them takes tens of ms, so the kill lands during the removal, not after it.
+    w = world
+    make_tree(w.src, classes=("a", "b"), per_class=OLD_SHARDS // 2)
+    ok(w.cli("images", w.src, w.out, "--num-shards", str(OLD_SHARDS), "--workers", "0", "--quiet"))
+    manifest = os.path.join(w.out, MANIFEST)
+    before = snapshot(w.root)
+    command = [sys.executable, "-m", "cli", "images", slow_source, w.out, "--overwrite", "--num-shards", "3",
+               "--workers", "1", "--quiet"]
+
+    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while os.path.exists(manifest):
+            if proc.poll() is not None:
+                pytest.fail(f"the overwrite ended (exit {proc.returncode}) with the old manifest still there: "
+                            f"{proc.stderr.read().decode()}")
+            assert time.monotonic() < deadline, "the old manifest was never removed"
+            time.sleep(0.001)
+        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the decode worker dies with it
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+
+    rerun = run_process(*command[3:], timeout=300, cap=False)
+
+    assert rerun.code == 0, rerun.stderr
+    ok(w.cli("verify", w.out))
+    assert sorted(os.listdir(w.out)) == [MANIFEST] + [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert_untouched(before, snapshot(w.root))
+
+
+# --- 11: a deleted shard read with ignore_errors ------------------------------------------------------------------
+
+_READ_ALL = r"""
+import json, sys
+import readers
+try:
+    for _ in readers.images(sys.argv[1], batch_size=1, ignore_errors=True):
+        pass
+    print(json.dumps({"raised": None}))
+except Exception as e:
+    print(json.dumps({"raised": type(e).__name__, "not_found": isinstance(e, FileNotFoundError), "message": str(e)}))
+"""
+
+
+def test_11_deleted_shard_with_ignore_errors_raises_file_not_found_naming_it(world):
+    w = world.images()
+    shard = w.first_shard()
+    os.remove(os.path.join(w.out, shard))
+    before = snapshot(w.root)
+
+    try:
+        done = subprocess.run(python("-c", _READ_ALL, w.out), cwd=REPO, env=ENV, capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("readers.images(ignore_errors=True) over a deleted shard never ends")
+
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["raised"] is not None, "the missing shard was skipped silently"
+    assert result["not_found"], result
+    assert shard in result["message"], result
+    assert_untouched(before, snapshot(w.root))
+
+
+# --- 15: disk full ------------------------------------------------------------------------------------------------
+
+
+def test_15_disk_full_is_one_line_naming_the_path(world):
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) here")
+    mount = world.path("mnt")
+    os.makedirs(mount)
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=200k tmpfs "$1"', "sh", mount],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}")
+    make_tree(world.src, classes=[f"class{i}" for i in range(4)], per_class=20, size=(96, 96))
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(world.src) for f in fs)
+    assert total > 400 * 1024, "the source must not fit in the 200 kB tmpfs"
+    out = os.path.join(mount, "out")
+    script = 'mount -t tmpfs -o size=200k tmpfs "$1" && exec "$2" -m cli images "$3" "$4" --workers 0 --quiet'
+    before = snapshot(world.root, skip=("out", "mnt"))
+
+    try:
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", mount, sys.executable, world.src, out],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a conversion into a full disk hangs")
+
+    assert_cli_error(Ran(done.returncode, done.stdout, done.stderr, in_process=False),
+                     [re.compile("no space left", re.IGNORECASE), out])
+    assert_untouched(before, snapshot(world.root, skip=("out", "mnt")))
+
+
+# --- 17: two cached pipelines in one process ----------------------------------------------------------------------
+
+
+def test_17_two_pipelines_on_one_cache_iterated_together_both_give_every_record(world):
+    w = world.images()
+    cache = w.path("cache")
+    expected = pixels(w.out)
+    before = snapshot(w.root, skip=("out", "cache"))
+
+    def pipeline():
+        return iter(readers.images(w.out, batch_size=1, image_size=(16, 16), training=False, cache=cache,
+                                   drop_remainder=False))
+
+    live = {"a": pipeline(), "b": pipeline()}
+    got: dict[str, list] = {"a": [], "b": []}
+    while live:
+        for name in list(live):
+            try:
+                got[name].append(next(live[name])[0].numpy())
+            except StopIteration:
+                del live[name]
+
+    for name in got:
+        np.testing.assert_array_equal(np.concatenate(got[name]), expected, err_msg=f"pipeline {name}")
+    assert_untouched(before, snapshot(w.root, skip=("out", "cache")))
+
+
+# --- 19b: numpy integers for int arguments ------------------------------------------------------------------------
+
+
+def test_19b_numpy_integer_targets_and_length_work_like_ints(world):
+    w = world.episodes()
+
+    def windows(length, targets):
+        ds = readers.windows(w.out, length=length, targets=targets, batch_size=1, shuffle=False, features="data")
+        return [(x.numpy(), y.numpy()) for x, y in ds]
+
+    expected = windows(4, 2)
+    got = windows(np.int64(4), np.int64(2))
+
+    assert len(got) == len(expected) == readers.info(w.out).num_windows("train", 4, horizon=2)
+    for (x, y), (ex, ey) in zip(got, expected):
+        np.testing.assert_array_equal(x, ex)
+        np.testing.assert_array_equal(y, ey)
