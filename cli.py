@@ -37,7 +37,7 @@ def _runner(runner: "Runner", beam_options: str | None):
         if beam_options:
             raise ValueError(f"--beam-options: only used with --runner beam (got {beam_options!r}); add --runner beam")
         return None
-    from ingest.beam_runner import BeamRunner
+    from .ingest.beam_runner import BeamRunner
 
     if not (_state["debug"] or logging.getLogger().isEnabledFor(logging.INFO)):
         logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
@@ -96,17 +96,26 @@ def _fail(error: BaseException) -> None:
         import tensorflow as tf
 
         if isinstance(error, tf.errors.OpError):
-            from ingest.readback import short_tf_error
+            from .ingest.readback import short_tf_error
 
             message = f"{short_tf_error(error.message) or type(error).__name__} (TensorFlow {type(error).__name__})"
     typer.echo(f"error: {' '.join(message.split()) or type(error).__name__}", err=True)
     raise typer.Exit(1)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"tfshard {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and TensorFlow's own logs."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the library does."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and TensorFlow's own logs (anywhere on the line)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the library does (anywhere on the line)."),
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version."),
 ) -> None:
     _state["debug"] = debug
     if not debug:
@@ -154,7 +163,7 @@ def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
 
 def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
     """The ConvertOptions both conversion commands share, plus the kind's own (``image=`` or ``episode=``)."""
-    from ingest import ConvertOptions, parse_size
+    from .ingest import ConvertOptions, parse_size
 
     return ConvertOptions(
         shard_bytes=parse_size(shard_size),
@@ -203,7 +212,7 @@ def images(
     """Convert image class folders into sharded TFRecords plus dataset.json."""
     try:
         _load_tensorflow()
-        from ingest import ImageOptions, convert_images
+        from .ingest import ImageOptions, convert_images
 
         image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
@@ -247,7 +256,7 @@ def episodes(
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
     try:
         _load_tensorflow()
-        from ingest import EpisodeOptions, convert_episodes, parse_size
+        from .ingest import EpisodeOptions, convert_episodes, parse_size
 
         episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size),
                                  max_episode_bytes=parse_size(max_episode_bytes))
@@ -266,8 +275,8 @@ def info(
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
     try:
         _load_tensorflow()
-        from ingest import load_manifest
-        from ingest.manifest import to_json
+        from .ingest import load_manifest
+        from .ingest.manifest import to_json
 
         manifest = load_manifest(out)
     except _errors() as e:
@@ -305,8 +314,8 @@ def verify(out: str = typer.Argument(..., help="A dataset folder.")) -> None:
     """Read every record; check CRCs, counts and sha256 against the manifest."""
     try:
         _load_tensorflow()
-        from ingest import VerifyError
-        from ingest import verify as verify_dataset
+        from .ingest import VerifyError
+        from .ingest import verify as verify_dataset
 
         manifest = verify_dataset(out)
     except VerifyError as e:
@@ -341,7 +350,7 @@ def bench(
 
     try:
         _load_tensorflow()
-        import readers
+        from . import readers
 
         info = readers.info(out)
         if info.manifest.kind == "episodes" or window is not None:
@@ -374,8 +383,8 @@ def bench(
 
 def _bench_windows(out: str, info, split: str, window: int | None, shift: int, batch_size: int, epochs: int,
                    streamed: bool) -> None:
-    import readers
-    from readers.windows import default_device
+    from . import readers
+    from .readers.windows import default_device
 
     if window is None:
         raise ValueError(f"{out}: an episode dataset; pass --window L (and --shift S) to time its windows")
@@ -406,8 +415,8 @@ def demo(
     """Make small image and episode trees (with a few broken files), convert, verify and read them back."""
     try:
         _load_tensorflow()
-        from ingest import ConvertOptions, convert_images, verify as verify_dataset
-        from ingest.demo import make_image_folders
+        from .ingest import ConvertOptions, convert_images, verify as verify_dataset
+        from .ingest.demo import make_image_folders
 
         src = make_image_folders(os.path.join(folder, "images"))
         out = os.path.join(folder, "images-tfrecord")
@@ -417,15 +426,15 @@ def demo(
         _print_summary(out, manifest, time.monotonic() - started)
         verify_dataset(out)
         typer.echo(f"{out}: verified, every record's CRC and every shard's sha256 match dataset.json")
-        import readers
+        from . import readers
 
         ds = readers.images(out, batch_size=16, image_size=(64, 64), seed=0)
         images, labels = next(iter(ds))
         typer.echo(f"readers.images({out!r}, batch_size=16, image_size=(64, 64)): images {tuple(images.shape)} "
                    f"{images.dtype.name} in [0, 1], labels {labels.numpy().tolist()}")
-        from ingest import EpisodeOptions, convert_episodes
-        from ingest.demo import make_episodes
-        from readers.windows import default_device
+        from .ingest import EpisodeOptions, convert_episodes
+        from .ingest.demo import make_episodes
+        from .readers.windows import default_device
 
         src = make_episodes(os.path.join(folder, "episodes"))
         out_ep = os.path.join(folder, "episodes-tfrecord")
@@ -475,7 +484,7 @@ def _serve(server, name: str) -> None:
 def _start_server(start):
     """Imports TensorFlow quietly and starts a tf.data service server with ``start(readers.service)``."""
     _load_tensorflow()
-    from readers import service as service_lib
+    from .readers import service as service_lib
 
     try:
         return service_lib, start(service_lib)
@@ -523,8 +532,19 @@ def service_worker(
     _serve(server, "worker")
 
 
-def main() -> None:
-    app()
+_GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
+
+
+def global_flags_first(args: list[str]) -> list[str]:
+    """Moves ``--debug``/``-v`` to the front, so they work after the subcommand too (before any ``--``)."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in _GLOBAL_FLAGS]
+    return flags + [a for a in args[:end] if a not in _GLOBAL_FLAGS] + args[end:]
+
+
+def main(args: list[str] | None = None) -> None:
+    """The ``tfshard`` command (``python -m tfshard``)."""
+    app(args=global_flags_first(sys.argv[1:] if args is None else list(args)), prog_name="tfshard")
 
 
 if __name__ == "__main__":

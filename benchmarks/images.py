@@ -114,8 +114,8 @@ def main() -> None:
 
     import tensorflow as tf  # imported before timing, so no method pays for it
 
-    from ingest import ConvertOptions, convert_images
-    from readers.images import images as read_images  # readers.images; this spelling never yields the module
+    from tfshard.ingest import ConvertOptions, convert_images
+    from tfshard.readers.images import images as read_images  # readers.images; this spelling never yields the module
 
     src = bench_ingest.image_set(args.data_dir, args.images)
     total_bytes = bench_ingest.warm(src)

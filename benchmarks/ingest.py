@@ -168,7 +168,7 @@ class PeakRSS:
 
 
 def run_tfshard(src: str, out: str, validate: bool, workers: int | None) -> None:
-    from ingest import ConvertOptions, ImageOptions, convert_images
+    from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
 
     convert_images(src, out, ConvertOptions(image=ImageOptions(validate=validate)), workers=workers, progress=False)
 

@@ -105,7 +105,7 @@ def _contenders(paths: list[str], kind: str) -> dict:
     """label → a function that builds the dataset; ``kind``: "basic", "full" (with variations) or "cache"."""
     import tensorflow as tf
 
-    from readers.files import DEFAULT_READ_BUFFER_BYTES, interleave_records
+    from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, interleave_records
 
     def tfshard(cycle_length=None, read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES):
         return lambda: interleave_records(paths, compression=None, shuffle_files=False, seed=None,
@@ -143,7 +143,7 @@ def reader_process(args) -> None:
     """Runs in each reader process: on each network in turn, times its contenders; prints one JSON line."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, REPO)
-    import readers
+    from tfshard import readers
 
     info = readers.info(f"{BUCKET}/ds")
     kinds = json.loads(args.kinds)
@@ -172,7 +172,7 @@ def _write_dataset(shards: int, records_per_shard: int) -> tuple[float, dict]:
     import numpy as np
 
     sys.path.insert(0, REPO)
-    from ingest import ConvertOptions, convert_episodes
+    from tfshard.ingest import ConvertOptions, convert_episodes
 
     with tempfile.TemporaryDirectory(prefix="tfshard-net-") as src:
         rng = np.random.default_rng(0)

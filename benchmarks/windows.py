@@ -132,7 +132,7 @@ def reference_windows(episodes: list, shape: Shape) -> np.ndarray:
 
 
 def tfshard(data: Data, shape: Shape, drop_remainder: bool, resident: bool = True):
-    from readers.windows import windows  # readers.windows; this spelling never yields the module
+    from tfshard.readers.windows import windows  # readers.windows; this spelling never yields the module
 
     ds = windows(data.tfr, length=shape.length, shift=shape.shift, batch_size=shape.batch, features="data",
                  seed=shape.seed, drop_remainder=drop_remainder, resident=resident)
@@ -234,7 +234,7 @@ def timeseries(data: Data, shape: Shape, drop_remainder: bool):
 
 
 def _starts(data: Data, shape: Shape) -> np.ndarray:
-    from readers.starts import window_starts
+    from tfshard.readers.starts import window_starts
 
     return window_starts([len(e) for e in data.episodes], shape.length, shape.shift)
 
@@ -385,8 +385,8 @@ def main() -> None:
     import keras  # noqa: F401  (imported before timing, so no contender pays for it)
     import tensorflow as tf
 
-    from ingest import convert_episodes
-    from readers.starts import window_count
+    from tfshard.ingest import convert_episodes
+    from tfshard.readers.starts import window_count
 
     src = episode_set(args.data_dir, count, shape)
     paths = npy_paths(src)

@@ -10,7 +10,7 @@ shard is committed atomically by the worker that writes it (temporary name,
 rename) with its commit record; the driver writes ``dataset.json`` last, once
 every shard is committed. A retried bundle just rewrites the same shard.
 
-Requires the ``beam`` extra: ``pip install "tfshard[beam]"``.
+Requires the ``beam`` extra: from a clone of tfshard, ``pip install -e ".[beam]"``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 import shlex
 from typing import Any, Iterable, Sequence
 
-from ingest.errors import InputError
+from .errors import InputError
 
 
 def _prepare(task: tuple[int, int, Any], prepare) -> tuple[int, tuple[int, Any, Any]]:
@@ -34,7 +34,7 @@ class _WriteShard:
         self.job, self.out, self.todo, self.options = job, out, todo, options
 
     def __call__(self, element: tuple[int, Iterable[tuple[int, Any, Any]]]) -> Iterable[str]:
-        from ingest.convert import record_commit, write_shard
+        from .convert import record_commit, write_shard
 
         shard, entries = element
         spec = self.todo[shard]
@@ -70,7 +70,7 @@ class BeamRunner:
             from apache_beam.options.pipeline_options import PipelineOptions
         except ImportError as e:
             raise InputError(
-                f"--runner beam needs Apache Beam, which is not installed ({e}); pip install 'tfshard[beam]'"
+                f"--runner beam needs Apache Beam, which is not installed ({e}); from the tfshard clone, pip install -e '.[beam]'"
             ) from e
 
         class WriteShard(beam.DoFn):

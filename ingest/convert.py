@@ -22,13 +22,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 import tqdm
 
-from ingest import manifest as manifest_lib
-from ingest.errors import InputError, OutputExistsError
-from ingest.episodes import EpisodeOptions
-from ingest.images import ImageOptions
-from ingest.parallel import default_workers, ordered_map
-from ingest.plan import DEFAULT_SHARD_BYTES, ShardSpec, index_file_name, plan_split, shuffled_order
-from ingest.scan import Rejection
+from . import manifest as manifest_lib
+from .errors import InputError, OutputExistsError
+from .episodes import EpisodeOptions
+from .images import ImageOptions
+from .parallel import default_workers, ordered_map
+from .plan import DEFAULT_SHARD_BYTES, ShardSpec, index_file_name, plan_split, shuffled_order
+from .scan import Rejection
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def _fingerprint(job, ordered: dict[str, list], options: ConvertOptions) -> str:
 
 def _damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """Listed shards and index files that are missing, not regular files, or not their recorded size (no read)."""
-    from ingest.write import NotRegularFileError, join, stat_regular
+    from .write import NotRegularFileError, join, stat_regular
 
     damaged = []
     for split in manifest.splits.values():
@@ -168,7 +168,7 @@ def _damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
 def _check_state_folder(out: str) -> None:
     """The state folder must be a real folder of ours: through a symlink, state would be written (and later
     removed) somewhere else."""
-    from ingest.write import join
+    from .write import join
 
     state = join(out, STATE_DIR)
     if "://" not in out and (os.path.islink(state) or (os.path.lexists(state) and not os.path.isdir(state))):
@@ -179,7 +179,7 @@ def _check_state_folder(out: str) -> None:
 
 
 def _read_state(path: str) -> Any:
-    from ingest.readback import read_small_file
+    from .readback import read_small_file
 
     return manifest_lib.parse_json(read_small_file(path, "state file"), path)
 
@@ -196,7 +196,7 @@ def _files_to_remove(raw: Any, path: str) -> list[str]:
 
 
 def _remove_outputs(out: str, names: list[str]) -> None:
-    from ingest.write import TEMP_PREFIX, join, remove_if_exists
+    from .write import TEMP_PREFIX, join, remove_if_exists
 
     for name in names:
         remove_if_exists(join(out, name))
@@ -207,7 +207,7 @@ def _finish_pending_removal(out: str) -> None:
     """An ``--overwrite`` killed while removing the old dataset: remove the rest of what it recorded."""
     import tensorflow as tf
 
-    from ingest.write import join
+    from .write import join
 
     record = join(join(out, STATE_DIR), REMOVING)
     if not tf.io.gfile.exists(record):
@@ -222,9 +222,9 @@ def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib
     """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done."""
     import tensorflow as tf
 
-    from ingest.lock import LOCK_NAME
-    from ingest.readback import load_manifest
-    from ingest.write import join, write_text_atomic
+    from .lock import LOCK_NAME
+    from .readback import load_manifest
+    from .write import join, write_text_atomic
 
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     state_path = join(out, STATE_DIR)
@@ -294,7 +294,7 @@ def _committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> di
     """
     import tensorflow as tf
 
-    from ingest.write import NotRegularFileError, file_sha256, join
+    from .write import NotRegularFileError, file_sha256, join
 
     kept = {}
     for spec in specs:
@@ -324,7 +324,7 @@ def write_shard(job, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, An
 
     The one place records reach a shard, for the local process pool and the Beam runner alike.
     """
-    from ingest.write import ShardWriter
+    from .write import ShardWriter
 
     stats, rejected = job.new_stats(), []
     with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
@@ -345,7 +345,7 @@ def write_shard(job, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, An
 
 def record_commit(out: str, spec: ShardSpec, result: _ShardResult) -> None:
     """Notes a committed shard in the state folder, so a rerun keeps it."""
-    from ingest.write import join, write_text_atomic
+    from .write import join, write_text_atomic
 
     write_text_atomic(join(join(out, STATE_DIR), spec.file_name + ".json"), result.to_json())
 
@@ -431,9 +431,9 @@ def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, over
     """
     import tensorflow as tf
 
-    from ingest.lock import output_lock
-    from ingest.readback import check_output_folder
-    from ingest.write import check_bucket
+    from .lock import output_lock
+    from .readback import check_output_folder
+    from .write import check_bucket
 
     workers = default_workers() if workers is None else workers
     ordered, specs = _plan(job, options)
@@ -464,7 +464,7 @@ def _no_space(out: str) -> OSError:
 def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner):
     import tensorflow as tf
 
-    from ingest.write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
+    from .write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
 
     planned = [s.file_name for s in specs]
     if options.index:
@@ -541,7 +541,7 @@ def convert_images(
       m = convert_images("flowers/", "flowers-tfr/")
       m.splits["train"].records, [s.file for s in m.splits["train"].shards]  # 3670, ['train-00000-of-00002...
     """
-    from ingest.jobs import ImageJob
+    from .jobs import ImageJob
 
     return _convert(ImageJob, "skip", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
                     runner=runner)
@@ -586,7 +586,7 @@ def convert_episodes(
       m = convert_episodes("runs/", "runs-tfr/")
       m.splits["train"].episode_lengths[:3]  # [5120, 19876, 8003]
     """
-    from ingest.jobs import EpisodeJob
+    from .jobs import EpisodeJob
 
     return _convert(EpisodeJob, "fail", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
                     runner=runner)

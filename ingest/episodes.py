@@ -18,9 +18,9 @@ import zipfile
 
 import numpy as np
 
-from ingest.errors import InputError
-from ingest.localfs import NotRegularFileError, open_regular
-from ingest.scan import SPLIT_NAMES, Rejection, SourceFile, not_regular_problem, stat_problem
+from .errors import InputError
+from .localfs import NotRegularFileError, open_regular
+from .scan import SPLIT_NAMES, Rejection, SourceFile, not_regular_problem, stat_problem
 
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ingest.episodes import PreparedEpisode
-from ingest.images import PreparedImage
+from .episodes import PreparedEpisode
+from .images import PreparedImage
 
 
 def _bytes(value: bytes) -> tf.train.Feature:

@@ -18,8 +18,8 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
-from ingest.localfs import NotRegularFileError, open_regular
-from ingest.scan import Rejection, SourceFile
+from .localfs import NotRegularFileError, open_regular
+from .scan import Rejection, SourceFile
 
 DEFAULT_QUALITY = 95
 DEFAULT_MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold

@@ -15,8 +15,8 @@ import functools
 import os
 from typing import Any
 
-from ingest import manifest as manifest_lib
-from ingest.episodes import (
+from . import manifest as manifest_lib
+from .episodes import (
     EpisodeSource,
     FeatureSums,
     PreparedEpisode,
@@ -25,9 +25,9 @@ from ingest.episodes import (
     read_episode_header,
     scan_episode_files,
 )
-from ingest.errors import InputError
-from ingest.images import PixelSums, PreparedImage, prepare_image
-from ingest.scan import IMAGE_EXTENSIONS, Rejection, SourceFile, scan_image_folders
+from .errors import InputError
+from .images import PixelSums, PreparedImage, prepare_image
+from .scan import IMAGE_EXTENSIONS, Rejection, SourceFile, scan_image_folders
 
 
 def _fail_on(src: str, rejected: list[Rejection], on_error: str) -> None:
@@ -87,7 +87,7 @@ class ImageJob:
     stats_from_dict = staticmethod(ImageShardStats.from_dict)
 
     def encode(self, image: PreparedImage, stats: ImageShardStats) -> list[bytes]:
-        from ingest.examples import image_example
+        from .examples import image_example
 
         label = image.source.label
         stats.class_counts[label] += 1
@@ -169,7 +169,7 @@ class EpisodeJob:
     stats_from_dict = staticmethod(EpisodeShardStats.from_dict)
 
     def encode(self, episode: PreparedEpisode, stats: EpisodeShardStats) -> list[bytes]:
-        from ingest.examples import episode_chunk_examples
+        from .examples import episode_chunk_examples
 
         stats.episodes.append({"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length})
         for name, sums in episode.sums.items():

@@ -21,7 +21,7 @@ import socket
 import time
 from typing import Iterator
 
-from ingest.errors import OutputExistsError
+from .errors import OutputExistsError
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def output_lock(out: str):
     Raises:
       OutputLockedError: another live conversion holds it; the message names its pid and host.
     """
-    from ingest.write import join
+    from .write import join
 
     path = join(out, LOCK_NAME)
     return _object_store_lock(out, path) if "://" in out else _local_lock(out, path)

@@ -11,8 +11,8 @@ import re
 
 import numpy as np
 
-from ingest import manifest as manifest_lib
-from ingest.errors import VerifyError
+from . import manifest as manifest_lib
+from .errors import VerifyError
 
 
 def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
@@ -22,7 +22,7 @@ def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST
       FileNotFoundError: nothing there.
       ValueError: not a regular file, or larger than ``limit``.
     """
-    from ingest.write import open_regular, stat_regular
+    from .write import open_regular, stat_regular
 
     import tensorflow as tf
 
@@ -62,7 +62,7 @@ def load_manifest(out: str) -> manifest_lib.Manifest:
     """
     import tensorflow as tf
 
-    from ingest.write import NotRegularFileError, join
+    from .write import NotRegularFileError, join
 
     check_output_folder(out)
     path = join(out, manifest_lib.MANIFEST_NAME)
@@ -170,7 +170,7 @@ def verify(out: str) -> manifest_lib.Manifest:
     """
     import tensorflow as tf
 
-    from ingest.write import NotRegularFileError, file_sha256, join, stat_regular
+    from .write import NotRegularFileError, file_sha256, join, stat_regular
 
     manifest = load_manifest(out)
     problems = []

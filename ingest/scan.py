@@ -13,8 +13,8 @@ import errno
 import os
 import stat
 
-from ingest.errors import InputError
-from ingest.localfs import file_kind
+from .errors import InputError
+from .localfs import file_kind
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
 SPLIT_NAMES = ("train", "val", "validation", "test")

@@ -15,9 +15,9 @@ import stat
 
 import tensorflow as tf
 
-from ingest.localfs import NotRegularFileError, file_kind, open_regular
-from ingest.manifest import ShardInfo
-from ingest.plan import index_file_name
+from .localfs import NotRegularFileError, file_kind, open_regular
+from .manifest import ShardInfo
+from .plan import index_file_name
 
 TEMP_PREFIX = ".tmp-"
 _CHUNK = 4 * 2**20

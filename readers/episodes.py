@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from ingest.manifest import EPISODE_FEATURES
-from readers import files as files_lib
+from ..ingest.manifest import EPISODE_FEATURES
+from . import files as files_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
 _TF_DTYPES = {"int64": tf.int64, "string": tf.string}

@@ -14,10 +14,10 @@ import os
 
 import tensorflow as tf
 
-from ingest.manifest import Manifest, ShardInfo
-from ingest.readback import load_manifest
-from ingest.write import NotRegularFileError, join, stat_regular
-from readers.starts import window_count
+from ..ingest.manifest import Manifest, ShardInfo
+from ..ingest.readback import load_manifest
+from ..ingest.write import NotRegularFileError, join, stat_regular
+from .starts import window_count
 
 log = logging.getLogger(__name__)
 

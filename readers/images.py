@@ -20,10 +20,10 @@ from typing import Callable
 
 import tensorflow as tf
 
-from readers import augment as augment_lib
-from readers import cache as cache_lib
-from readers import files as files_lib
-from readers import service as service_lib
+from . import augment as augment_lib
+from . import cache as cache_lib
+from . import files as files_lib
+from . import service as service_lib
 
 
 AUTOTUNE = tf.data.AUTOTUNE

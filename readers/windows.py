@@ -31,11 +31,11 @@ from typing import Callable, Mapping, Sequence, Union
 import numpy as np
 import tensorflow as tf
 
-from readers import files as files_lib
-from readers import service as service_lib
-from readers.episodes import episodes as read_episodes
-from readers.episodes import feature_schema, load_concatenated, select_features
-from readers.starts import window_count, window_starts
+from . import files as files_lib
+from . import service as service_lib
+from .episodes import episodes as read_episodes
+from .episodes import feature_schema, load_concatenated, select_features
+from .starts import window_count, window_starts
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 16384

@@ -66,12 +66,12 @@ def cli():
     """Invokes the typer app in-process: cli("images", src, out, ...) -> click Result."""
     from typer.testing import CliRunner
 
-    import cli as cli_module
+    from tfshard import cli as cli_module
 
     runner = CliRunner()
 
     def invoke(*args):
-        return runner.invoke(cli_module.app, [str(a) for a in args])
+        return runner.invoke(cli_module.app, cli_module.global_flags_first([str(a) for a in args]))
 
     return invoke
 
@@ -80,7 +80,7 @@ def image_features() -> dict:
     """tf.io parse spec for every key the manifest's feature table lists (read the records as documented)."""
     import tensorflow as tf
 
-    from ingest.manifest import IMAGE_FEATURES
+    from tfshard.ingest.manifest import IMAGE_FEATURES
 
     dtypes = {"string": tf.string, "int64": tf.int64}
     return {key: tf.io.FixedLenFeature([], dtypes[spec["dtype"]]) for key, spec in IMAGE_FEATURES.items()}
@@ -105,7 +105,7 @@ def random_episodes(lengths, seed: int = 0, width: int = 2) -> list[np.ndarray]:
 
 def convert_episode_tree(src, out, *, episode=None, workers: int = 0, overwrite: bool = False, **options):
     """convert_episodes in-process (``workers=0``), ``on_error="fail"`` unless given; ``episode``: EpisodeOptions."""
-    from ingest import ConvertOptions, EpisodeOptions, convert_episodes
+    from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_episodes
 
     options.setdefault("on_error", "fail")
     config = ConvertOptions(episode=episode or EpisodeOptions(), **options)

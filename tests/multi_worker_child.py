@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import readers  # noqa: E402
+from tfshard import readers  # noqa: E402
 
 
 def image_signatures(strategy, path: str) -> list[list[float]]:

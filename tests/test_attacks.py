@@ -40,8 +40,8 @@ import tensorflow as tf
 from conftest import convert_episode_tree, image_features, make_tree
 from PIL import Image
 
-import readers
-from ingest import EpisodeOptions
+from tfshard import readers
+from tfshard.ingest import EpisodeOptions
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -178,9 +178,9 @@ def python(*args, cap: bool = True) -> list[str]:
 
 
 def run_process(*args, timeout: float = 60, cap: bool = True) -> Ran:
-    """``python -m cli ARGS`` from the repo; a run past ``timeout`` is killed and fails the test (a hang)."""
+    """``python -m tfshard ARGS`` from the repo; a run past ``timeout`` is killed and fails the test (a hang)."""
     try:
-        done = subprocess.run(python("-m", "cli", *args, cap=cap), cwd=REPO, env=ENV, capture_output=True, text=True,
+        done = subprocess.run(python("-m", "tfshard", *args, cap=cap), cwd=REPO, env=ENV, capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"`tfshard {' '.join(map(str, args))}` still ran after {timeout} s: it hangs")
@@ -813,7 +813,7 @@ sys.stderr.write(done.stderr)
 def test_13_zip_bomb_under_the_default_limit_converts_in_bounded_memory(world, zip_bomb):
     good = good_episodes(world.src, npz="x")
     shutil.copy(zip_bomb, os.path.join(world.src, "bomb.npz"))
-    command = [sys.executable, "-m", "cli", "episodes", world.src, world.out, "--workers", "0", "--quiet"]
+    command = [sys.executable, "-m", "tfshard", "episodes", world.src, world.out, "--workers", "0", "--quiet"]
 
     # A wrapper of its own, so RUSAGE_CHILDREN holds the conversion alone, not every child this test run started.
     done = subprocess.run([sys.executable, "-c", _PEAK_RSS, *command], cwd=REPO, env=ENV, capture_output=True,
@@ -900,7 +900,7 @@ def busy_source(tmp_path_factory) -> str:
 
 
 def _busy_command(src: str, out: str) -> list[str]:
-    return [sys.executable, "-m", "cli", "images", src, out, "--num-shards", "4", "--workers", "1", "--quiet"]
+    return [sys.executable, "-m", "tfshard", "images", src, out, "--num-shards", "4", "--workers", "1", "--quiet"]
 
 
 def _assert_refused_by_lock(ran: Ran, out: str, holder_pid: int) -> None:
@@ -1015,7 +1015,7 @@ def test_9_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world, s
     ok(w.cli("images", w.src, w.out, "--num-shards", str(OLD_SHARDS), "--workers", "0", "--quiet"))
     manifest = os.path.join(w.out, MANIFEST)
     before = snapshot(w.root)
-    command = [sys.executable, "-m", "cli", "images", slow_source, w.out, "--overwrite", "--num-shards", "3",
+    command = [sys.executable, "-m", "tfshard", "images", slow_source, w.out, "--overwrite", "--num-shards", "3",
                "--workers", "1", "--quiet"]
 
     proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -1048,7 +1048,7 @@ def test_9_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world, s
 
 _READ_ALL = r"""
 import json, sys
-import readers
+from tfshard import readers
 try:
     for _ in readers.images(sys.argv[1], batch_size=1, ignore_errors=True):
         pass
@@ -1094,7 +1094,7 @@ def test_15_disk_full_is_one_line_naming_the_path(world):
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(world.src) for f in fs)
     assert total > 400 * 1024, "the source must not fit in the 200 kB tmpfs"
     out = os.path.join(mount, "out")
-    script = 'mount -t tmpfs -o size=200k tmpfs "$1" && exec "$2" -m cli images "$3" "$4" --workers 0 --quiet'
+    script = 'mount -t tmpfs -o size=200k tmpfs "$1" && exec "$2" -m tfshard images "$3" "$4" --workers 0 --quiet'
     before = snapshot(world.root, skip=("out", "mnt"))
 
     try:

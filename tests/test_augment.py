@@ -5,7 +5,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from readers import augment  # noqa: E402
+from tfshard.readers import augment  # noqa: E402
 
 
 def _batch(n=32, h=6, w=5):

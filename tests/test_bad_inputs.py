@@ -23,7 +23,7 @@ import tensorflow as tf
 from conftest import image_features, make_tree, write_jpeg
 from PIL import Image
 
-from ingest import ConvertOptions, ImageOptions, InputError, convert_images, load_manifest
+from tfshard.ingest import ConvertOptions, ImageOptions, InputError, convert_images, load_manifest
 
 FEATURES = image_features()
 
@@ -247,7 +247,7 @@ def test_max_pixels_above_pillows_own_limit_is_honoured(tmp_path, monkeypatch, n
 _UNPRIVILEGED = r"""
 import json, os, sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from ingest import ConvertOptions, InputError, convert_images
+from tfshard.ingest import ConvertOptions, InputError, convert_images
 
 jobs = json.loads(sys.argv[1])
 # Run one whole conversion while still root, so every lazy import (ours, TensorFlow's, the stdlib's) is done

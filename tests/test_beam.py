@@ -11,8 +11,8 @@ pytest.importorskip("apache_beam")
 tf = pytest.importorskip("tensorflow")
 
 from conftest import make_tree, random_episodes, save_episodes, write_jpeg  # noqa: E402
-from ingest import ConvertOptions, EpisodeOptions, InputError, convert_episodes, convert_images  # noqa: E402
-from ingest.beam_runner import BeamRunner  # noqa: E402
+from tfshard.ingest import ConvertOptions, EpisodeOptions, InputError, convert_episodes, convert_images  # noqa: E402
+from tfshard.ingest.beam_runner import BeamRunner  # noqa: E402
 
 
 def _files(folder) -> dict[str, bytes]:

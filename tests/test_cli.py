@@ -3,7 +3,7 @@
 import json
 import os
 
-from ingest import ConvertOptions, convert_images
+from tfshard.ingest import ConvertOptions, convert_images
 
 
 def test_images_then_info_and_json(image_tree, tmp_path, cli):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ingest.episodes import (
+from tfshard.ingest.episodes import (
     EpisodeOptions,
     EpisodeSource,
     common_schema,
@@ -11,8 +11,8 @@ from ingest.episodes import (
     read_episode_header,
     scan_episode_files,
 )
-from ingest.errors import InputError
-from ingest.scan import Rejection
+from tfshard.ingest.errors import InputError
+from tfshard.ingest.scan import Rejection
 
 
 def _headers(root):

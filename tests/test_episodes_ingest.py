@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, random_episodes, save_episodes
 
-import readers
-from ingest import EpisodeOptions, InputError, VerifyError, load_manifest, verify
+from tfshard import readers
+from tfshard.ingest import EpisodeOptions, InputError, VerifyError, load_manifest, verify
 
 DTYPES = ["float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
           "bool", "complex64", ">f8"]

@@ -31,7 +31,7 @@ SHARDS = [f"train-{i:05d}-of-00004.tfrecord" for i in range(4)]
 CRASH = """
 import os, sys
 import tensorflow as tf
-from ingest import ConvertOptions, convert_images
+from tfshard.ingest import ConvertOptions, convert_images
 
 rename = tf.io.gfile.rename
 def crash_before_commit(src, dst, overwrite=False):
@@ -97,9 +97,9 @@ def _images(root: str) -> None:
     from conftest import make_tree
     from typer.testing import CliRunner
 
-    import cli
-    import readers
-    from ingest import ConvertOptions, OutputExistsError, VerifyError, convert_images, verify
+    from tfshard import cli
+    from tfshard import readers
+    from tfshard.ingest import ConvertOptions, OutputExistsError, VerifyError, convert_images, verify
 
     src, local, out = os.path.join(root, "photos"), os.path.join(root, "photos-tfr"), f"{BUCKET}/photos"
     make_tree(src, classes=("cat", "dog", "owl"), per_class=8)
@@ -173,7 +173,7 @@ def _episodes(root: str) -> None:
     import numpy as np
     from conftest import convert_episode_tree, random_episodes, save_episodes
 
-    import readers
+    from tfshard import readers
 
     src, local, out = os.path.join(root, "runs"), os.path.join(root, "runs-tfr"), f"{BUCKET}/runs/tfr"
     save_episodes(src, {f"ep{i}.npy": e for i, e in enumerate(random_episodes([40, 7, 25, 60, 33], seed=3))})

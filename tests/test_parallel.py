@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from ingest.parallel import ordered_map
+from tfshard.ingest.parallel import ordered_map
 
 
 def _square(x):

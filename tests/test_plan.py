@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ingest.plan import (
+from tfshard.ingest.plan import (
     ShardSpec,
     count_shards,
     parse_size,
@@ -123,8 +123,9 @@ def test_pure_core_never_imports_tensorflow():
     import subprocess
 
     code = (
-        "import sys; import ingest, ingest.plan, ingest.scan, ingest.images, ingest.manifest, ingest.parallel, "
-        "ingest.demo, ingest.episodes; print('tensorflow' in sys.modules)"
+        "import sys; import tfshard.ingest, tfshard.ingest.plan, tfshard.ingest.scan, tfshard.ingest.images, "
+        "tfshard.ingest.manifest, tfshard.ingest.parallel, tfshard.ingest.demo, tfshard.ingest.episodes, "
+        "tfshard.ingest.localfs; print('tensorflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

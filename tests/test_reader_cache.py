@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 from conftest import make_tree, write_jpeg
 
-import readers
-from ingest import ConvertOptions, convert_images
+from tfshard import readers
+from tfshard.ingest import ConvertOptions, convert_images
 
 tf = pytest.importorskip("tensorflow")
 
@@ -45,7 +45,7 @@ EVAL = {"batch_size": 1, "image_size": (16, 16), "training": False}
 _CHILD = r"""
 import json, os, sys, time
 import tensorflow as tf
-import readers
+from tfshard import readers
 
 args = json.loads(sys.argv[1])
 ds = readers.images(args["data"], cache=args["cache"], **args["kwargs"])
@@ -220,11 +220,11 @@ def test_cache_left_by_a_killed_writer_is_recovered_and_completed(dataset, tmp_p
     prefix = _assert_partial(cache)
     assert json.loads(_read(prefix + ".owner"))["pid"] == child.pid
 
-    caplog.set_level(logging.INFO, logger="readers.cache")
+    caplog.set_level(logging.INFO, logger="tfshard.readers.cache")
     ds = readers.images(out, cache=cache, **TRAIN)
     assert sorted(_labels(ds)) == ALL  # no AlreadyExistsError, and every record exactly once
     _assert_complete(cache, prefix)
-    assert any("_0.lockfile" in r.getMessage() for r in caplog.records if r.name == "readers.cache")
+    assert any("_0.lockfile" in r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache")
 
     _scramble_shards(out)
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
@@ -274,10 +274,10 @@ def test_unreadable_owner_file_is_not_silently_ignored(dataset, tmp_path, caplog
     _, out = dataset
     cache = str(tmp_path / "cache")
     prefix = _forge_partial(out, cache, text)
-    caplog.set_level(logging.WARNING, logger="readers.cache")
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
     recovered = tf.io.gfile.exists(prefix + ".index")
-    warned = [r for r in caplog.records if r.name == "readers.cache" and r.levelno >= logging.WARNING]
+    warned = [r for r in caplog.records if r.name == "tfshard.readers.cache" and r.levelno >= logging.WARNING]
     assert recovered or warned, "the cache was silently not used"
 
 
@@ -317,9 +317,9 @@ def test_second_process_reads_without_the_cache_a_live_process_is_writing(datase
     _wait_for(writer, cache)
     prefix = _assert_partial(cache)
 
-    caplog.set_level(logging.WARNING, logger="readers.cache")
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL  # no AlreadyExistsError
-    warnings = [r.getMessage() for r in caplog.records if r.name == "readers.cache" and r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "reads without the cache" in warnings[0] and str(writer.pid) in warnings[0]
     _assert_partial(cache)  # the writer's lock and data are untouched
 
@@ -337,9 +337,9 @@ def test_owner_on_another_host_is_assumed_alive(dataset, tmp_path, caplog):
     _, out = dataset
     cache = str(tmp_path / "cache")
     prefix = _forge_partial(out, cache, {"host": "not-" + socket.gethostname(), "pid": 1, "start": "1"})
-    caplog.set_level(logging.WARNING, logger="readers.cache")
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
     assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
-    assert any("reads without the cache" in r.getMessage() for r in caplog.records if r.name == "readers.cache")
+    assert any("reads without the cache" in r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache")
     assert tf.io.gfile.exists(prefix + "_0.lockfile") and not _cache_files(cache, "tfshard-*.index")
 
 
@@ -510,7 +510,7 @@ def test_two_pipelines_of_one_process_on_one_cache_iterated_together_both_read_e
     """Attack 17: the second pipeline reads without the cache (TensorFlow's lockfile would refuse a second writer)."""
     _, out = dataset
     cache = str(tmp_path / "cache")
-    caplog.set_level(logging.WARNING, logger="readers.cache")
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
     first = readers.images(out, cache=cache, **kwargs)
     second = readers.images(out, cache=cache, **kwargs)
     got_first, got_second = [], []
@@ -518,7 +518,7 @@ def test_two_pipelines_of_one_process_on_one_cache_iterated_together_both_read_e
         got_first += a.numpy().tolist()
         got_second += b.numpy().tolist()
     assert sorted(got_first) == sorted(got_second) == ALL
-    warnings = [r.getMessage() for r in caplog.records if r.name == "readers.cache" and r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "another pipeline of this process" in warnings[0]
     _assert_complete(cache, _only_prefix(cache))
     _scramble_shards(out)
@@ -534,7 +534,7 @@ def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_t
     assert len(_labels(dropped.take(2))) == 2
     del dropped
 
-    caplog.set_level(logging.WARNING, logger="readers.cache")
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
     assert sorted(_labels(readers.images(out, cache=cache, **EVAL))) == ALL
-    assert not [r for r in caplog.records if r.name == "readers.cache"]
+    assert not [r for r in caplog.records if r.name == "tfshard.readers.cache"]
     _assert_complete(cache, _only_prefix(cache))

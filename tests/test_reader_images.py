@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import readers
-from ingest import ConvertOptions, convert_images
+from tfshard import readers
+from tfshard.ingest import ConvertOptions, convert_images
 
 tf = pytest.importorskip("tensorflow")
 
@@ -209,8 +209,8 @@ def test_ignore_errors_skips_an_undecodable_record_and_keeps_the_rest(dataset, t
 
 
 def test_public_names_stay_functions_after_their_modules_load():
-    import ingest
-    import readers.images  # noqa: F401  (binding the submodule must not shadow the function)
+    import tfshard.readers.images  # noqa: F401  (binding the submodule must not shadow the function)
+    from tfshard import ingest
 
     assert callable(readers.images) and readers.images is readers.images
     assert callable(ingest.verify) and ingest.verify is ingest.verify
@@ -268,7 +268,7 @@ def test_shard_of_another_size_is_refused_and_with_ignore_errors_logged(copy, ca
 
     import logging
 
-    caplog.set_level(logging.WARNING, logger="readers.files")
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.files")
     kept = _labels(readers.images(out, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
     assert sorted(kept) == list(range(NUM_CLASSES))  # the records before the extra bytes are all there
     assert any(re.search(message, r.getMessage()) for r in caplog.records)
@@ -276,7 +276,7 @@ def test_shard_of_another_size_is_refused_and_with_ignore_errors_logged(copy, ca
 
 _READ_AFTER_REMOVING = r"""
 import json, os, sys
-import readers
+from tfshard import readers
 
 out, gone = sys.argv[1], sys.argv[2]
 ds = readers.images(out, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True)

@@ -14,10 +14,10 @@ import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, make_tree, save_episodes
 
-import readers
-from ingest import ConvertOptions, EpisodeOptions, convert_images
-from readers.starts import window_starts
-from readers.windows import _index_batches
+from tfshard import readers
+from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
+from tfshard.readers.starts import window_starts
+from tfshard.readers.windows import _index_batches
 
 LENGTHS = [30, 3, 17, 50, 1, 8, 12]  # 3, 1 and 8 are shorter than most windows below: they contribute nothing
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from conftest import make_tree, write_jpeg
-from ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
+from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +87,7 @@ def flip_middle_byte(path: str) -> None:
 
 def convert_command(src: str, out: str) -> list[str]:
     options = ["--num-shards", str(KILL_SHARDS), "--quiet", "--workers", "1"]
-    return [sys.executable, "-m", "cli", "images", src, out, *options]
+    return [sys.executable, "-m", "tfshard", "images", src, out, *options]
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def test_changed_committed_shard_is_detected_and_rewritten(interrupted, caplog, 
         with open(path, "wb") as f:
             f.write(clean["train-00001-of-00002.tfrecord"])
     before = stats(out)
-    with caplog.at_level("WARNING", logger="ingest.convert"):
+    with caplog.at_level("WARNING", logger="tfshard.ingest.convert"):
         convert_images(src, out, RESUME, workers=0, progress=False)
     assert_same_tree(snapshot(out), clean)
     assert stats(out)[os.path.basename(path)][0] != before[os.path.basename(path)][0]

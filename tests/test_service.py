@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, make_tree, save_episodes
 
-import readers
-from ingest import ConvertOptions, convert_images
-from readers import service as service_lib
+from tfshard import readers
+from tfshard.ingest import ConvertOptions, convert_images
+from tfshard.readers import service as service_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PER_CLASS = 12  # two classes: 24 records in 6 shards
@@ -239,7 +239,7 @@ def test_cli_dispatcher_serves_workers_and_readers_until_ctrl_c(photos, referenc
     port = _free_port()
     with open(tmp_path / "stderr", "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-c", "import cli; cli.main()", "service", "dispatcher", "--port", str(port)],
+            [sys.executable, "-c", "from tfshard import cli; cli.main()", "service", "dispatcher", "--port", str(port)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
         )
     worker = None

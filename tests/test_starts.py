@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from readers.starts import episode_offsets, window_count, window_starts
+from tfshard.readers.starts import episode_offsets, window_count, window_starts
 
 
 def _oracle(lengths, length, shift, horizon=0):

@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from conftest import make_tree
-from ingest import ConvertOptions, VerifyError, convert_images, verify
+from tfshard.ingest import ConvertOptions, VerifyError, convert_images, verify
 
 CLASSES = ("ant", "bee", "cat")
 PER_CLASS = 6

@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, save_episodes
 
-import readers
-from ingest import EpisodeOptions
+from tfshard import readers
+from tfshard.ingest import EpisodeOptions
 
 LENGTHS = [40, 25, 7, 33, 4, 19, 8]  # 59 windows of 4 (shift 2): 59 % 2 and 59 % 3 are not 0
 WIDTH = 3
