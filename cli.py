@@ -135,16 +135,32 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
+def _rate(manifest, seconds: float, status) -> str:
+    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest)."""
+    records = manifest.total_records - (status.kept_records if status else 0)
+    size = manifest.total_bytes - (status.kept_bytes if status else 0)
+    if status is not None and status.resumed:
+        episodes = manifest.kind == "episodes"  # episodes in the kept shards are not counted: bytes say it
+        per_second = f"{size / seconds / 1e6:,.1f} MB/s" if episodes else f"{records / seconds:,.0f} img/s"
+        return f" in {seconds:.1f} s ({records:,} records written: {per_second})"
+    if manifest.kind == "episodes":
+        episodes = sum(len(split.episodes or []) for split in manifest.splits.values())
+        return f" in {seconds:.1f} s ({episodes / seconds:,.1f} episodes/s, {size / seconds / 1e6:,.1f} MB/s)"
+    return f" in {seconds:.1f} s ({records / seconds:,.0f} img/s)"
+
+
+def _print_summary(out: str, manifest, seconds: float | None = None, status=None) -> None:
+    """The per-split table and totals; ``seconds``: how long this run took (no rate without it).
+
+    ``status``: the conversion's ``RunStatus``; a run that found the dataset complete prints no rate.
+    """
+    if status is not None and status.complete:
+        typer.echo(f"{out}: already complete for these inputs and options; nothing converted")
+        seconds = None
     for name, split in manifest.splits.items():
         steps = f"  {len(split.episodes):,} episodes, {sum(split.episode_lengths):,} steps" if split.episodes else ""
         typer.echo(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}{steps}")
-    episodes = sum(len(split.episodes or []) for split in manifest.splits.values())
-    rate = ""
-    if seconds and manifest.kind == "episodes":
-        rate = f" in {seconds:.1f} s ({episodes / seconds:,.1f} episodes/s, {manifest.total_bytes / seconds / 1e6:,.1f} MB/s)"
-    elif seconds:
-        rate = f" in {seconds:.1f} s ({manifest.total_records / seconds:,.0f} img/s)"
+    rate = _rate(manifest, seconds, status) if seconds else ""
     typer.echo(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
     converted = manifest.options.get("converted_images", 0)
     if converted:
@@ -158,7 +174,12 @@ def _print_summary(out: str, manifest, seconds: float | None = None) -> None:
     ignored = manifest.ignored
     if any(ignored.values()):
         kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
-        typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files")
+        listed = manifest.ignored_files
+        typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files{':' if listed else ''}")
+        for path in listed[:10]:
+            typer.echo(f"    {path}")
+        if listed and ignored["other"] > len(listed[:10]):
+            typer.echo(f"    ... and {ignored['other'] - len(listed[:10])} more (dataset.json names the first {len(listed)})")
 
 
 def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
@@ -177,11 +198,35 @@ def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuf
     )
 
 
-def _run_conversion(convert, src, out, options, workers, overwrite, quiet, runner) -> None:
+def _convert_and_report(convert, src, out, options, quiet=False, **run):
+    """Runs ``convert``; says when it resumes (before the progress bar) and prints the summary (unless quiet).
+
+    The library tells what it found in OUT through ``on_status`` (a ``RunStatus``); printing is the CLI's.
+    """
+    found = []
+
+    def on_status(status) -> None:
+        found.append(status)
+        if status.resumed and not quiet:
+            typer.echo(f"{out}: resumed: kept {status.kept_shards} of {status.total_shards} shards already committed")
+
     started = time.monotonic()
-    manifest = convert(src, out, options, workers=workers, overwrite=overwrite, progress=not quiet, runner=runner)
+    manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
     if not quiet:
-        _print_summary(out, manifest, time.monotonic() - started)
+        _print_summary(out, manifest, time.monotonic() - started, found[0] if found else None)
+    return manifest
+
+
+def _interrupted(out: str) -> None:
+    """Ctrl-C during a conversion: one line on stderr, exit 130 (128 + SIGINT), as shells expect."""
+    typer.echo(f"{out}: interrupted; run the same command again to resume (committed shards are kept)", err=True)
+    if _state["debug"]:
+        raise KeyboardInterrupt
+    raise typer.Exit(130)
+
+
+def _run_conversion(convert, src, out, options, workers, overwrite, quiet, runner) -> None:
+    _convert_and_report(convert, src, out, options, quiet, workers=workers, overwrite=overwrite, runner=runner)
 
 
 @app.command()
@@ -220,6 +265,8 @@ def images(
         _run_conversion(convert_images, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
     except _errors() as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
 
 
 class OnNan(str, enum.Enum):
@@ -265,6 +312,8 @@ def episodes(
         _run_conversion(convert_episodes, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
     except _errors() as e:
         _fail(e)
+    except KeyboardInterrupt:
+        _interrupted(out)
 
 
 @app.command()
@@ -384,7 +433,7 @@ def bench(
 def _bench_windows(out: str, info, split: str, window: int | None, shift: int, batch_size: int, epochs: int,
                    streamed: bool) -> None:
     from . import readers
-    from .readers.windows import default_device
+    from .readers.resident import default_device
 
     if window is None:
         raise ValueError(f"{out}: an episode dataset; pass --window L (and --shift S) to time its windows")
@@ -421,9 +470,7 @@ def demo(
         src = make_image_folders(os.path.join(folder, "images"))
         out = os.path.join(folder, "images-tfrecord")
         typer.echo(f"demo: made {src}/{{train,val}}/<class>/*.jpg, including 6 odd or broken files")
-        started = time.monotonic()
-        manifest = convert_images(src, out, ConvertOptions(min_shards=2), workers=workers, overwrite=True)
-        _print_summary(out, manifest, time.monotonic() - started)
+        _convert_and_report(convert_images, src, out, ConvertOptions(min_shards=2), workers=workers, overwrite=True)
         verify_dataset(out)
         typer.echo(f"{out}: verified, every record's CRC and every shard's sha256 match dataset.json")
         from . import readers
@@ -434,16 +481,14 @@ def demo(
                    f"{images.dtype.name} in [0, 1], labels {labels.numpy().tolist()}")
         from .ingest import EpisodeOptions, convert_episodes
         from .ingest.demo import make_episodes
-        from .readers.windows import default_device
+        from .readers.resident import default_device
 
         src = make_episodes(os.path.join(folder, "episodes"))
         out_ep = os.path.join(folder, "episodes-tfrecord")
         typer.echo(f"demo: made {src}/{{train,val}}/run-*.npz (obs float32 [T, 3], action int32 [T]), "
                    "plus an empty episode and one with a NaN")
-        started = time.monotonic()
         options = ConvertOptions(min_shards=2, episode=EpisodeOptions(on_nan="skip"))
-        manifest = convert_episodes(src, out_ep, options, workers=workers, overwrite=True)
-        _print_summary(out_ep, manifest, time.monotonic() - started)
+        _convert_and_report(convert_episodes, src, out_ep, options, workers=workers, overwrite=True)
         verify_dataset(out_ep)
         typer.echo(f"{out_ep}: verified")
         windows = readers.windows(out_ep, length=128, shift=16, batch_size=32, features="obs", targets=8, seed=0)

@@ -7,7 +7,9 @@ Resumable: every committed shard leaves a small record in ``OUT/.tfshard-state/`
 A rerun of the same command (same inputs, same output-affecting options) keeps
 each committed shard whose bytes still hash to that record, rewrites the rest,
 and ends with files byte-identical to an uninterrupted run. The manifest is
-written last; the state folder is removed after it.
+written last; the state folder is removed after it. What a run found in OUT
+(already complete, or how many shards it kept) goes to its ``on_status``
+callback as a ``RunStatus`` (and to the log at INFO); the return value stays the manifest.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from .errors import InputError, OutputExistsError
 from .episodes import EpisodeOptions
 from .images import ImageOptions
 from .parallel import default_workers, ordered_map
-from .plan import DEFAULT_SHARD_BYTES, ShardSpec, index_file_name, plan_split, shuffled_order
+from ..format.names import index_file_name
+from .plan import DEFAULT_SHARD_BYTES, ShardSpec, plan_split, shuffled_order
 from .scan import Rejection
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,33 @@ class ConvertOptions:
         """The options that change the written bytes of a ``kind`` dataset (``on_error`` never does)."""
         other_kind = {"images": "episode", "episodes": "image"}[kind]
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStatus:
+    """What a conversion found in OUT before writing anything; given to the ``on_status`` callback once.
+
+    Attributes:
+      complete: OUT already holds this very dataset (same inputs and options): nothing is converted.
+      kept_shards: shards already committed, kept as they are (every shard when ``complete``).
+      total_shards: shards of the whole dataset.
+      kept_records, kept_bytes: what the kept shards hold, so a rate can count only this run's work.
+
+    Example:
+      convert_images("photos/", "out/", on_status=print)  # after a Ctrl-C: RunStatus(complete=False, kept_shards=3,
+      # total_shards=8, ...); once more: RunStatus(complete=True, kept_shards=8, total_shards=8, ...)
+    """
+
+    complete: bool
+    kept_shards: int
+    total_shards: int
+    kept_records: int = 0
+    kept_bytes: int = 0
+
+    @property
+    def resumed(self) -> bool:
+        """An unfinished conversion was picked up: some shards kept, the rest to write."""
+        return not self.complete and self.kept_shards > 0
 
 
 @dataclasses.dataclass
@@ -407,6 +437,7 @@ def _assemble(
         options={**options.identity(job.kind), **job.summary([r.stats for r in results.values()])},
         rejected=sorted(rejected, key=lambda r: r["path"]),
         ignored=job.ignored,
+        ignored_files=job.ignored_files,
     )
 
 
@@ -418,12 +449,13 @@ def _check_folders(src: str, out: str) -> None:
 
 
 def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool,
-            runner: Callable | None = None):
+            runner: Callable | None = None, on_status: Callable[[RunStatus], None] | None = None):
     """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died.
 
     Holds ``OUT/.tfshard-lock`` throughout, so a second conversion into the same OUT fails at once.
     ``runner`` (e.g. ``ingest.beam_runner.BeamRunner``) writes the shards still to do elsewhere;
-    planning, resume and the manifest stay here, so both produce the same files.
+    planning, resume and the manifest stay here, so both produce the same files. ``on_status`` is
+    called once with a ``RunStatus`` before any shard is written.
 
     Raises:
       OutputLockedError: another conversion is writing into ``out``.
@@ -444,7 +476,7 @@ def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, over
     try:
         with output_lock(out):
             return _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers, overwrite=overwrite,
-                               progress=progress, runner=runner)
+                               progress=progress, runner=runner, on_status=on_status or (lambda status: None))
     except tf.errors.ResourceExhaustedError as e:
         raise _no_space(out) from e
     except OSError as e:
@@ -461,7 +493,7 @@ def _no_space(out: str) -> OSError:
     )
 
 
-def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner):
+def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner, on_status):
     import tensorflow as tf
 
     from .write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
@@ -472,6 +504,8 @@ def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, over
     existing = _prepare_output(out, fingerprint, overwrite)
     if existing is not None:
         log.info("%s: already complete for these inputs and options; nothing to do", out)
+        shards = sum(len(split.shards) for split in existing.splits.values())
+        on_status(RunStatus(True, shards, shards, existing.total_records, existing.total_bytes))
         return existing
     state = join(out, STATE_DIR)
     write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
@@ -480,6 +514,8 @@ def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, over
     results = _committed_results(out, specs, options.index, job)
     if results:
         log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))
+    on_status(RunStatus(False, len(results), len(specs), sum(r.info.records for r in results.values()),
+                        sum(r.info.bytes for r in results.values())))
     todo = [s for s in specs if s.file_name not in results]
     if runner is None:
         for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress):
@@ -516,6 +552,7 @@ def convert_images(
     overwrite: bool = False,
     progress: bool = True,
     runner: Callable | None = None,
+    on_status: Callable[[RunStatus], None] | None = None,
 ) -> manifest_lib.Manifest:
     """Converts ``src/<class>/<image>`` (or ``src/<split>/<class>/<image>``) into sharded TFRecords in ``out``.
 
@@ -528,6 +565,8 @@ def convert_images(
       progress: show a tqdm progress bar.
       runner: None writes with local worker processes; ``ingest.beam_runner.BeamRunner(args)``
         writes the shards on Apache Beam (same files; planning, resume and the manifest stay here).
+      on_status: called once, before any shard is written, with a ``RunStatus``: whether ``out``
+        already held this dataset (nothing is converted) or how many committed shards a rerun keeps.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -544,7 +583,7 @@ def convert_images(
     from .jobs import ImageJob
 
     return _convert(ImageJob, "skip", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
-                    runner=runner)
+                    runner=runner, on_status=on_status)
 
 
 def convert_episodes(
@@ -556,6 +595,7 @@ def convert_episodes(
     overwrite: bool = False,
     progress: bool = True,
     runner: Callable | None = None,
+    on_status: Callable[[RunStatus], None] | None = None,
 ) -> manifest_lib.Manifest:
     """Converts numpy episodes under ``src`` (``.npy``/``.npz``, time on axis 0, recursive) into sharded TFRecords.
 
@@ -572,7 +612,7 @@ def convert_episodes(
         ``on_error=None`` means ``"fail"`` here: an unreadable or mismatched
         episode stops the run unless ``"skip"`` is asked (empty episodes are
         always skipped, with their reason recorded).
-      workers, overwrite, progress, runner: as for ``convert_images``.
+      workers, overwrite, progress, runner, on_status: as for ``convert_images``.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -589,4 +629,4 @@ def convert_episodes(
     from .jobs import EpisodeJob
 
     return _convert(EpisodeJob, "fail", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
-                    runner=runner)
+                    runner=runner, on_status=on_status)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .errors import InputError
 from .localfs import NotRegularFileError, open_regular
-from .scan import SPLIT_NAMES, Rejection, SourceFile, not_regular_problem, stat_problem
+from .scan import Rejection, SourceFile, SourceTree, not_regular_problem, split_folders, stat_problem
 
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
@@ -276,46 +276,49 @@ def common_schema(episodes: list[EpisodeSource]) -> tuple[Schema, list[Rejection
     return schema, odd
 
 
-def scan_episode_files(root: str) -> tuple[dict[str, list[SourceFile]], list[Rejection], int, int]:
+def scan_episode_files(root: str) -> SourceTree:
     """Every ``.npy``/``.npz`` below ``root`` (recursively, sorted), by split; the episode files that cannot be
-    read (broken links, FIFOs, devices) as rejections; and the hidden and other file counts.
+    read (broken links, FIFOs, devices) as rejections; and the hidden and other files left out.
 
-    Splits are detected as for images: every top-level folder named train/val/validation/test.
+    Splits follow the one rule images follow too (``scan.split_folders``): ``SRC/<split>/...`` when every
+    top-level folder is a split name; episode files beside split folders are refused.
+
+    Raises:
+      FileNotFoundError: ``root`` does not exist.
+      InputError: split and other folders mixed, episode files beside split folders, or no episode file at all.
     """
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root}: source folder not found; pass a folder of .npy/.npz episodes")
     top = sorted(e for e in os.listdir(root) if not e.startswith("."))
     top_dirs = [e for e in top if os.path.isdir(os.path.join(root, e))]
-    use_splits = bool(top_dirs) and all(d in SPLIT_NAMES for d in top_dirs)
-    files: dict[str, list[SourceFile]] = {}
-    rejected: list[Rejection] = []
-    hidden = other = 0
+    top_episodes = [e for e in top if e not in top_dirs and e.lower().endswith(EPISODE_EXTENSIONS)]
+    use_splits = bool(split_folders(root, top_dirs, top_episodes))
+    tree = SourceTree(root=root, class_names=[], files={}, rejected=[])
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        hidden += sum(n.startswith(".") for n in filenames)
+        tree.ignored_hidden += sum(n.startswith(".") for n in filenames)
         for name in sorted(n for n in filenames if not n.startswith(".")):
             path = os.path.join(dirpath, name)
             relpath = os.path.relpath(path, root).replace(os.sep, "/")
             if not name.lower().endswith(EPISODE_EXTENSIONS):
-                other += 1
+                tree.ignore(relpath)
                 continue
-            split = relpath.split("/", 1)[0] if use_splits else "train"
-            if use_splits and "/" not in relpath:
-                other += 1
-                continue
+            split = relpath.split("/", 1)[0] if use_splits else "train"  # no episode file is beside split folders
             try:
                 st = os.stat(path)
             except OSError as e:
-                rejected.append(Rejection(relpath, stat_problem(e)))
+                tree.rejected.append(Rejection(relpath, stat_problem(e)))
                 continue
             problem = not_regular_problem(st.st_mode)
             if problem is not None:
-                rejected.append(Rejection(relpath, problem))
+                tree.rejected.append(Rejection(relpath, problem))
                 continue
-            files.setdefault(split, []).append(SourceFile.of(path, relpath, split, -1, st))
-    if not files and not rejected:
+            tree.files.setdefault(split, []).append(SourceFile.of(path, relpath, split, -1, st))
+    if not tree.files and not tree.rejected:
         raise InputError(f"{root}: no .npy or .npz episodes found; put one episode per file under SRC")
-    return {s: sorted(f, key=lambda x: x.relpath) for s, f in sorted(files.items())}, rejected, hidden, other
+    tree.files = {s: sorted(f, key=lambda x: x.relpath) for s, f in sorted(tree.files.items())}
+    tree.finish_ignored()
+    return tree
 
 
 def _sums(array: np.ndarray) -> FeatureSums:

@@ -4,8 +4,8 @@ Pure PIL/numpy, no TensorFlow: this runs in the worker processes. Decisions come
 from the file's content, never its name. A JPEG that TensorFlow's
 ``decode_jpeg``/``decode_and_crop_jpeg`` can read as it is (RGB or grayscale, no
 EXIF rotation to apply, within ``max_side``) passes through byte for byte;
-everything else (PNG named .jpg, CMYK, palette, alpha, 16-bit, rotated) is
-converted to a baseline JPEG.
+everything else (PNG named .jpg, TIFF, CMYK, palette, alpha, 16-bit or float,
+rotated) is converted to a baseline JPEG.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class PreparedImage:
     pixels: PixelSums
 
 
-_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"RIFF")
+_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"RIFF", b"II*\x00", b"MM\x00*")  # TIFF: both byte orders
 _JPEG_EOI, _JPEG_SOS = b"\xff\xd9", b"\xff\xda"
 
 

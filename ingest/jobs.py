@@ -3,7 +3,8 @@
 A job scans its source once, then tells the engine: the items per split in
 sorted order, how big each is (for shard planning and the memory budget), a
 picklable ``prepare`` run in worker processes, how a prepared item becomes
-records, and how per-shard statistics merge into the split's manifest entry.
+records, how per-shard statistics merge into the split's manifest entry, and
+what the scan left out (``rejected``, the ``ignored`` counts, ``ignored_files``).
 Planning, parallelism, atomic commits, resume and the manifest are the
 engine's, written once for both kinds.
 """
@@ -66,6 +67,7 @@ class ImageJob:
         self.items: dict[str, list[SourceFile]] = tree.files
         self.rejected = tree.rejected
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
+        self.ignored_files = tree.ignored_files
         self.class_names = tree.class_names
         self.features = manifest_lib.IMAGE_FEATURES
         self.prepare = functools.partial(prepare_image, options=options.image)
@@ -127,7 +129,8 @@ class EpisodeJob:
     nothing_found = "no usable .npy/.npz episodes found; check SRC"
 
     def __init__(self, src: str, options):
-        found, unreadable, hidden, other = scan_episode_files(src)
+        tree = scan_episode_files(src)
+        found, unreadable = tree.files, tree.rejected
         every = sorted((f for files in found.values() for f in files), key=lambda f: f.relpath)
         headers = [read_episode_header(f, options.episode.max_episode_bytes) for f in every]
         # An id is the file's position among every episode file found, readable or not, so leaving one out
@@ -145,7 +148,8 @@ class EpisodeJob:
             split: [e for e in episodes if e.file.split == split and e.file.relpath not in odd_paths] for split in found
         }
         self.rejected = sorted(unusable, key=lambda r: r.relpath)
-        self.ignored = {"hidden": hidden, "other": other}
+        self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
+        self.ignored_files = tree.ignored_files
         self.class_names: list[str] = []
         self.features = manifest_lib.episode_features({n: (s.dtype, s.shape) for n, s in schema.items()})
         self.prepare = functools.partial(prepare_episode, schema=schema, options=options.episode)

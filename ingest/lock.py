@@ -157,7 +157,7 @@ def output_lock(out: str):
     Raises:
       OutputLockedError: another live conversion holds it; the message names its pid and host.
     """
-    from .write import join
+    from ..format.storage import join
 
     path = join(out, LOCK_NAME)
     return _object_store_lock(out, path) if "://" in out else _local_lock(out, path)

@@ -113,6 +113,7 @@ class Manifest:
     rejected: list[dict[str, str]]
     ignored: dict[str, int]
     format_version: int = FORMAT_VERSION
+    ignored_files: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
         if self.format_version != FORMAT_VERSION:
@@ -312,7 +313,8 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME) -> Manifest:
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - {"format_version"}, {"format_version"})
+    optional = {"format_version", "ignored_files"}
+    check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     version = raw.get("format_version", FORMAT_VERSION)
     if version != FORMAT_VERSION or isinstance(version, bool):
         raise ManifestError(
@@ -334,6 +336,8 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME) -> Manifest:
         check.text(item["reason"], f"rejected[{i}].reason")
     for key, value in check.mapping(raw["ignored"], "ignored").items():
         check.count(value, f"ignored[{key!r}]")
+    for i, path in enumerate(check.sequence(raw.get("ignored_files", []), "ignored_files")):
+        check.text(path, f"ignored_files[{i}]")
     splits = {}
     for name, split in check.mapping(raw["splits"], "splits").items():
         if not SPLIT_NAME.match(name):

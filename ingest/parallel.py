@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import multiprocessing
 import os
+import signal
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +25,12 @@ def default_workers() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # macOS, Windows
         return os.cpu_count() or 1
+
+
+def _ignore_ctrl_c() -> None:
+    """Workers leave Ctrl-C to the parent, which stops them: a terminal's SIGINT reaches the whole process group,
+    and a worker dying of it mid-task would print its own traceback and can wedge the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _map_chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
@@ -84,7 +91,7 @@ def ordered_map(
     chunks = _chunks(items, size_of, chunk_items)
     pending: collections.deque = collections.deque()
     pending_bytes = 0
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_ctrl_c) as pool:
         try:
             exhausted = False
             while True:

@@ -18,6 +18,8 @@ import random
 import re
 from typing import Sequence
 
+from ..format.names import shard_file_name
+
 DEFAULT_SHARD_BYTES = 128 * 2**20
 
 _UNITS = {
@@ -54,17 +56,6 @@ def parse_size(text: str | int) -> int:
     if value <= 0:
         raise ValueError(f"shard size: must be positive (got {text!r}); e.g. 128MiB")
     return value
-
-
-def shard_file_name(split: str, index: int, num_shards: int, compression: str | None = None) -> str:
-    """Returns the file name of one shard: ``train-00003-of-00010.tfrecord[.gz]``."""
-    suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
-    return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
-
-
-def index_file_name(shard_file: str) -> str:
-    """The DALI index file beside a shard: ``train-00003-of-00010.tfrecord`` → ``train-00003-of-00010.idx``."""
-    return shard_file.rsplit(".tfrecord", 1)[0] + ".idx"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,6 +7,7 @@ are opened, and no file is read past the size the manifest gives it.
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -52,11 +53,43 @@ def check_output_folder(out: str) -> None:
         raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
 
 
+_CONVERT = "tfshard images|episodes SRC OUT"
+
+
+def _no_manifest(out: str, path: str) -> FileNotFoundError:
+    """What is at ``out`` instead of a dataset, and what to do about it (its folder exists, its manifest does not)."""
+    import tensorflow as tf
+
+    from .convert import STATE_DIR  # only here, on the error path: readers never load the converter otherwise
+    from .lock import LOCK_NAME
+
+    names = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out))
+    if STATE_DIR in names:
+        return FileNotFoundError(
+            f"{path}: no manifest; a conversion into {out} has not finished (it holds {STATE_DIR}/ but no "
+            f"{manifest_lib.MANIFEST_NAME}); rerun the same `{_CONVERT}` command to finish it"
+        )
+    others = [n for n in names if n != LOCK_NAME]
+    if not others:
+        return FileNotFoundError(
+            f"{path}: no manifest; {out} is an empty folder, not a tfshard dataset; pass the OUT folder of a "
+            f"conversion, or convert into it with `{_CONVERT}`"
+        )
+    shards = sum(manifest_lib.is_shard_name(n) for n in others)
+    if shards:
+        hint = f"it holds {shards} shard file(s) but no {manifest_lib.MANIFEST_NAME}: rerun the conversion with --overwrite"
+    else:
+        hint = f"pass the OUT folder of a conversion, or convert into another folder with `{_CONVERT}`"
+    shown = others[:3] + ([f"... {len(others) - 3} more"] if len(others) > 3 else [])
+    return FileNotFoundError(f"{path}: no manifest; {out} is not a tfshard dataset (got {shown!r}); {hint}")
+
+
 def load_manifest(out: str) -> manifest_lib.Manifest:
     """Reads and validates ``out/dataset.json``.
 
     Raises:
-      FileNotFoundError: there is no manifest (not a dataset, or a conversion that never finished).
+      FileNotFoundError: ``out`` does not exist, or holds no manifest; the message says which, and whether
+        it is an unfinished conversion (rerun it), an empty folder or some other folder (not a dataset).
       NotADirectoryError: ``out`` is a file.
       ValueError: the manifest is not a valid tfshard manifest (the message names the field).
     """
@@ -64,12 +97,19 @@ def load_manifest(out: str) -> manifest_lib.Manifest:
 
     from .write import NotRegularFileError, join
 
+    if "://" not in out and os.path.basename(out) == manifest_lib.MANIFEST_NAME and os.path.isfile(out):
+        raise NotADirectoryError(
+            f"{out}: the manifest file, not its dataset folder; pass the folder that holds it "
+            f"({os.path.dirname(out) or '.'})"
+        )
     check_output_folder(out)
+    if not tf.io.gfile.exists(out):
+        raise FileNotFoundError(
+            f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
+        )
     path = join(out, manifest_lib.MANIFEST_NAME)
     if not tf.io.gfile.exists(path):
-        raise FileNotFoundError(
-            f"{path}: no manifest; {out} is not a finished tfshard dataset (rerun the conversion to finish it)"
-        )
+        raise _no_manifest(out, path)
     try:
         data = read_small_file(path, "manifest")
     except NotRegularFileError as e:
@@ -164,7 +204,8 @@ def verify(out: str) -> manifest_lib.Manifest:
       The manifest, when everything matches.
 
     Raises:
-      FileNotFoundError: no manifest in ``out``.
+      FileNotFoundError: ``out`` does not exist or holds no manifest (the message says what it holds).
+      NotADirectoryError: ``out`` is a file.
       ValueError: the manifest is not valid (names the field).
       VerifyError: any mismatch; ``.problems`` lists each as "path: problem; fix".
     """

@@ -3,7 +3,12 @@
 Plain ``os`` only. Listings are sorted, so the same tree always gives the same
 order, labels and plan. Symlinked folders are followed once each (a loop is
 cut and recorded); a file that cannot be stat'ed is recorded as rejected with
-its reason, never silently dropped.
+its reason, never silently dropped. Files left out for their extension are
+counted and the first ``MAX_LISTED_IGNORED`` of them (sorted) named.
+
+Both kinds of input split the same way (``split_folders``): ``SRC/<split>/...``
+when every top-level folder is a split name, no splits when none is, and an
+error naming the folders when some are.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ import dataclasses
 import errno
 import os
 import stat
+from collections.abc import Sequence
 
 from .errors import InputError
 from .localfs import file_kind
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp")
-SPLIT_NAMES = ("train", "val", "validation", "test")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
+MAX_LISTED_IGNORED = 100  # ignored files named in the manifest; the counts cover every one
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +55,11 @@ class Rejection:
 
 @dataclasses.dataclass
 class SourceTree:
-    """What a scan found: per-split files in sorted order, class names, and what was left out."""
+    """What a scan found: per-split files in sorted order, class names (none for episodes), and what was left out.
+
+    ``ignored_files`` names the first ``MAX_LISTED_IGNORED`` (in sorted order) of the
+    ``ignored_other`` files, those left out for their extension; hidden files are only counted.
+    """
 
     root: str
     class_names: list[str]
@@ -56,6 +67,17 @@ class SourceTree:
     rejected: list[Rejection]
     ignored_hidden: int = 0
     ignored_other: int = 0
+    ignored_files: list[str] = dataclasses.field(default_factory=list)
+
+    def ignore(self, relpath: str) -> None:
+        """Counts and (within the cap) names a file left out for its extension."""
+        self.ignored_other += 1
+        self.ignored_files.append(relpath)
+        if len(self.ignored_files) > 10 * MAX_LISTED_IGNORED:  # bounded memory on trees of millions of side files
+            self.ignored_files = sorted(self.ignored_files)[:MAX_LISTED_IGNORED]
+
+    def finish_ignored(self) -> None:
+        self.ignored_files = sorted(self.ignored_files)[:MAX_LISTED_IGNORED]
 
 
 def stat_problem(error: OSError) -> str:
@@ -103,7 +125,7 @@ def _walk_class(root: str, class_dir: str, split: str, label: int, tree: SourceT
                 if entry.name.lower().endswith(IMAGE_EXTENSIONS) or entry.is_symlink():
                     tree.rejected.append(Rejection(relpath, stat_problem(e)))
                 else:
-                    tree.ignored_other += 1
+                    tree.ignore(relpath)
                 continue
             if is_dir:
                 real = os.path.realpath(entry.path)
@@ -119,39 +141,79 @@ def _walk_class(root: str, class_dir: str, split: str, label: int, tree: SourceT
                 else:
                     found.append(SourceFile.of(entry.path, relpath, split, label, st))
             else:
-                tree.ignored_other += 1
+                tree.ignore(relpath)
         stack.extend(reversed(subdirs))
     return sorted(found, key=lambda f: f.relpath)
+
+
+def _names(values: list[str], limit: int = 10) -> list[str]:
+    return values if len(values) <= limit else values[:limit] + [f"... {len(values) - limit} more"]
+
+
+def split_folders(root: str, folders: Sequence[str], inputs_beside: Sequence[str] = ()) -> list[str]:
+    """Which of ``root``'s top-level ``folders`` are splits: the one split rule, for images and episodes alike.
+
+    Every folder named one of ``SPLIT_NAMES`` (train, val, valid, validation,
+    test) makes them all splits; none named so means no splits (the whole tree is
+    ``train``). A mix is refused, never guessed.
+
+    Args:
+      root: the source folder, named in errors.
+      folders: its top-level folder names, hidden ones left out.
+      inputs_beside: top-level input files; beside split folders they would belong to no split.
+
+    Returns:
+      The split names, sorted; ``[]`` for no splits.
+
+    Raises:
+      InputError: some folders are split names and some are not, or input files sit beside split folders.
+
+    Example:
+      split_folders("src", ["train", "valid"]), split_folders("src", ["cat", "dog"])  # (['train', 'valid'], [])
+    """
+    splits = sorted(name for name in folders if name in SPLIT_NAMES)
+    if not splits:
+        return []
+    others = sorted(name for name in folders if name not in SPLIT_NAMES)
+    if others:
+        raise InputError(
+            f"{root}: mixes split folders ({', '.join(splits)}) with folders that are not split names "
+            f"(got {_names(others)!r}); split folders must be named {', '.join(SPLIT_NAMES)}: rename those folders, "
+            "move them into a split folder, or use no split folders"
+        )
+    if inputs_beside:
+        raise InputError(
+            f"{root}: holds input files beside its split folders ({', '.join(splits)}) "
+            f"(got {_names(sorted(inputs_beside))!r}); they would belong to no split: move them into a split folder "
+            "(e.g. train/), or use no split folders"
+        )
+    return splits
 
 
 def scan_image_folders(root: str) -> SourceTree:
     """Scans ``root/<class>/<files>`` or ``root/<split>/<class>/<files>``.
 
-    Splits are detected when every top-level folder is named one of
-    ``train``, ``val``, ``validation``, ``test``; otherwise the whole tree is the
-    ``train`` split. Labels are the sorted class names across all splits, 0-based.
-    Files in a class folder's subfolders belong to that class.
+    Splits follow ``split_folders``: every top-level folder named one of
+    ``SPLIT_NAMES``, or none. Labels are the sorted class names across all
+    splits, 0-based. Files in a class folder's subfolders belong to that class.
 
     Raises:
       FileNotFoundError: ``root`` does not exist.
-      InputError: the tree mixes split and class folders, or holds no class folder.
+      InputError: the tree mixes split and other folders, or holds no class folder.
     """
     if not os.path.isdir(root):
         raise FileNotFoundError(f"{root}: source folder not found; pass a folder of class folders (SRC/<class>/<image>)")
     tree = SourceTree(root=root, class_names=[], files={}, rejected=[])
-    top = [e for e in _list_dir(root) if not e.name.startswith(".")]
+    listing = _list_dir(root)
+    top = [e for e in listing if not e.name.startswith(".")]
     top_dirs = [e for e in top if e.is_dir()]
-    tree.ignored_hidden = len(_list_dir(root)) - len(top)
-    tree.ignored_other = len(top) - len(top_dirs)
-    split_dirs = [e for e in top_dirs if e.name in SPLIT_NAMES]
-    if split_dirs and len(split_dirs) != len(top_dirs):
-        others = sorted(e.name for e in top_dirs if e.name not in SPLIT_NAMES)
-        raise InputError(
-            f"{root}: mixes split folders ({', '.join(e.name for e in split_dirs)}) with class folders "
-            f"(got {others!r}); put every class folder under a split folder, or use no split folders"
-        )
-    if split_dirs:
-        splits = {e.name: e.path for e in split_dirs}
+    tree.ignored_hidden = len(listing) - len(top)
+    for entry in top:
+        if not entry.is_dir():
+            tree.ignore(entry.name)  # no class folder: no label
+    split_names = split_folders(root, [e.name for e in top_dirs])
+    if split_names:
+        splits = {e.name: e.path for e in top_dirs}
     else:
         splits = {"train": root}
 
@@ -164,7 +226,7 @@ def scan_image_folders(root: str) -> SourceTree:
             elif entry.is_dir():
                 class_dirs.setdefault(split, {})[entry.name] = entry.path
             elif split_path != root:
-                tree.ignored_other += 1
+                tree.ignore(f"{split}/{entry.name}")
     tree.class_names = sorted({name for per_split in class_dirs.values() for name in per_split})
     if not tree.class_names:
         raise InputError(
@@ -178,4 +240,5 @@ def scan_image_folders(root: str) -> SourceTree:
             seen_dirs.add(os.path.realpath(path))
             files.extend(_walk_class(root, path, split, labels[name], tree, seen_dirs))
         tree.files[split] = sorted(files, key=lambda f: f.relpath)
+    tree.finish_ignored()
     return tree

@@ -9,66 +9,13 @@ final name; the same holds for the index files and the manifest.
 from __future__ import annotations
 
 import hashlib
-import os
 import posixpath
-import stat
 
 import tensorflow as tf
 
-from .localfs import NotRegularFileError, file_kind, open_regular
+from ..format.names import TEMP_PREFIX, index_file_name, tf_compression_type
+from ..format.storage import NotRegularFileError, check_bucket, file_sha256, join, open_regular, stat_regular  # noqa: F401  TODO(issue 10): callers import from format.storage
 from .manifest import ShardInfo
-from .plan import index_file_name
-
-TEMP_PREFIX = ".tmp-"
-_CHUNK = 4 * 2**20
-
-
-def join(folder: str, name: str) -> str:
-    """Joins a folder (local path or URL such as ``gs://b/x``) and a file name."""
-    return posixpath.join(folder, name) if "://" in folder else tf.io.gfile.join(folder, name)
-
-
-def stat_regular(path: str) -> tuple[int, int]:
-    """Size in bytes and mtime (ns) of a regular file, following symlinks.
-
-    Raises:
-      FileNotFoundError: nothing is there.
-      NotRegularFileError: a folder, FIFO, device or socket (``/dev/zero`` would read forever, a FIFO blocks).
-    """
-    if "://" in path:
-        try:
-            st = tf.io.gfile.stat(path)
-        except tf.errors.NotFoundError as e:
-            raise FileNotFoundError(f"{path}: no such file") from e
-        if st.is_directory:
-            raise NotRegularFileError(f"{path}: a folder, not a file")
-        return int(st.length), int(st.mtime_nsec)
-    st = os.stat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise NotRegularFileError(f"{path}: {file_kind(st.st_mode)}, not a regular file")
-    return st.st_size, st.st_mtime_ns
-
-
-def file_sha256(path: str, max_bytes: int | None = None) -> tuple[str, int]:
-    """Returns the sha256 hex digest and the size in bytes of a regular file.
-
-    ``max_bytes``: stop after this many bytes plus one, so a file longer than expected costs
-    no more than the expected read (the size returned is then ``max_bytes + 1``).
-
-    Raises:
-      NotRegularFileError: not a regular file.
-    """
-    stat_regular(path)
-    digest = hashlib.sha256()
-    size = 0
-    limit = None if max_bytes is None else max_bytes + 1
-    with (tf.io.gfile.GFile(path, "rb") if "://" in path else open_regular(path)) as f:
-        while chunk := f.read(_CHUNK if limit is None else min(_CHUNK, limit - size)):
-            digest.update(chunk)
-            size += len(chunk)
-            if limit is not None and size >= limit:
-                break
-    return digest.hexdigest(), size
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -78,22 +25,6 @@ def write_text_atomic(path: str, text: str) -> None:
     with tf.io.gfile.GFile(temp, "w") as f:
         f.write(text)
     tf.io.gfile.rename(temp, path, overwrite=True)
-
-
-def check_bucket(path: str) -> None:
-    """For an object-store URL, fails fast when its bucket is missing or invisible.
-
-    TensorFlow's recursive ``makedirs`` on a missing gs:// bucket retries forever
-    (hundreds of requests a second, no error), so check the bucket root first.
-    """
-    if "://" not in path:
-        return
-    scheme, rest = path.split("://", 1)
-    root = f"{scheme}://{rest.split('/', 1)[0]}"
-    if scheme in ("gs", "s3") and not tf.io.gfile.exists(root):
-        raise FileNotFoundError(
-            f"{path}: bucket {root} does not exist or is not visible with these credentials; create it or fix the name"
-        )
 
 
 def remove_if_exists(path: str) -> None:
@@ -139,7 +70,7 @@ class ShardWriter:
         self._writer = None
 
     def __enter__(self) -> "ShardWriter":
-        options = tf.io.TFRecordOptions(compression_type="GZIP" if self.compression == "gzip" else "")
+        options = tf.io.TFRecordOptions(compression_type=tf_compression_type(self.compression))
         self._writer = tf.io.TFRecordWriter(self.temp_path, options)
         return self
 

@@ -30,7 +30,7 @@ import weakref
 import tensorflow as tf
 
 from ..ingest.lock import is_alive, this_process
-from ..ingest.write import check_bucket, join
+from ..format.storage import check_bucket, join
 
 log = logging.getLogger(__name__)
 

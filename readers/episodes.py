@@ -13,27 +13,26 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from ..ingest.manifest import EPISODE_FEATURES
+from ..format.names import tf_compression_type
+from ..format.records import data_features, episode_parse_spec
 from . import files as files_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
-_TF_DTYPES = {"int64": tf.int64, "string": tf.string}
-_META = {key: tf.io.FixedLenFeature([], _TF_DTYPES[spec["dtype"]]) for key, spec in EPISODE_FEATURES.items()}
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
 _RAW_TWIN = {np.dtype("<u4"): tf.int32, np.dtype("<u8"): tf.int64}
 
 
 def feature_schema(dataset: files_lib.DatasetInfo) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
     """Feature name → (numpy dtype, trailing shape), from the manifest of an episode dataset."""
-    if dataset.manifest.kind != "episodes":
+    kind = dataset.manifest.kind
+    if kind != "episodes":
         raise ValueError(
-            f"{dataset.path}: an {dataset.manifest.kind!r} dataset, not episodes; "
-            "write one with `tfshard episodes SRC OUT`, or read images with readers.images"
+            f"{dataset.path}: an {kind!r} dataset, not episodes (got kind={kind!r} in dataset.json); read it with "
+            "readers.images, or write an episodes dataset with `tfshard episodes SRC OUT`"
         )
     return {
-        key[len("data/"):]: (np.dtype(spec["dtype"]), tuple(spec["shape"]))
-        for key, spec in dataset.manifest.features.items()
-        if key.startswith("data/")
+        name: (np.dtype(spec["dtype"]), tuple(spec["shape"]))
+        for name, spec in data_features(dataset.manifest.features).items()
     }
 
 
@@ -59,10 +58,6 @@ def decode_feature(raw: tf.Tensor, dtype: np.dtype, shape: tuple[int, ...]) -> t
     if twin is not None:
         values = tf.bitcast(values, tf.as_dtype(dtype))
     return tf.reshape(values, [-1, *shape])
-
-
-def _parse_spec(names: Sequence[str]) -> dict:
-    return {**_META, **{f"data/{n}": tf.io.FixedLenFeature([], tf.string) for n in names}}
 
 
 def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Dataset:
@@ -140,7 +135,10 @@ def episodes(
     Args:
       path: a ``tfshard episodes`` output folder (local or ``gs://``).
       split: which split.
-      features: a name or names to read (default: all).
+      features: a name or names to read (default: all). Episodes are always dicts,
+        even of one feature (``data``, from ``.npy`` files): an episode is a record
+        of named features, unlike ``readers.windows``, whose single feature is
+        a model's input tensor.
       shuffle_files: read shards in a new seeded order each epoch, several at once
         (otherwise one shard after another, so the order is the manifest's).
       seed: seed of the file order.
@@ -149,7 +147,7 @@ def episodes(
       read_buffer_bytes: read buffer per shard.
 
     Returns:
-      A dataset of dicts, one per episode.
+      A dataset of dicts ``{feature: [T, ...]}``, one per episode.
 
     Raises:
       FileNotFoundError: a shard is missing.
@@ -165,8 +163,8 @@ def episodes(
     schema = select_features(dataset, features)
     chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context)
     paths = [s.path for s in files_lib.check_shards(dataset, split, chosen)]
-    spec = _parse_spec(list(schema))
-    compression = "GZIP" if dataset.manifest.compression == "gzip" else ""
+    spec = episode_parse_spec(schema)
+    compression = tf_compression_type(dataset.manifest.compression)
     decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
                              _manifest_length(files_lib.split_info(dataset, split).episodes or []))
 
@@ -290,7 +288,7 @@ def load_concatenated(
         paths, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
     )
-    spec = _parse_spec(list(schema))
+    spec = episode_parse_spec(schema)
     parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, spec), num_parallel_calls=AUTOTUNE)
     for batch in parsed.prefetch(AUTOTUNE).as_numpy_iterator():
         columns = {key: values.tolist() for key, values in batch.items()}

@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from ..ingest.manifest import Manifest, ShardInfo
 from ..ingest.readback import load_manifest
-from ..ingest.write import NotRegularFileError, join, stat_regular
+from ..format.names import tf_compression_type
+from ..format.storage import NotRegularFileError, join, stat_regular
 from .starts import window_count
 
 log = logging.getLogger(__name__)
@@ -205,7 +206,7 @@ def interleave_records(
     files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle_files:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    compression_type = "GZIP" if compression == "gzip" else ""
+    compression_type = tf_compression_type(compression)
 
     def read(path):
         return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes)

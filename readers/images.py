@@ -12,14 +12,20 @@ buffer holds a quarter of the bytes it would as float32.
 With ``service=`` (the tf.data service, see ``readers/service.py``) everything
 up to and including batching runs on the service's workers; the client
 receives uint8 batches and only augments them, casts to float and prefetches.
+
+The dataset knows its length (``len(ds)``, so Keras needs no ``steps_per_epoch``
+and does not warn that the input "ran out of data") whenever the manifest's
+record counts fix it: without ``ignore_errors`` and without a service.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
+from ..format.records import IMAGE_FEATURES, parse_spec
 from . import augment as augment_lib
 from . import cache as cache_lib
 from . import files as files_lib
@@ -29,14 +35,11 @@ from . import service as service_lib
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 1024
 _CROP_PADDING = 32  # the eval centre crop keeps image_size / (image_size + 32) of the shorter side
-_FEATURES = {
-    "image/encoded": tf.io.FixedLenFeature([], tf.string),
-    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
-}
+_FEATURES = ("image/encoded", "image/class/label")  # what the reader parses of each record
 
 
 def _parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    parsed = tf.io.parse_single_example(record, _FEATURES)
+    parsed = tf.io.parse_single_example(record, parse_spec(IMAGE_FEATURES, _FEATURES))
     return parsed["image/encoded"], parsed["image/class/label"]
 
 
@@ -94,6 +97,37 @@ def _cache_identity(
             "ignore_errors": ignore_errors, "v": 2}
 
 
+def _image_size(value) -> tuple[int, int]:
+    """``image_size`` as ``(height, width)``: an int is a square (as the CLI's ``--image-size``).
+
+    numpy integers count as ints (sizes often come from arithmetic); bools, floats and other lengths do not.
+    """
+    def whole(v) -> bool:
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+    if whole(value):
+        pair = (value, value)
+    elif isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, str) and len(value) == 2 and all(
+            whole(v) for v in value):
+        pair = tuple(value)
+    else:
+        raise TypeError(f"image_size: must be an int (a square) or a (height, width) pair of ints (got {value!r}); "
+                        "pass e.g. image_size=224 or image_size=(224, 160)")
+    if min(pair) < 1:
+        raise ValueError(f"image_size: sides must be positive (got {value!r}); pass e.g. image_size=224")
+    return int(pair[0]), int(pair[1])
+
+
+def _check_kind(dataset: files_lib.DatasetInfo) -> None:
+    """An episodes dataset has no ``image/*`` keys: refuse it here, not with a graph error mid-``fit``."""
+    kind = dataset.manifest.kind
+    if kind != "images":
+        raise ValueError(
+            f"{dataset.path}: an {kind!r} dataset, not images (got kind={kind!r} in dataset.json); read it with "
+            "readers.windows or readers.episodes, or write an images dataset with `tfshard images SRC OUT`"
+        )
+
+
 def _check_not_empty(dataset: files_lib.DatasetInfo, split: str, records: int, batch_size: int, fed: int) -> None:
     """With drop_remainder, fewer records than one step takes would make an epoch of nothing: say so up front.
 
@@ -114,7 +148,7 @@ def images(
     split: str = "train",
     *,
     batch_size: int,
-    image_size: tuple[int, int] = (224, 224),
+    image_size: int | tuple[int, int] = (224, 224),
     training: bool = True,
     seed: int | None = None,
     cache: str | None = None,
@@ -137,7 +171,7 @@ def images(
       split: which split to read.
       batch_size: batch size of this input pipeline (under a strategy, the
         per-replica size: ``input_context.get_per_replica_batch_size(global)``).
-      image_size: output (height, width).
+      image_size: output ``(height, width)``, or one int for a square (numpy ints too).
       training: random crop, shuffling and augmentation; False gives a
         deterministic centre crop in file order.
       seed: makes file order, crops, shuffling and augmentation reproducible
@@ -181,13 +215,16 @@ def images(
         ``"parallel_epochs"``: every worker reads the whole split.
 
     Returns:
-      A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly.
+      A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. Unless
+      ``ignore_errors`` or ``service``, its length is known from the manifest: this pipeline's records
+      ``// batch_size`` with ``drop_remainder``, else rounded up (``len(ds)``).
 
     Raises:
       FileNotFoundError: a shard of this pipeline is missing.
-      ValueError: bad arguments, a split that does not exist, ``cache`` with ``service``, a shard that is not a
-        regular file or not the manifest's size (only logged with ``ignore_errors``), or too few records for one
-        batch with ``drop_remainder``.
+      TypeError: an ``image_size`` that is neither an int nor a pair of ints.
+      ValueError: bad arguments, not an images dataset (an episodes one), a split that does not exist, ``cache``
+        with ``service``, a shard that is not a regular file or not the manifest's size (only logged with
+        ``ignore_errors``), or too few records for one batch with ``drop_remainder``.
 
     Example:
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
@@ -195,8 +232,7 @@ def images(
     """
     if batch_size is None or batch_size < 1:
         raise ValueError(f"batch_size: must be a positive integer (got {batch_size!r})")
-    if len(image_size) != 2 or min(image_size) < 1:
-        raise ValueError(f"image_size: must be (height, width) of positive ints (got {image_size!r})")
+    image_size = _image_size(image_size)
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer: must be at least 1 (got {shuffle_buffer!r})")
     if not (augment is None or augment == "default" or callable(augment)):
@@ -214,19 +250,20 @@ def images(
             "never outlives one, and every worker would write its own share of the split under one cache name. "
             "Drop cache, or read without service"
         )
-    image_size = (int(image_size[0]), int(image_size[1]))
     drop_remainder = training if drop_remainder is None else drop_remainder
     # On service workers a fixed seed would replay the same randomness every epoch (see ``service``).
     worker_seed = seed if remote is None else None
 
     dataset = files_lib.info(path)
+    _check_kind(dataset)
     # With a service the workers share out the whole split, so every shard is this pipeline's.
     chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context if remote is None else None)
+    infos = files_lib.split_info(dataset, split).shards
+    mine = sum(infos[i].records for i in chosen)  # this pipeline's records, as the manifest counts them
     if drop_remainder:
-        infos = files_lib.split_info(dataset, split).shards
         fed = 1 if input_context is None else max(1, input_context.num_replicas_in_sync
                                                   // input_context.num_input_pipelines)
-        _check_not_empty(dataset, split, sum(infos[i].records for i in chosen), batch_size, fed)
+        _check_not_empty(dataset, split, mine, batch_size, fed)
     shards = files_lib.check_shards(dataset, split, chosen, warn_on_size=ignore_errors)
     records = files_lib.interleave_records(
         [s.path for s in shards],
@@ -297,5 +334,10 @@ def images(
         ds = ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     else:
         ds = ds.map(to_float, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    if remote is None and not ignore_errors:
+        # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
+        # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
+        ds = ds.apply(tf.data.experimental.assert_cardinality(
+            mine // batch_size if drop_remainder else -(-mine // batch_size)))
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(options)

@@ -142,6 +142,14 @@ def make_broken_symlink(src):
     return {"dog/gone.jpg": "broken symlink"}
 
 
+def make_truncated_tiff(src):
+    out = io.BytesIO()
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(
+        out, "TIFF", compression="tiff_lzw")  # PIL writes the IFD (the header's tables) last: the cut loses it
+    (src / "cat" / "scan.tif").write_bytes(out.getvalue()[: len(out.getvalue()) // 2])
+    return {"cat/scan.tif": "truncated or corrupt header"}
+
+
 BAD_KINDS = {
     "truncated_half": (make_truncated_half, ImageOptions()),
     "truncated_no_eoi": (make_truncated_no_eoi, ImageOptions()),
@@ -153,6 +161,7 @@ BAD_KINDS = {
     "dir_link_to_parent": (make_dir_link_to_parent, ImageOptions()),
     "dir_link_to_itself": (make_dir_link_to_itself, ImageOptions()),
     "broken_symlink": (make_broken_symlink, ImageOptions()),
+    "truncated_tiff": (make_truncated_tiff, ImageOptions()),
 }
 
 
@@ -530,6 +539,37 @@ def odd_exif_rotated_jpeg():
     return "x.jpg", data, np.rot90(stored, k=-1), ImageOptions()
 
 
+def odd_tiff_rgb():
+    return "x.tif", _save(_rgb(), "TIFF"), blocks(_COLOURS), ImageOptions()
+
+
+def odd_tiff_rgba_lzw():
+    _, data, rgb, options = odd_rgba_png()
+    return "x.tiff", _save(Image.open(io.BytesIO(data)), "TIFF", compression="tiff_lzw"), rgb, options
+
+
+def odd_tiff_gray16():
+    values = [0, 1000, 30000, 65535]
+    data = _save(Image.fromarray(blocks(values)[..., 0].astype(np.uint16)), "TIFF")
+    assert Image.open(io.BytesIO(data)).mode == "I;16"
+    return "x.TIF", data, np.round(blocks(values).astype(np.float64) * 255 / 65535), ImageOptions()
+
+
+def odd_tiff_gray16_big_endian():
+    values = [0, 1000, 30000, 65535]
+    pixels = blocks(values)[..., 0].astype(">u2")
+    data = _save(Image.frombytes("I;16B", pixels.shape[::-1], pixels.tobytes()), "TIFF")
+    assert Image.open(io.BytesIO(data)).mode == "I;16B"
+    return "x.tiff", data, np.round(blocks(values).astype(np.float64) * 255 / 65535), ImageOptions()
+
+
+def odd_tiff_float32():
+    values = [0.0, 0.25, 0.5, 1.0]  # float images are in [0, 1]
+    data = _save(Image.fromarray(blocks(values)[..., 0].astype(np.float32)), "TIFF")
+    assert Image.open(io.BytesIO(data)).mode == "F"
+    return "x.tif", data, np.round(blocks(values) * 255), ImageOptions()
+
+
 ODD_KINDS = {
     "png_named_jpg": odd_png_named_jpg,
     "cmyk_jpeg": odd_cmyk_jpeg,
@@ -543,6 +583,11 @@ ODD_KINDS = {
     "webp": odd_webp,
     "bmp": odd_bmp,
     "exif_orientation_6": odd_exif_rotated_jpeg,
+    "tiff_rgb": odd_tiff_rgb,
+    "tiff_rgba_lzw": odd_tiff_rgba_lzw,
+    "tiff_gray16": odd_tiff_gray16,
+    "tiff_gray16_big_endian": odd_tiff_gray16_big_endian,
+    "tiff_float32": odd_tiff_float32,
 }
 
 

@@ -72,3 +72,21 @@ def test_bench_times_first_and_cached_epochs(image_tree, tmp_path, cli):
     assert f"epoch 1 (fills the cache): {len(written)} images" in result.output
     assert f"epoch 2 (cached): {len(written)} images" in result.output
     assert "skipped" not in result.output
+
+
+def test_summary_names_the_ignored_files(image_tree, tmp_path, cli):
+    src, _ = image_tree
+    for i in range(12):
+        with open(os.path.join(src, "cat", f"label-{i:02d}.txt"), "w") as f:
+            f.write("x")
+    with open(os.path.join(src, "README.md"), "w") as f:
+        f.write("about")
+
+    result = cli("images", src, tmp_path / "out", "--workers", "0")
+
+    assert result.exit_code == 0, result.output
+    listed = ["README.md"] + [f"cat/label-{i:02d}.txt" for i in range(9)]
+    assert ("  ignored: 0 hidden, 13 non-image files:\n" + "".join(f"    {p}\n" for p in listed)
+            + "    ... and 3 more (dataset.json names the first 13)\n") in result.stdout
+    manifest = json.loads((tmp_path / "out" / "dataset.json").read_text())
+    assert manifest["ignored_files"] == ["README.md"] + [f"cat/label-{i:02d}.txt" for i in range(12)]

@@ -1,5 +1,7 @@
 """The pure episode core: header-only scan, schema agreement, NaN policy, chunking into raw little-endian bytes."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -16,7 +18,7 @@ from tfshard.ingest.scan import Rejection
 
 
 def _headers(root):
-    files, _, _, _ = scan_episode_files(str(root))
+    files = scan_episode_files(str(root)).files
     return [read_episode_header(f) for split in files.values() for f in split]
 
 
@@ -91,8 +93,34 @@ def test_scan_recurses_sorted_with_splits(tmp_path):
         np.save(tmp_path / split / "deep" / "b.npy", np.zeros((3, 1)))
         np.save(tmp_path / split / "a.npy", np.zeros((3, 1)))
     (tmp_path / "train" / "notes.txt").write_text("x")
-    files, rejected, hidden, other = scan_episode_files(str(tmp_path))
-    assert rejected == []
-    assert {s: [f.relpath for f in fs] for s, fs in files.items()} == {
+    tree = scan_episode_files(str(tmp_path))
+    assert tree.rejected == []
+    assert {s: [f.relpath for f in fs] for s, fs in tree.files.items()} == {
         "train": ["train/a.npy", "train/deep/b.npy"], "val": ["val/a.npy", "val/deep/b.npy"]}
-    assert other == 1
+    assert tree.ignored_other == 1
+    assert tree.ignored_files == ["train/notes.txt"]
+
+
+SPLIT_LAYOUTS = [
+    # top-level folders, top-level input files -> split names, or the error's words
+    ([], [], []),
+    (["cat", "dog"], [], []),
+    (["train"], [], ["train"]),
+    (["train", "valid"], [], ["train", "valid"]),
+    (["test", "train", "val", "valid", "validation"], [], ["test", "train", "val", "valid", "validation"]),
+    (["cat", "dog"], ["a.npy"], []),  # no split folders: top-level files are inputs like any other
+    (["Train", "Val"], [], []),  # split names are matched exactly: these are two class folders
+    (["dev", "train"], [], "mixes split folders (train) with folders that are not split names (got ['dev'])"),
+    (["train", "val"], ["a.npy"], "holds input files beside its split folders (train, val) (got ['a.npy'])"),
+]
+
+
+@pytest.mark.parametrize("folders, files, expected", SPLIT_LAYOUTS)
+def test_split_folders_golden(folders, files, expected):
+    from tfshard.ingest.scan import split_folders
+
+    if isinstance(expected, str):
+        with pytest.raises(InputError, match=re.escape(f"src: {expected}; ")):
+            split_folders("src", folders, files)
+    else:
+        assert split_folders("src", folders, files) == expected

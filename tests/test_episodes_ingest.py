@@ -224,6 +224,63 @@ def test_split_folders_make_splits(tmp_path):
             assert_same_array(episode["data"], written[entry["source"]], entry["source"])
 
 
+def test_train_and_valid_folders_are_splits(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    written = {"train/a.npy": random_episodes([10], 1)[0], "valid/b.npy": random_episodes([6], 2)[0]}
+    save_episodes(src, written)
+
+    manifest = convert_episode_tree(src, out, num_shards=1)
+
+    assert sorted(manifest.splits) == ["train", "valid"]
+    for split, rel in (("train", "train/a.npy"), ("valid", "valid/b.npy")):
+        (episode,) = read_back(out, split)
+        assert_same_array(episode["data"], written[rel], rel)
+
+
+def test_split_and_other_folders_mixed_are_refused_as_for_images(tmp_path):
+    from tfshard.ingest.scan import scan_image_folders
+
+    src = tmp_path / "src"
+    save_episodes(src, {"train/a.npy": random_episodes([4], 1)[0], "runs/b.npy": random_episodes([4], 2)[0]})
+    (src / "train" / "cat").mkdir()  # an image tree of the same layout, for the same message
+    with pytest.raises(InputError, match=re.escape(
+        f"{src}: mixes split folders (train) with folders that are not split names (got ['runs']); split folders "
+        "must be named train, val, valid, validation, test"
+    )) as episodes_error:
+        convert_episode_tree(src, tmp_path / "out")
+    with pytest.raises(InputError) as images_error:
+        scan_image_folders(str(src))
+    assert str(episodes_error.value) == str(images_error.value)  # one rule, one message
+
+
+def test_episode_files_beside_split_folders_are_refused(tmp_path):
+    src = tmp_path / "src"
+    save_episodes(src, {"train/a.npy": random_episodes([4], 1)[0], "val/b.npy": random_episodes([4], 2)[0],
+                        "c.npy": random_episodes([4], 3)[0]})
+    (src / "README.md").write_text("a note beside the splits is fine")
+    with pytest.raises(InputError, match=re.escape(
+        f"{src}: holds input files beside its split folders (train, val) (got ['c.npy']); they would belong to "
+        "no split: move them into a split folder (e.g. train/), or use no split folders"
+    )):
+        convert_episode_tree(src, tmp_path / "out")
+
+
+def test_ignored_files_are_named(tmp_path, cli):
+    src, out = tmp_path / "src", tmp_path / "out"
+    save_episodes(src, {"train/a.npy": random_episodes([4], 1)[0]})
+    (src / "notes.txt").write_text("x")
+    (src / "train" / "a.json").write_text("{}")
+    (src / "train" / ".DS_Store").write_bytes(b"\0")
+
+    result = cli("episodes", src, out, "--workers", "0")
+
+    assert result.exit_code == 0, result.output
+    manifest = load_manifest(str(out))
+    assert manifest.ignored == {"hidden": 1, "other": 2}
+    assert manifest.ignored_files == ["notes.txt", "train/a.json"]
+    assert "  ignored: 1 hidden, 2 non-.npy/.npz files:\n    notes.txt\n    train/a.json\n" in result.stdout
+
+
 def test_gzip_round_trip(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     written = episodes_tree(src)

@@ -13,9 +13,9 @@ from tfshard.ingest.plan import (
     parse_size,
     plan_split,
     shard_boundaries,
-    shard_file_name,
     shuffled_order,
 )
+from tfshard.format.names import index_file_name, shard_file_name
 
 
 @pytest.mark.parametrize(
@@ -36,6 +36,7 @@ def test_parse_size_rejects_with_the_value_and_an_example(bad):
 def test_shard_file_names():
     assert shard_file_name("train", 3, 10) == "train-00003-of-00010.tfrecord"
     assert shard_file_name("val", 0, 1, "gzip") == "val-00000-of-00001.tfrecord.gz"
+    assert index_file_name("val-00000-of-00001.tfrecord") == "val-00000-of-00001.idx"
 
 
 @pytest.mark.parametrize(

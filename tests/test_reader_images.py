@@ -332,3 +332,94 @@ def test_one_pipeline_feeding_two_replicas_needs_a_batch_for_each(dataset):
                                          r"\(batch_size=13 for each of the 2 replicas it feeds\)"):
         readers.images(dataset, batch_size=13, input_context=context)
     assert len(_labels(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))) == 24
+
+
+# --- what a new user trips on (issue 10) ----------------------------------------------------------------------------
+
+
+def test_an_episodes_dataset_is_refused_up_front_naming_the_readers(tmp_path):
+    """It used to build, then fail mid-fit with a graph error about the missing image/class/label."""
+    from conftest import convert_episode_tree, random_episodes, save_episodes
+
+    src, out = tmp_path / "src", tmp_path / "out"
+    save_episodes(src, dict(zip(["a.npy", "b.npy"], random_episodes([6, 7]))))
+    convert_episode_tree(src, out)
+    with pytest.raises(ValueError, match=re.escape(f"{out}: an 'episodes' dataset, not images (got kind='episodes' "
+                                                   "in dataset.json); read it with readers.windows or "
+                                                   "readers.episodes")):
+        readers.images(str(out), batch_size=8)
+
+
+@pytest.mark.parametrize("image_size, shape", [
+    (8, (8, 8)), (np.int64(8), (8, 8)), ((8, 6), (8, 6)), ([8, 6], (8, 6)), ((np.int32(8), np.int64(6)), (8, 6)),
+    (np.array([8, 6]), (8, 6)),
+])
+def test_image_size_is_an_int_for_a_square_or_a_height_width_pair(dataset, image_size, shape):
+    """The CLI's --image-size is one int; readers.images(image_size=64) raised "object of type 'int' has no len()"."""
+    images, _ = next(iter(readers.images(dataset, batch_size=2, image_size=image_size, training=False)))
+    assert images.shape == (2, *shape, 3)
+
+
+@pytest.mark.parametrize("image_size, error", [
+    (0, ValueError), (-3, ValueError), ((8, 0), ValueError), (np.int64(0), ValueError),
+    (8.0, TypeError), ((8.0, 8), TypeError), ((8,), TypeError), ((8, 8, 3), TypeError), ("8", TypeError),
+    (True, TypeError), ((True, 8), TypeError), (None, TypeError),
+])
+def test_bad_image_size_names_the_value(dataset, image_size, error):
+    with pytest.raises(error, match=r"image_size: .*\(got " + re.escape(repr(image_size)) + r"\)"):
+        readers.images(dataset, batch_size=2, image_size=image_size)
+
+
+def _shard_records(out: str, context=None) -> int:
+    """Records of this pipeline's shards, from the manifest (shard i of n pipelines: every n-th from i)."""
+    shards = readers.info(out).manifest.splits["train"].shards
+    if context is None:
+        return sum(s.records for s in shards)
+    return sum(s.records for s in shards[context.input_pipeline_id :: context.num_input_pipelines])
+
+
+@pytest.mark.parametrize("training, drop_remainder, cache", [
+    (True, None, None), (True, None, "memory"), (False, None, None), (True, False, None), (False, True, None),
+])
+@pytest.mark.parametrize("pipelines", [1, 2])
+def test_the_batch_count_is_known_and_exact(dataset, training, drop_remainder, cache, pipelines):
+    """Unknown cardinality made Keras warn "Your input ran out of data" at the end of every epoch."""
+    for pipeline in range(pipelines):
+        context = None if pipelines == 1 else tf.distribute.InputContext(pipelines, pipeline)
+        ds = readers.images(dataset, batch_size=5, image_size=(8, 8), training=training, seed=0, cache=cache,
+                            drop_remainder=drop_remainder, input_context=context)
+        records = _shard_records(dataset, context)
+        drop = training if drop_remainder is None else drop_remainder
+        expected = records // 5 if drop else -(-records // 5)
+        assert records % 5  # so dropping the remainder or not makes a difference
+        assert len(ds) == int(ds.cardinality()) == expected
+        for _ in range(2):
+            assert len(list(ds)) == expected
+
+
+def test_the_batch_count_is_unknown_when_records_may_be_skipped(dataset):
+    ds = readers.images(dataset, batch_size=5, image_size=(8, 8), ignore_errors=True)
+    assert int(ds.cardinality()) == tf.data.UNKNOWN_CARDINALITY
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_keras_fit_does_not_warn_that_the_input_ran_out_of_data(dataset, caplog, training):
+    import logging
+    import warnings
+
+    keras = pytest.importorskip("keras")
+    ds = readers.images(dataset, batch_size=5, image_size=(8, 8), training=training, seed=0)
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(NUM_CLASSES)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    batches = []
+    counter = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batches.append(batch))
+
+    caplog.set_level(logging.WARNING)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(ds, epochs=2, verbose=0, shuffle=False, callbacks=[counter])
+
+    said = [str(w.message) for w in caught] + [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "ran out of data" in m], said
+    assert len(history.history["loss"]) == 2
+    assert batches == list(range(NUM_CLASSES // 5 if training else -(-NUM_CLASSES // 5))) * 2

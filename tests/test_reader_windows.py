@@ -17,7 +17,7 @@ from conftest import convert_episode_tree, make_tree, save_episodes
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
 from tfshard.readers.starts import window_starts
-from tfshard.readers.windows import _index_batches
+from tfshard.readers.resident import _index_batches
 
 LENGTHS = [30, 3, 17, 50, 1, 8, 12]  # 3, 1 and 8 are shorter than most windows below: they contribute nothing
 
@@ -525,3 +525,117 @@ def test_fewer_windows_than_one_batch_with_drop_remainder_is_an_error_up_front(p
 def test_resident_windows_from_memory_with_fewer_windows_than_a_batch(plain):
     with pytest.raises(ValueError, match=r"resident_windows has 2 windows for this pipeline, fewer than batch_size=3"):
         readers.resident_windows(plain.episodes, length=49, batch_size=3)
+
+
+# --- what a new user trips on (issue 10) ----------------------------------------------------------------------------
+
+
+def test_readers_episodes_refuses_an_image_dataset_too(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(str(src), per_class=2)
+    convert_images(str(src), str(out), ConvertOptions(), workers=0, progress=False)
+    with pytest.raises(ValueError, match=re.escape(f"{out}: an 'images' dataset, not episodes (got kind='images' in "
+                                                   "dataset.json); read it with readers.images")):
+        readers.episodes(str(out))
+
+
+def _pipeline_windows(data, length, shift, horizon=0, context=None) -> int:
+    """Windows in this pipeline's shards, from the manifest (pipeline i of n reads every n-th shard from i)."""
+    split = data.manifest.splits["train"]
+    mine = set(range(len(split.shards)))
+    if context is not None:
+        mine = set(range(context.input_pipeline_id, len(split.shards), context.num_input_pipelines))
+    lengths = [e["length"] for e in split.episodes if e["shard"] in mine]
+    return sum((t - length - horizon) // shift + 1 for t in lengths if t >= length + horizon)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop_remainder", [True, False])
+@pytest.mark.parametrize("fixture, pipelines, length, shift, targets, batch", [
+    ("plain", 1, 4, 3, None, 4), ("chunked", 1, 4, 3, 2, 5), ("chunked", 2, 2, 1, None, 3)])
+def test_streamed_batch_count_is_known_and_exact(request, fixture, pipelines, length, shift, targets, batch,
+                                                 drop_remainder, shuffle):
+    """Streamed windows had unknown cardinality, so Keras warned "Your input ran out of data" every epoch."""
+    data = request.getfixturevalue(fixture)
+    assert len(data.manifest.splits["train"].shards) >= pipelines
+    for pipeline in range(pipelines):
+        context = None if pipelines == 1 else tf.distribute.InputContext(pipelines, pipeline)
+        ds = readers.windows(data.out, length=length, shift=shift, batch_size=batch, features="act", targets=targets,
+                             resident=False, shuffle=shuffle, seed=0, shuffle_buffer=8, drop_remainder=drop_remainder,
+                             input_context=context)
+        count = _pipeline_windows(data, length, shift, targets or 0, context)
+        expected = count // batch if drop_remainder else -(-count // batch)
+        assert count % batch and expected > 1  # a partial batch to drop or keep
+        assert len(ds) == int(ds.cardinality()) == expected
+        assert len(list(ds)) == expected
+
+
+def test_keras_fit_on_streamed_windows_does_not_warn_that_the_input_ran_out_of_data(plain, caplog):
+    import logging
+    import warnings
+
+    keras = pytest.importorskip("keras")
+    ds = readers.windows(plain.out, length=6, shift=2, batch_size=4, features="obs", targets="same", seed=0,
+                         resident=False, shuffle_buffer=8)
+    model = keras.Sequential([keras.Input((6, 2)), keras.layers.Flatten(), keras.layers.Dense(12),
+                              keras.layers.Reshape((6, 2))])
+    model.compile(optimizer="sgd", loss="mse")
+
+    caplog.set_level(logging.WARNING)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = model.fit(ds, epochs=2, verbose=0, shuffle=False)
+
+    said = [str(w.message) for w in caught] + [r.getMessage() for r in caplog.records]
+    assert not [m for m in said if "ran out of data" in m], said
+    assert len(history.history["loss"]) == 2
+
+
+@pytest.fixture(scope="module")
+def npy(tmp_path_factory):
+    """One .npy file per episode: a one-feature dataset whose feature the converter names ``data`` (float32 [T, 2])."""
+    from conftest import random_episodes
+
+    src = tmp_path_factory.mktemp("npy-src")
+    out = tmp_path_factory.mktemp("npy") / "out"
+    written = {f"ep{i}.npy": e for i, e in enumerate(random_episodes([20, 9, 14], seed=4))}
+    save_episodes(src, written)
+    manifest = convert_episode_tree(src, out, num_shards=2)
+    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    return types.SimpleNamespace(out=str(out), manifest=manifest, episodes={"data": order})
+
+
+@pytest.mark.parametrize("resident", [True, False])
+@pytest.mark.parametrize("targets", [None, "same", "data", 2])
+def test_one_feature_dataset_gives_tensors_without_naming_it(npy, resident, targets):
+    """A Keras Sequential could not take {'data': ...}; features=None on a one-feature dataset is features='data'."""
+    options = {"length": 4, "shift": 2, "batch_size": 3, "targets": targets, "shuffle": False,
+               "drop_remainder": False, "resident": resident}
+    unnamed = readers.windows(npy.out, **options)
+    named = readers.windows(npy.out, features="data", **options)
+
+    assert unnamed.element_spec == named.element_spec
+    spec = unnamed.element_spec if targets is None else unnamed.element_spec[0]
+    assert isinstance(spec, tf.TensorSpec) and spec.shape.as_list()[1:] == [4, 2]
+    for a, b in zip(unnamed, named, strict=True):
+        for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b), strict=True):
+            np.testing.assert_array_equal(x.numpy(), y.numpy())
+    windows, futures = reference(npy.episodes["data"], 4, 2, targets if isinstance(targets, int) else 0)
+    first = next(iter(unnamed))
+    x, y = (first, None) if targets is None else first
+    np.testing.assert_array_equal(x.numpy(), np.stack(windows[:3]))
+    if targets is not None:
+        np.testing.assert_array_equal(y.numpy(), np.stack(futures[:3]) if targets == 2 else x.numpy())
+    # a list still asks for dicts, and episodes stay records of named features
+    assert isinstance(next(iter(readers.windows(npy.out, features=["data"], **options))), (dict, tuple))
+    assert set(next(iter(readers.episodes(npy.out)))) == {"data"}
+
+
+def test_a_keras_sequential_trains_on_a_one_feature_dataset_as_is(npy):
+    keras = pytest.importorskip("keras")
+    ds = readers.windows(npy.out, length=4, shift=1, batch_size=4, targets=1, seed=0)
+    model = keras.Sequential([keras.Input((4, 2)), keras.layers.Flatten(), keras.layers.Dense(2),
+                              keras.layers.Reshape((1, 2))])
+    model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(ds, epochs=1, verbose=0, shuffle=False)
+    assert np.isfinite(history.history["loss"][0])

@@ -8,6 +8,7 @@ and never deletes.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -194,6 +195,49 @@ def test_kill_then_rerun_ends_byte_identical_to_an_uninterrupted_run(kill_source
         assert f"{tampered}: does not match its commit record" in rerun.stderr
 
 
+def _listing(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.parametrize("to", [
+    "main-process",  # kill -INT <pid>
+    "process-group",  # a terminal's Ctrl-C: the decode workers get it too, and leave it to the parent
+])
+def test_ctrl_c_says_interrupted_and_the_same_command_resumes(kill_source, tmp_path, to):
+    src, clean = kill_source
+    out = str(tmp_path / "out")
+    command = convert_command(src, out)
+    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(FINAL_SHARD.match(n[: -len(".json")]) for n in _listing(os.path.join(out, STATE))):  # committed
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no shard was ever committed"
+            time.sleep(0.001)
+        (os.killpg if to == "process-group" else os.kill)(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert stderr == f"{out}: interrupted; run the same command again to resume (committed shards are kept)\n"
+    assert stdout == ""  # --quiet
+    assert not os.path.exists(os.path.join(out, MANIFEST))
+
+    again = subprocess.run([c for c in command if c != "--quiet"], cwd=REPO, env=ENV, capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert again.returncode == 0, again.stderr
+    kept = re.search(rf"^{re.escape(out)}: resumed: kept (\d+) of {KILL_SHARDS} shards already committed$",
+                     again.stdout, re.MULTILINE)
+    assert kept and 1 <= int(kept[1]) < KILL_SHARDS, again.stdout
+    assert_same_tree(snapshot(out), clean)
+
+
 # --- interrupted in-process: a bad file with on_error="fail" stops the run in its last shard -----
 
 # on_error is not part of the output's identity, so a rerun with "skip" resumes the run that "fail" stopped.
@@ -270,6 +314,79 @@ def test_finished_dataset_with_leftover_state_folder_is_finished_without_rewrite
     assert_same_tree(snapshot(done), clean)
     after = stats(done)
     assert {k: v for k, v in before.items() if not k.startswith(STATE)} == after
+
+
+def test_on_status_tells_a_resumed_run_from_a_complete_one(interrupted, tmp_path):
+    from tfshard.ingest.convert import RunStatus
+
+    src, out, _ = interrupted
+    seen = []
+    first = convert_images(src, out, RESUME, workers=0, progress=False, on_status=seen.append)
+    shard0 = first.splits["train"].shards[0]
+    assert seen == [RunStatus(complete=False, kept_shards=1, total_shards=2, kept_records=shard0.records,
+                              kept_bytes=shard0.bytes)]
+    assert seen[0].resumed
+    assert convert_images(src, out, RESUME, workers=0, progress=False, on_status=seen.append) == first
+    assert seen[1] == RunStatus(complete=True, kept_shards=2, total_shards=2, kept_records=first.total_records,
+                                kept_bytes=first.total_bytes)
+    assert not seen[1].resumed
+    fresh = []
+    convert_images(src, str(tmp_path / "fresh"), RESUME, workers=0, progress=False, on_status=fresh.append)
+    assert fresh == [RunStatus(complete=False, kept_shards=0, total_shards=2)] and not fresh[0].resumed
+
+
+# the CLI spelling of RESUME
+RESUME_ARGS = ("--num-shards", "2", "--no-shuffle", "--workers", "0")
+
+
+def test_cli_resumed_run_says_how_many_shards_it_kept(interrupted, cli):
+    src, out, clean = interrupted
+    result = cli("images", src, out, *RESUME_ARGS)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{out}: resumed: kept 1 of 2 shards already committed"
+    manifest = json.loads(clean[MANIFEST])
+    written = manifest["splits"]["train"]["shards"][1]["records"]
+    total = manifest["splits"]["train"]["records"]
+    assert re.search(rf"^{re.escape(out)}: {total} records, .* in [\d.]+ s \({written} records written: [\d,]+ img/s\)$",
+                     result.stdout, re.MULTILINE), result.stdout
+    assert_same_tree(snapshot(out), clean)
+
+
+def test_cli_rerun_of_a_finished_conversion_says_it_is_already_complete(image_tree, tmp_path, cli):
+    src, written = image_tree
+    out = str(tmp_path / "out")
+    first = cli("images", src, out, *RESUME_ARGS)
+    assert first.exit_code == 0, first.output
+    assert "img/s" in first.stdout and "resumed" not in first.stdout and "already complete" not in first.stdout
+    again = cli("images", src, out, *RESUME_ARGS)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.splitlines()[0] == f"{out}: already complete for these inputs and options; nothing converted"
+    assert f"{out}: {len(written)} records, " in again.stdout
+    assert "img/s" not in again.stdout and " in " not in again.stdout.splitlines()[-1]  # no rate: nothing was done
+
+
+def test_cli_interrupt_is_one_line_and_exit_130_then_the_same_command_resumes(image_tree, tmp_path, cli, monkeypatch):
+    from tfshard.ingest import convert as convert_lib
+
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    commit = convert_lib.record_commit
+
+    def commit_then_ctrl_c(*args):
+        commit(*args)
+        raise KeyboardInterrupt  # what Ctrl-C raises, right after the first shard is committed
+
+    monkeypatch.setattr(convert_lib, "record_commit", commit_then_ctrl_c)
+    result = cli("images", src, out, *RESUME_ARGS, "--quiet")  # no progress bar on stderr
+    assert result.exit_code == 130, result.output
+    assert result.stderr == f"{out}: interrupted; run the same command again to resume (committed shards are kept)\n"
+    assert not os.path.exists(os.path.join(out, MANIFEST))
+    monkeypatch.undo()
+    again = cli("images", src, out, *RESUME_ARGS)
+    assert again.exit_code == 0, again.output
+    assert again.stdout.startswith(f"{out}: resumed: kept 1 of 2 shards already committed\n")
+    verify(out)
 
 
 def test_unfinished_conversion_of_other_options_is_refused_then_overwritten(interrupted, tmp_path):

@@ -7,6 +7,7 @@ import hashlib
 import io
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -305,6 +306,8 @@ def test_extensions_in_any_case_and_ignored_files(tmp_path):
     save(str(src / "dog" / "e.gif"), rgb, "GIF")
     save(str(src / "dog" / "f.webp"), rgb, "WEBP")
     save(str(src / "dog" / "sub" / "g.PNG"), rgb, "PNG")  # a class folder's subfolder belongs to the class
+    save(str(src / "dog" / "h.tiff"), rgb, "TIFF")
+    save(str(src / "dog" / "i.TIF"), rgb, "TIFF")
     # Hidden: 2 files, a hidden folder inside a class and a hidden top-level folder (each counted once).
     save(str(src / "cat" / ".hidden.jpg"), rgb, "JPEG")
     (src / "dog" / "._d.jpg").write_bytes(b"AppleDouble junk")
@@ -314,16 +317,56 @@ def test_extensions_in_any_case_and_ignored_files(tmp_path):
     # Other: not image extensions.
     (src / "README.md").write_text("about")
     (src / "cat" / "notes.txt").write_text("notes")
-    save(str(src / "dog" / "h.tiff"), rgb, "TIFF")
+    (src / "dog" / "labels.csv").write_text("a,b")
 
     manifest = convert(src, out)
 
     assert manifest.class_names == ["cat", "dog"]
     assert sorted(read_all(str(out), manifest)) == [
-        "cat/a.JPG", "cat/b.Jpeg", "cat/c.png", "dog/d.bmp", "dog/e.gif", "dog/f.webp", "dog/sub/g.PNG",
+        "cat/a.JPG", "cat/b.Jpeg", "cat/c.png", "dog/d.bmp", "dog/e.gif", "dog/f.webp", "dog/h.tiff", "dog/i.TIF",
+        "dog/sub/g.PNG",
     ]
     assert manifest.rejected == []
     assert manifest.ignored == {"hidden": 5, "other": 3}
+    assert manifest.ignored_files == ["README.md", "cat/notes.txt", "dog/labels.csv"]  # hidden ones: counted only
+
+
+def test_train_and_valid_folders_are_splits(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    written = make_tree(str(src), classes=("cat", "dog"), per_class=3, splits=["train", "valid"])
+
+    manifest = convert(src, out)
+
+    assert sorted(manifest.splits) == ["train", "valid"]
+    for split in ("train", "valid"):
+        got = {r["image/filename"]: r["image/encoded"] for r in read_split(str(out), manifest, split)}
+        assert got == {rel: data for rel, data in written.items() if rel.startswith(split + "/")}
+
+
+def test_folders_that_are_no_split_name_beside_split_folders_are_refused_naming_them(tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src), classes=("cat",), per_class=2, splits=["train", "dev"])
+    with pytest.raises(InputError, match=re.escape(
+        f"{src}: mixes split folders (train) with folders that are not split names (got ['dev']); split folders "
+        "must be named train, val, valid, validation, test: rename those folders, move them into a split folder, "
+        "or use no split folders"
+    )):
+        convert(src, tmp_path / "out")
+
+
+def test_ignored_files_are_named_in_sorted_order_up_to_a_cap(tmp_path):
+    from tfshard.ingest.scan import MAX_LISTED_IGNORED
+
+    src = tmp_path / "src"
+    make_tree(str(src), per_class=1)
+    names = [f"cat/label-{i:03d}.txt" for i in reversed(range(MAX_LISTED_IGNORED + 50))]
+    for rel in names:
+        (src / rel).write_text("x")
+
+    manifest = convert(src, tmp_path / "out")
+
+    assert manifest.ignored == {"hidden": 0, "other": MAX_LISTED_IGNORED + 50}
+    assert manifest.ignored_files == sorted(names)[:MAX_LISTED_IGNORED]
 
 
 # --- dataset.json ----------------------------------------------------------------------------------------------------

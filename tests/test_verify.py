@@ -233,6 +233,103 @@ def test_no_manifest_names_the_path(dataset, cli):
     assert result.exit_code == 1
     assert os.path.join(out, "dataset.json") in result.stderr
     assert "Traceback" not in result.output
+    # the shards are still there: not "a conversion to finish", a dataset that lost its manifest
+    assert f"it holds {NUM_SHARDS} shard file(s) but no dataset.json: rerun the conversion with --overwrite" in result.stderr
+
+
+def _unfinished(image_tree, tmp_path) -> str:
+    """OUT of a conversion stopped by a bad file in its last shard: shard 0 and the state folder, no manifest."""
+    from tfshard.ingest import InputError
+
+    src, _ = image_tree
+    with open(os.path.join(src, "dog", "zzz.jpg"), "wb") as f:  # sorts last: stops the run in its last shard
+        f.write(b"not a jpeg")
+    out = str(tmp_path / "out")
+    with pytest.raises(InputError):
+        convert_images(src, out, ConvertOptions(num_shards=2, seed=None, on_error="fail"), workers=0, progress=False)
+    return out
+
+
+def _missing(image_tree, tmp_path) -> str:
+    return str(tmp_path / "nowhere")
+
+
+def _empty(image_tree, tmp_path) -> str:
+    os.makedirs(tmp_path / "empty")
+    return str(tmp_path / "empty")
+
+
+def _photos(image_tree, tmp_path) -> str:
+    return image_tree[0]  # the source folder: class folders of JPEGs
+
+
+def _manifest_file(image_tree, tmp_path) -> str:
+    out = str(tmp_path / "out")
+    convert_images(image_tree[0], out, ConvertOptions(num_shards=1), workers=0, progress=False)
+    return os.path.join(out, "dataset.json")
+
+
+# what is at the path: (the message (regex), exception type); none of them is told to "rerun the conversion"
+NOT_A_DATASET = {
+    "missing": (_missing, r"nowhere: no such folder; pass the OUT folder of a conversion", FileNotFoundError),
+    "empty-folder": (_empty, r"empty/dataset.json: no manifest; .*empty is an empty folder, not a tfshard dataset; ",
+                     FileNotFoundError),
+    "other-folder": (_photos, (r"src/dataset.json: no manifest; .*src is not a tfshard dataset "
+                               r"\(got \['cat', 'dog'\]\); pass the OUT"), FileNotFoundError),
+    "manifest-file": (_manifest_file, (r"dataset.json: the manifest file, not its dataset folder; pass the folder that "
+                                       r"holds it \(.*out\)"), NotADirectoryError),
+}
+
+
+@pytest.mark.parametrize("kind", NOT_A_DATASET)
+def test_not_a_dataset_says_what_is_there_instead(image_tree, tmp_path, cli, kind):
+    make, message, error = NOT_A_DATASET[kind]
+    path = make(image_tree, tmp_path)
+    with pytest.raises(error, match=message) as caught:
+        verify(path)
+    assert "rerun" not in str(caught.value)
+    from tfshard import readers
+
+    with pytest.raises(error, match=message):
+        readers.info(path)
+    for command in ("verify", "info"):
+        result = cli(command, path)
+        assert result.exit_code == 1, result.output
+        assert re.match("error: .*" + message, result.stderr), result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.output
+
+
+def test_unfinished_conversion_says_rerunning_the_same_command_finishes_it(image_tree, tmp_path, cli):
+    out = _unfinished(image_tree, tmp_path)
+    expected = (f"{os.path.join(out, 'dataset.json')}: no manifest; a conversion into {out} has not finished (it "
+                "holds .tfshard-state/ but no dataset.json); rerun the same `tfshard images|episodes SRC OUT` command "
+                "to finish it")
+    with pytest.raises(FileNotFoundError) as caught:
+        verify(out)
+    assert str(caught.value) == expected
+    for command in ("verify", "info"):
+        result = cli(command, out)
+        assert result.exit_code == 1 and result.stderr == f"error: {expected}\n", result.output
+
+
+def test_ignored_files_in_the_manifest_are_checked_and_optional(dataset):
+    from tfshard.ingest import load_manifest
+    from tfshard.ingest.manifest import ManifestError
+
+    out, _ = dataset
+    path = os.path.join(out, "dataset.json")
+    with open(path) as f:
+        raw = json.load(f)
+    assert raw["ignored_files"] == []
+    raw["ignored_files"] = ["notes.txt", 7]
+    with open(path, "w") as f:
+        json.dump(raw, f)
+    with pytest.raises(ManifestError, match=r"field ignored_files\[1\]: must be a string \(got 7\)"):
+        load_manifest(out)
+    del raw["ignored_files"]  # a manifest written before the field existed
+    with open(path, "w") as f:
+        json.dump(raw, f)
+    assert load_manifest(out).ignored_files == []
 
 
 def test_gzip_round_trip_verifies(image_tree, tmp_path, cli):

@@ -381,3 +381,35 @@ def test_input_context_shards_the_files_and_names_min_shards(one_shard, data):
     by_shard = _steps_by_shard(data)
     assert sorted(int(w[0, 0]) for w in mine) == sorted(by_shard[1] | by_shard[3])
     assert by_shard[1] and by_shard[3]
+
+
+# --- a one-feature dataset gives tensors unasked (issue 10) -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def npy(tmp_path_factory):
+    """One .npy file per episode (the converter names the feature ``data``), in 4 shards: a step id per row."""
+    src = tmp_path_factory.mktemp("npy-src")
+    out = tmp_path_factory.mktemp("npy") / "out"
+    counter = itertools.count()
+    written = {f"e{i}.npy": np.array([[next(counter)] for _ in range(t)], np.int64) for i, t in enumerate(LENGTHS)}
+    save_episodes(src, written)
+    manifest = convert_episode_tree(src, out, num_shards=4)
+    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    return types.SimpleNamespace(out=str(out), episodes=order)
+
+
+@pytest.mark.parametrize("resident", [True, False])
+def test_one_feature_dataset_gives_per_replica_tensors_without_naming_it(npy, resident):
+    strategy = fresh(2)
+    dataset = readers.windows(npy.out, length=4, shift=2, batch_size=6, targets="same", shuffle=False,
+                              drop_remainder=False, resident=resident, strategy=strategy)
+    seen = []
+    for x, y in dataset:
+        for i, (part, target) in enumerate(zip(strategy.experimental_local_results(x),
+                                               strategy.experimental_local_results(y))):
+            assert isinstance(part, tf.Tensor) and part.device.endswith(f"CPU:{i}")
+            np.testing.assert_array_equal(part.numpy(), target.numpy())
+            seen.extend(as_ids(part.numpy()[..., 0]))  # [B, L, 1] -> a window's step ids
+    expected = as_ids([w[:, 0] for w in reference(npy.episodes, 4, 2)])
+    assert set(seen) <= set(expected) and len(seen) == len(set(seen)) >= len(expected) - 1

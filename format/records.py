@@ -1,0 +1,65 @@
+"""The ``tf.train.Example`` keys of each kind of dataset, and the parse specs built from them.
+
+The tables are plain data (they are also written into ``dataset.json``'s
+``features``); ``parse_spec`` imports TensorFlow only when called.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+IMAGE_FEATURES = {
+    "image/encoded": {"dtype": "string", "shape": [], "description": "JPEG bytes"},
+    "image/format": {"dtype": "string", "shape": [], "description": "always 'jpeg'"},
+    "image/height": {"dtype": "int64", "shape": []},
+    "image/width": {"dtype": "int64", "shape": []},
+    "image/channels": {"dtype": "int64", "shape": [], "description": "1 (grayscale) or 3 (RGB)"},
+    "image/class/label": {"dtype": "int64", "shape": [], "description": "0-based index into class_names"},
+    "image/class/text": {"dtype": "string", "shape": [], "description": "class name"},
+    "image/filename": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
+}
+
+EPISODE_FEATURES = {
+    "episode/id": {"dtype": "int64", "shape": [], "description": "position of the source file in sorted order"},
+    "episode/length": {"dtype": "int64", "shape": [], "description": "time steps of the whole episode"},
+    "episode/chunk": {"dtype": "int64", "shape": [], "description": "0-based index of this record's chunk"},
+    "episode/chunks": {"dtype": "int64", "shape": [], "description": "records the episode was split into"},
+    "episode/start": {"dtype": "int64", "shape": [], "description": "first time step of this chunk"},
+    "episode/steps": {"dtype": "int64", "shape": [], "description": "time steps in this chunk"},
+    "episode/source": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
+}
+DATA_PREFIX = "data/"  # episode feature ``obs`` is stored under ``data/obs``
+
+
+def episode_features(schema: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
+    """``EPISODE_FEATURES`` plus one ``data/<name>`` entry per feature: numpy dtype string and trailing shape."""
+    features = dict(EPISODE_FEATURES)
+    for name, (dtype, shape) in sorted(schema.items()):
+        features[f"{DATA_PREFIX}{name}"] = {
+            "dtype": dtype,
+            "shape": list(shape),
+            "description": f"raw little-endian bytes of [steps, {', '.join(map(str, shape))}]".replace(", ]", "]"),
+        }
+    return features
+
+
+def data_features(features: dict[str, Any]) -> dict[str, dict]:
+    """Feature name → its entry (``dtype``, ``shape``) for the ``data/<name>`` keys of an episode table."""
+    return {key[len(DATA_PREFIX):]: spec for key, spec in features.items() if key.startswith(DATA_PREFIX)}
+
+
+def parse_spec(table: dict[str, Any], keys: Iterable[str] | None = None) -> dict:
+    """``tf.io.parse_*example`` spec for ``keys`` (default: all) of a feature table; raw episode data is bytes."""
+    import tensorflow as tf
+
+    def dtype(spec):
+        return tf.int64 if spec["dtype"] == "int64" else tf.string
+
+    return {key: tf.io.FixedLenFeature([], dtype(table[key])) for key in (table if keys is None else keys)}
+
+
+def episode_parse_spec(names: Iterable[str]) -> dict:
+    """The spec of every ``episode/*`` key plus ``data/<name>`` (raw bytes) for each of ``names``."""
+    import tensorflow as tf
+
+    return {**parse_spec(EPISODE_FEATURES), **{f"{DATA_PREFIX}{n}": tf.io.FixedLenFeature([], tf.string) for n in names}}

@@ -1,0 +1,72 @@
+"""What a kind of input (images, episodes) must bring to the shared conversion engine: the ``Kind`` protocol.
+
+The engine (``ingest/convert.py``, and ``ingest/beam_runner.py`` for Beam) plans,
+runs workers, commits shards, resumes and writes the manifest once for every
+kind; a kind (``ingest/jobs.py``) scans its source and answers these questions.
+A new kind of input is a new class with these members, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, runtime_checkable
+
+from .scan import Rejection
+
+
+class ShardStats(Protocol):
+    """A kind's per-shard statistics: merged into the split's manifest entry, kept in commit records for resume."""
+
+    def to_dict(self) -> dict: ...
+
+
+@runtime_checkable
+class Kind(Protocol):
+    """One scanned source, ready to convert.
+
+    Attributes:
+      kind: the manifest's ``kind`` ("images" or "episodes").
+      unit: what the progress bar counts ("img", "episode").
+      nothing_found: the error's problem-and-fix text when no split has a usable input.
+      src: the source folder.
+      items: per split, the inputs in sorted order (before the write-time shuffle).
+      rejected: inputs left out at scan time, each with its reason.
+      ignored: counts of files that are not inputs ({"hidden": n, "other": n}).
+      class_names: the label names (empty for episodes).
+      features: the manifest's ``features`` table (record keys, dtypes, shapes).
+      prepare: a picklable ``item -> prepared | Rejection``, run in worker processes without TensorFlow.
+    """
+
+    kind: str
+    unit: str
+    nothing_found: str
+    src: str
+    items: dict[str, list[Any]]
+    rejected: list[Rejection]
+    ignored: dict[str, int]
+    class_names: list[str]
+    features: dict[str, Any]
+    prepare: Callable[[Any], Any]
+
+    def size_of(self, item: Any) -> int:
+        """Bytes the item adds to its shard: what the shard plan and the in-flight memory budget count."""
+
+    def source_key(self, item: Any) -> tuple:
+        """What identifies the item's content in the fingerprint (path, size, mtime, ctime, ...)."""
+
+    def identity(self) -> dict:
+        """Kind-wide facts that change the output (class names, episode schema), for the fingerprint."""
+
+    def new_stats(self) -> ShardStats:
+        """Empty statistics for one shard."""
+
+    def stats_from_dict(self, raw: dict) -> ShardStats:
+        """Statistics read back from a commit record (``ShardStats.to_dict``'s output)."""
+
+    def encode(self, prepared: Any, stats: ShardStats) -> list[bytes]:
+        """The serialized records of one prepared item, counted into ``stats``."""
+
+    def split_fields(self, parts: list[ShardStats]) -> dict[str, Any]:
+        """The kind's fields of one split's manifest entry, from its shards' statistics in order."""
+
+    def summary(self, parts: list[ShardStats]) -> dict[str, Any]:
+        """Entries the kind adds to the manifest's ``options`` summary."""

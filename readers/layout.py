@@ -1,0 +1,74 @@
+"""What a windows reader gathers and how it shapes each element; the argument checks its modes share.
+
+``Layout`` turns ``features``/``targets`` into the names to gather and the element
+structure: a tensor for one feature, a dict for several; ``(x, x)`` for
+``targets="same"``; ``(x, y)`` for a target feature; past and future for a horizon.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence, Union
+
+import numpy as np
+
+Targets = Union[None, str, int]
+
+
+class Layout:
+    """What to gather and how to shape it: inputs (one name → tensors, several → dicts) and targets."""
+
+    def __init__(self, names: list[str], single: bool, targets: Targets, available: Sequence[str], where: str):
+        if isinstance(targets, bool) or not (targets is None or isinstance(targets, (str, int, np.integer))):
+            raise TypeError(f"{where}: targets must be None, 'same', a feature name or a horizon (got {targets!r})")
+        if isinstance(targets, np.integer):  # a horizon from numpy arithmetic, as length and shift may be
+            targets = int(targets)
+        if isinstance(targets, int) and targets < 1:
+            raise ValueError(f"{where}: a forecast horizon must be at least 1 step (got targets={targets!r})")
+        if isinstance(targets, str) and targets != "same" and targets not in available:
+            raise ValueError(
+                f"{where}: targets={targets!r} is neither 'same' nor a feature; the features are {sorted(available)}"
+            )
+        self.inputs, self.single, self.targets = names, single, targets
+        self.horizon = targets if isinstance(targets, int) else 0
+        extra = [targets] if isinstance(targets, str) and targets not in ("same", *names) else []
+        self.gathered = names + extra
+
+    def shape(self, gathered: dict, length: int):
+        """``gathered`` holds windows of ``length + horizon`` steps per name; returns the dataset element."""
+        def pick(values):
+            return values[self.inputs[0]] if self.single else {n: values[n] for n in self.inputs}
+
+        if self.horizon:
+            past = {n: v[:, :length] for n, v in gathered.items()}
+            future = {n: v[:, length:] for n, v in gathered.items()}
+            return pick(past), pick(future)
+        inputs = pick(gathered)
+        if self.targets is None:
+            return inputs
+        if self.targets == "same":  # the autoencoder case: the very same tensor, no second gather or zip
+            return inputs, inputs
+        return inputs, gathered[self.targets]
+
+
+def check_window_args(length: int, shift: int, batch_size: int, where: str) -> None:
+    for name, value in (("length", length), ("shift", shift), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{where}: {name} must be a positive integer (got {name}={value!r})")
+
+
+def check_not_empty(where: str, windows: int, scope: str, need: int, what: str) -> None:
+    """With drop_remainder, a share of fewer windows than one step takes from it would make an epoch of nothing.
+
+    ``need``: the windows one step takes from this share; ``what`` says which batch that is, e.g. "batch_size=64".
+    """
+    if windows < need:
+        raise ValueError(
+            f"{where} has {windows} windows {scope}, fewer than {what} with drop_remainder=True, so an epoch would "
+            "yield no batch; pass a smaller batch_size or drop_remainder=False"
+        )
+
+
+def per_replica_text(batch: int, batch_size: int, replicas: int) -> str:
+    return f"the per-replica batch of {batch} (batch_size={batch_size} over {replicas} replicas)"
+
+

@@ -1,0 +1,275 @@
+"""Resident sliding windows: episodes held once in device memory, a dataset of window starts, one gather per batch.
+
+The episodes of a split are laid end to end, once, as one array per feature,
+held in a ``tf.Variable`` on the target device (a variable, not a constant: a
+constant captured by a tf.data function is copied to the host, a variable's
+buffer stays where it was made). The pipeline itself is only a dataset of window
+*start indices* (int32 below 2**31 samples, from ``readers.starts``): each epoch
+they are permuted as one op (``stateless_shuffle``, seeded per epoch), cut into
+batches, and every batch becomes windows with one vectorised gather of
+``starts[:, None] + range(L)``, placed on the arrays' device. A window never
+crosses an episode boundary, because starts are computed per episode.
+
+Under a ``tf.distribute`` strategy each replica holds its own copy of the
+arrays on its own device (the per-device components of one mirrored variable)
+and its own pipeline (``InputReplicationMode.PER_REPLICA``); every epoch all
+replicas permute the same starts with the same seed and each takes every n-th
+one, so their shares are disjoint, cover the epoch, and change every epoch.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from .layout import Layout, Targets, check_not_empty, check_window_args, per_replica_text
+from .starts import window_count, window_starts
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def default_device() -> str:
+    """The first GPU if there is one, else the CPU."""
+    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+
+
+def _index_batches(
+    starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
+    limit: int | None = None,
+) -> tf.data.Dataset:
+    """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
+
+    ``limit``: use only the first ``limit`` starts of each epoch's permutation (equal steps across workers).
+    """
+    usable = len(starts) if limit is None else min(limit, len(starts))
+    per_replica = usable // replicas  # equal shares, so no replica runs out of steps before the others
+    full, tail = divmod(per_replica, batch_size)
+    tail = 0 if drop_remainder else tail
+    all_starts = tf.constant(starts)
+
+    def epoch(seed_pair):
+        order = tf.random.experimental.stateless_shuffle(all_starts, seed_pair) if shuffle else all_starts
+        mine = order[replica : replica + per_replica * replicas : replicas]
+        batches = tf.data.Dataset.from_tensor_slices(tf.reshape(mine[: full * batch_size], [full, batch_size]))
+        if tail:
+            batches = batches.concatenate(tf.data.Dataset.from_tensors(mine[full * batch_size :]))
+        return batches
+
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2).take(1)
+    return seeds.flat_map(epoch).apply(tf.data.experimental.assert_cardinality(full + (1 if tail else 0)))
+
+
+def _gather_batches(index: tf.data.Dataset, arrays: dict, layout: Layout, length: int) -> tf.data.Dataset:
+    device = next(iter(arrays.values())).device
+    offsets = np.arange(length + layout.horizon, dtype=index.element_spec.dtype.as_numpy_dtype)
+
+    def gather(batch_starts):
+        with tf.device(device):  # run where the arrays are; only the [B, L, ...] result leaves the device
+            positions = batch_starts[:, None] + offsets
+            return layout.shape({n: tf.gather(arrays[n], positions) for n in layout.gathered}, length)
+
+    return index.map(gather, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE)
+
+
+@dataclasses.dataclass
+class Source:
+    """The episodes to hold resident: their lengths and shards in order, and how to load some shards of them."""
+
+    lengths: list[int]
+    shard_of: list[int]  # episode -> shard index (in memory: each episode is its own "shard")
+    num_shards: int
+    load: Callable[[Sequence[int] | None], tuple[dict[str, np.ndarray], list[int]]]  # shards (None: all)
+    where: str
+
+    def worker_shards(self, worker: int, workers: int) -> list[int]:
+        if self.num_shards < workers:
+            raise ValueError(
+                f"{self.where}: {self.num_shards} shards for {workers} workers; each worker holds its own shards' "
+                f"episodes, so write at least one shard per worker (`tfshard episodes ... --min-shards {workers}`)"
+            )
+        return list(range(worker, self.num_shards, workers))
+
+    def lengths_in(self, shards: Sequence[int]) -> list[int]:
+        wanted = set(shards)
+        return [t for t, shard in zip(self.lengths, self.shard_of) if shard in wanted]
+
+
+def _variables_on(arrays: dict[str, np.ndarray], devices: Sequence[str]) -> list[dict[str, tf.Variable]]:
+    """One plain variable per feature on each device.
+
+    Made on a fresh thread: TensorFlow keeps the strategy scope and its variable
+    creator per thread, so inside ``strategy.scope()`` these stay plain per-device
+    variables instead of becoming mirrored ones (whose multi-worker creation would
+    broadcast worker 0's values over every worker's own share).
+    """
+
+    def make():
+        placed = []
+        for device in devices:
+            with tf.device(device):
+                placed.append({n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()})
+        return placed
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(make).result()
+
+
+def build_resident(
+    source: Source,
+    layout: Layout,
+    *,
+    length: int,
+    shift: int,
+    batch_size: int,
+    shuffle: bool,
+    seed: int | None,
+    drop_remainder: bool,
+    device: str | None,
+    strategy: tf.distribute.Strategy | None,
+):
+    seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed  # one seed shared by all replicas
+    options = dict(shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
+    if strategy is None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    if strategy is None:
+        if drop_remainder:
+            check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon),
+                             "for this pipeline", batch_size, f"batch_size={batch_size}")
+        arrays, lengths = source.load(None)
+        (resident,) = _variables_on(arrays, [device or default_device()])
+        starts = window_starts(lengths, length, shift, layout.horizon)
+        index = _index_batches(starts, batch_size=batch_size, replica=0, replicas=1, **options)
+        return _with_arrays(_gather_batches(index, resident, layout, length), [resident])
+
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(
+            f"batch_size={batch_size} is the global batch and must divide evenly over the strategy's {replicas} "
+            f"replicas; pass a multiple of {replicas}"
+        )
+    if isinstance(strategy, tf.distribute.MirroredStrategy):  # one worker: every replica holds every episode
+        if drop_remainder:
+            total = window_count(source.lengths, length, shift, layout.horizon)
+            check_not_empty(source.where, total // replicas, f"per replica ({total} over {replicas} replicas)",
+                             batch_size // replicas, per_replica_text(batch_size // replicas, batch_size, replicas))
+        arrays, lengths = source.load(None)
+        per_device = _variables_on(arrays, strategy.extended.worker_devices)
+        starts = window_starts(lengths, length, shift, layout.horizon)
+
+        def replica_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            i = context.input_pipeline_id
+            index = _index_batches(starts, batch_size=batch_size // replicas, replica=i, replicas=replicas, **options)
+            return _gather_batches(index, per_device[i], layout, length)
+
+        per_replica = tf.distribute.InputOptions(
+            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
+        )
+        # TF 2.21's MirroredExtended._input_workers_with_options overwrites the strategy's input workers when asked
+        # for PER_REPLICA and never restores them, so every later dataset distributed by that strategy (the user's
+        # validation set, a streamed reader) would silently get per-replica pipelines. Put them back.
+        saved = getattr(strategy.extended, "_input_workers_devices", None)
+        try:
+            return _with_arrays(strategy.distribute_datasets_from_function(replica_dataset, options=per_replica),
+                                per_device)
+        finally:
+            if saved is not None:
+                strategy.extended._input_workers_devices = saved
+
+    def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Several workers (MultiWorkerMirroredStrategy): each loads only its own shards' episodes, once per local
+        # replica on that replica's device, and every worker runs the same number of steps (the smallest share).
+        worker, workers = context.input_pipeline_id, context.num_input_pipelines
+        shards = source.worker_shards(worker, workers)
+        equal = min(window_count(source.lengths_in(source.worker_shards(w, workers)), length, shift, layout.horizon)
+                    for w in range(workers))
+        devices = strategy.extended.worker_devices
+        if drop_remainder:
+            check_not_empty(source.where, equal // len(devices),
+                             f"per replica ({equal} per worker, the smallest worker's share, over {len(devices)} "
+                             "local replicas)", batch_size // replicas,
+                             per_replica_text(batch_size // replicas, batch_size, replicas))
+        arrays, lengths = source.load(shards)
+        starts = window_starts(lengths, length, shift, layout.horizon)
+        per_device = _variables_on(arrays, devices)
+        placed.extend(per_device)
+        datasets = [
+            _gather_batches(
+                _index_batches(starts, batch_size=batch_size // replicas, replica=r, replicas=len(devices),
+                               limit=equal, **options),
+                per_device[r], layout, length,
+            )
+            for r in range(len(devices))
+        ]
+        if len(datasets) == 1:
+            return datasets[0]
+        # The per-worker iterator hands elements to local replicas round robin: element r goes to replica r.
+        return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(len(datasets)).repeat())
+
+    placed: list[dict[str, tf.Variable]] = []
+    return _with_arrays(strategy.distribute_datasets_from_function(worker_dataset), placed)
+
+
+def _with_arrays(dataset, arrays: list[dict[str, tf.Variable]]):
+    """Attaches the resident variables (one dict per device) as ``dataset.resident_arrays``, to see where they live."""
+    dataset.resident_arrays = arrays
+    return dataset
+
+
+def resident_windows(
+    episodes: Mapping[str, Sequence[np.ndarray]],
+    *,
+    length: int,
+    shift: int = 1,
+    batch_size: int,
+    features: str | Sequence[str] | None = None,
+    targets: Targets = None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    drop_remainder: bool = True,
+    device: str | None = None,
+    strategy: tf.distribute.Strategy | None = None,
+):
+    """Resident windows over episodes already in memory (what ``windows`` does after reading the shards).
+
+    Args:
+      episodes: feature name → list of per-episode arrays ``[T_e, ...]`` (the
+        same ``T_e`` for every feature of one episode).
+      features: as for ``windows``, except that None always gives dicts, even
+        for a one-key mapping: here the caller named every feature.
+      Others: as for ``windows``.
+
+    Example:
+      ds = resident_windows({"x": [np.zeros((1000, 3))]}, length=256, shift=16, batch_size=16, features="x")
+      next(iter(ds)).shape  # (16, 256, 3); 48 windows → 3 batches
+    """
+    where = "resident_windows"
+    check_window_args(length, shift, batch_size, where)
+    length, shift, batch_size = int(length), int(shift), int(batch_size)  # numpy ints would mix dtypes in the graph
+    if not episodes:
+        raise ValueError(f"{where}: episodes must hold at least one feature (got an empty mapping)")
+    names = list(episodes) if features is None else [features] if isinstance(features, str) else list(features)
+    unknown = [n for n in names if n not in episodes]
+    if unknown or not names:
+        raise ValueError(f"{where}: no feature(s) {unknown or names!r}; episodes has {sorted(episodes)}")
+    layout = Layout(names, isinstance(features, str), targets, list(episodes), where)
+    lengths = [len(e) for e in episodes[layout.gathered[0]]]
+    for name in layout.gathered[1:]:
+        other = [len(e) for e in episodes[name]]
+        if other != lengths:
+            raise ValueError(
+                f"{where}: episodes[{name!r}]: episode lengths {other} differ from {layout.gathered[0]!r}'s {lengths}"
+            )
+    def load(shards):
+        chosen = range(len(lengths)) if shards is None else shards
+        arrays = {n: np.concatenate([episodes[n][i] for i in chosen]) for n in layout.gathered}
+        return arrays, [lengths[i] for i in chosen]
+
+    source = Source(lengths, list(range(len(lengths))), len(lengths), load, where)
+    return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
+                     seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)
+
+
