@@ -8,7 +8,6 @@ its C++ logging has been quietened.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
 import sys
@@ -16,6 +15,8 @@ import time
 from typing import Optional
 
 import typer
+
+from .ingest.report import describe_lines, summary_lines
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Sharded TFRecords from image folders and numpy episodes, verified.")
 _state = {"debug": False}
@@ -126,60 +127,9 @@ def _main(
     logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING, format="%(levelname)s: %(message)s")
 
 
-def _short_list(values: list[float], limit: int = 6) -> str:
-    shown = ", ".join(f"{v:.4g}" for v in values[:limit])
-    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)} values)" if len(values) > limit else f"[{shown}]"
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
-
-
-def _rate(manifest, seconds: float, status) -> str:
-    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest)."""
-    records = manifest.total_records - (status.kept_records if status else 0)
-    size = manifest.total_bytes - (status.kept_bytes if status else 0)
-    if status is not None and status.resumed:
-        episodes = manifest.kind == "episodes"  # episodes in the kept shards are not counted: bytes say it
-        per_second = f"{size / seconds / 1e6:,.1f} MB/s" if episodes else f"{records / seconds:,.0f} img/s"
-        return f" in {seconds:.1f} s ({records:,} records written: {per_second})"
-    if manifest.kind == "episodes":
-        episodes = sum(len(split.episodes or []) for split in manifest.splits.values())
-        return f" in {seconds:.1f} s ({episodes / seconds:,.1f} episodes/s, {size / seconds / 1e6:,.1f} MB/s)"
-    return f" in {seconds:.1f} s ({records / seconds:,.0f} img/s)"
-
-
-def _print_summary(out: str, manifest, seconds: float | None = None, status=None) -> None:
-    """The per-split table and totals; ``seconds``: how long this run took (no rate without it).
-
-    ``status``: the conversion's ``RunStatus``; a run that found the dataset complete prints no rate.
-    """
-    if status is not None and status.complete:
-        typer.echo(f"{out}: already complete for these inputs and options; nothing converted")
-        seconds = None
-    for name, split in manifest.splits.items():
-        steps = f"  {len(split.episodes):,} episodes, {sum(split.episode_lengths):,} steps" if split.episodes else ""
-        typer.echo(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}{steps}")
-    rate = _rate(manifest, seconds, status) if seconds else ""
-    typer.echo(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
-    converted = manifest.options.get("converted_images", 0)
-    if converted:
-        typer.echo(f"  converted to JPEG: {converted} (non-JPEG content, CMYK, EXIF rotation, resize...)")
-    if manifest.rejected:
-        typer.echo(f"  rejected: {len(manifest.rejected)} files (listed in dataset.json):")
-        for item in manifest.rejected[:10]:
-            typer.echo(f"    {item['path']}: {item['reason']}")
-        if len(manifest.rejected) > 10:
-            typer.echo(f"    ... and {len(manifest.rejected) - 10} more")
-    ignored = manifest.ignored
-    if any(ignored.values()):
-        kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
-        listed = manifest.ignored_files
-        typer.echo(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files{':' if listed else ''}")
-        for path in listed[:10]:
-            typer.echo(f"    {path}")
-        if listed and ignored["other"] > len(listed[:10]):
-            typer.echo(f"    ... and {ignored['other'] - len(listed[:10])} more (dataset.json names the first {len(listed)})")
+def _echo_lines(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(line)
 
 
 def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
@@ -213,7 +163,7 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
     started = time.monotonic()
     manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
     if not quiet:
-        _print_summary(out, manifest, time.monotonic() - started, found[0] if found else None)
+        _echo_lines(summary_lines(out, manifest, time.monotonic() - started, found[0] if found else None))
     return manifest
 
 
@@ -325,7 +275,7 @@ def info(
     try:
         _load_tensorflow()
         from .ingest import load_manifest
-        from .ingest.manifest import to_json
+        from .format.manifest import to_json
 
         manifest = load_manifest(out)
     except _errors() as e:
@@ -333,29 +283,8 @@ def info(
     if as_json:
         typer.echo(to_json(manifest), nl=False)
         return
-    typer.echo(f"{out}: {manifest.kind}, format {manifest.format_version}, compression {manifest.compression or 'none'}")
-    if manifest.kind == "episodes":
-        data = {k[len("data/"):]: v for k, v in manifest.features.items() if k.startswith("data/")}
-        typer.echo("  features: " + ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in data.items()))
-        for name, split in manifest.splits.items():
-            lengths = split.episode_lengths
-            typer.echo(f"  {name}: {len(lengths)} episodes, {sum(lengths):,} steps, length "
-                       f"{min(lengths, default=0)}..{max(lengths, default=0)}")
-            for feature in data:
-                mean, std = (split.feature_mean or {}).get(feature), (split.feature_std or {}).get(feature)
-                if mean is not None:
-                    typer.echo(f"    {feature}: mean {_short_list(mean)}, std {_short_list(std)}")
-    else:
-        typer.echo(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
-        for name, split in manifest.splits.items():
-            counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
-            typer.echo(f"  {name}: {counts}")
-            typer.echo(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
-    kind_options = "image" if manifest.kind == "images" else "episode"
-    options = {k: v for k, v in manifest.options.items() if k != kind_options}
-    typer.echo(f"  options: {json.dumps(options, sort_keys=True)}")
-    typer.echo(f"  {kind_options} options: {json.dumps(manifest.options.get(kind_options, {}), sort_keys=True)}")
-    _print_summary(out, manifest)
+    for line in describe_lines(out, manifest):
+        typer.echo(line)
 
 
 @app.command()
@@ -400,6 +329,7 @@ def bench(
     try:
         _load_tensorflow()
         from . import readers
+        from .readers.bench import time_epochs
 
         info = readers.info(out)
         if info.manifest.kind == "episodes" or window is not None:
@@ -414,16 +344,12 @@ def bench(
         )
         typer.echo(f"{out} [{split}]: {expected:,} records, batch {batch_size}, {image_size}x{image_size}, "
                    f"{'training' if training else 'eval'}, cache={chosen or 'none'}")
-        for epoch in range(1, epochs + 1):
-            started, images, batches = time.perf_counter(), 0, 0
-            for _, labels in ds:
-                images += int(labels.shape[0])
-                batches += 1
-            seconds = time.perf_counter() - started
-            note = " (fills the cache)" if epoch == 1 and chosen else (" (cached)" if chosen else "")
-            skipped = f", {expected - images:,} records skipped" if images != expected else ""
-            typer.echo(f"  epoch {epoch}{note}: {images:,} images in {seconds:.2f} s: "
-                       f"{images / seconds:,.0f} img/s, {batches / seconds:,.1f} batches/s{skipped}")
+        for timed in time_epochs(ds, epochs):
+            note = " (fills the cache)" if timed.epoch == 1 and chosen else (" (cached)" if chosen else "")
+            skipped = f", {expected - timed.examples:,} records skipped" if timed.examples != expected else ""
+            typer.echo(f"  epoch {timed.epoch}{note}: {timed.examples:,} images in {timed.seconds:.2f} s: "
+                       f"{timed.examples / timed.seconds:,.0f} img/s, {timed.batches / timed.seconds:,.1f} batches/s"
+                       f"{skipped}")
         if temp:
             shutil.rmtree(temp, ignore_errors=True)
     except _errors() as e:
@@ -433,6 +359,7 @@ def bench(
 def _bench_windows(out: str, info, split: str, window: int | None, shift: int, batch_size: int, epochs: int,
                    streamed: bool) -> None:
     from . import readers
+    from .readers.bench import time_epochs
     from .readers.resident import default_device
 
     if window is None:
@@ -445,15 +372,9 @@ def _bench_windows(out: str, info, split: str, window: int | None, shift: int, b
     built = time.perf_counter() - started
     mode = "streamed from the shards" if streamed else f"resident on {default_device()}, built in {built:.2f} s"
     typer.echo(f"{out} [{split}]: {expected:,} windows of {window} (shift {shift}), batch {batch_size}, {mode}")
-    for epoch in range(1, epochs + 1):
-        started, windows, batches = time.perf_counter(), 0, 0
-        for element in ds:
-            first = next(iter(element.values())) if isinstance(element, dict) else element
-            windows += int(first.shape[0])
-            batches += 1
-        seconds = time.perf_counter() - started
-        typer.echo(f"  epoch {epoch}: {windows:,} windows in {seconds:.2f} s: {windows / seconds:,.0f} windows/s, "
-                   f"{batches / seconds:,.1f} batches/s")
+    for timed in time_epochs(ds, epochs):
+        typer.echo(f"  epoch {timed.epoch}: {timed.examples:,} windows in {timed.seconds:.2f} s: "
+                   f"{timed.examples / timed.seconds:,.0f} windows/s, {timed.batches / timed.seconds:,.1f} batches/s")
 
 
 @app.command()

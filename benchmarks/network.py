@@ -142,7 +142,6 @@ def _timed_pass(build) -> dict:
 def reader_process(args) -> None:
     """Runs in each reader process: on each network in turn, times its contenders; prints one JSON line."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, REPO)
     from tfshard import readers
 
     info = readers.info(f"{BUCKET}/ds")
@@ -171,7 +170,6 @@ def _write_dataset(shards: int, records_per_shard: int) -> tuple[float, dict]:
     """Writes the benchmark's episodes to gs://bench/ds with tfshard (no added latency); returns seconds, requests."""
     import numpy as np
 
-    sys.path.insert(0, REPO)
     from tfshard.ingest import ConvertOptions, convert_episodes
 
     with tempfile.TemporaryDirectory(prefix="tfshard-net-") as src:

@@ -11,6 +11,8 @@ from typing import Any
 
 MANIFEST_NAME = "dataset.json"
 TEMP_PREFIX = ".tmp-"  # a file being written; renamed to its final name only when complete
+STATE_DIR = ".tfshard-state"  # a conversion's resume state; gone once its manifest is written
+LOCK_NAME = ".tfshard-lock"  # held by the one conversion writing into OUT
 COMPRESSIONS = (None, "gzip")
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(?P<gz>\.gz)?$")

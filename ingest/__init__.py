@@ -18,7 +18,7 @@ _EXPORTS = {
     "parse_size": ".plan",
     "verify": ".readback",
     "load_manifest": ".readback",
-    "Manifest": ".manifest",
+    "Manifest": "..format.manifest",
     "InputError": ".errors",
     "OutputExistsError": ".errors",
     "VerifyError": ".errors",

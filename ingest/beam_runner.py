@@ -34,7 +34,8 @@ class _WriteShard:
         self.job, self.out, self.todo, self.options = job, out, todo, options
 
     def __call__(self, element: tuple[int, Iterable[tuple[int, Any, Any]]]) -> Iterable[str]:
-        from .convert import record_commit, write_shard
+        from .convert import write_shard
+        from .resume import record_commit
 
         shard, entries = element
         spec = self.todo[shard]

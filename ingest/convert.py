@@ -3,10 +3,8 @@
 ``convert_images`` and ``convert_episodes`` scan their source into a job
 (``ingest/jobs.py``); everything after the scan is this one loop.
 
-Resumable: every committed shard leaves a small record in ``OUT/.tfshard-state/``.
-A rerun of the same command (same inputs, same output-affecting options) keeps
-each committed shard whose bytes still hash to that record, rewrites the rest,
-and ends with files byte-identical to an uninterrupted run. The manifest is
+Resumable (``ingest/resume.py``): a rerun of the same command keeps every
+committed shard and ends byte-identical to an uninterrupted run. The manifest is
 written last; the state folder is removed after it. What a run found in OUT
 (already complete, or how many shards it kept) goes to its ``on_status``
 callback as a ``RunStatus`` (and to the log at INFO); the return value stays the manifest.
@@ -24,21 +22,20 @@ from typing import Any, Callable, Iterable, Iterator
 
 import tqdm
 
-from . import manifest as manifest_lib
-from .errors import InputError, OutputExistsError
+from ..format import manifest as manifest_lib
+from .errors import InputError
 from .episodes import EpisodeOptions
 from .images import ImageOptions
+from .kind import Kind
 from .parallel import default_workers, ordered_map
-from ..format.names import index_file_name
+from ..format.names import COMPRESSIONS, STATE_DIR, index_file_name
 from .plan import DEFAULT_SHARD_BYTES, ShardSpec, plan_split, shuffled_order
+from .resume import RunStatus, ShardResult, committed_results, prepare_output, record_commit  # noqa: F401  (RunStatus: part of this module's API)
 from .scan import Rejection
 
 log = logging.getLogger(__name__)
 
-STATE_DIR = ".tfshard-state"
-REMOVING = "removing.json"  # what an --overwrite is removing, written before it removes anything
 ON_ERROR = (None, "skip", "fail")
-COMPRESSIONS = (None, "gzip")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,57 +89,7 @@ class ConvertOptions:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
 
 
-@dataclasses.dataclass(frozen=True)
-class RunStatus:
-    """What a conversion found in OUT before writing anything; given to the ``on_status`` callback once.
-
-    Attributes:
-      complete: OUT already holds this very dataset (same inputs and options): nothing is converted.
-      kept_shards: shards already committed, kept as they are (every shard when ``complete``).
-      total_shards: shards of the whole dataset.
-      kept_records, kept_bytes: what the kept shards hold, so a rate can count only this run's work.
-
-    Example:
-      convert_images("photos/", "out/", on_status=print)  # after a Ctrl-C: RunStatus(complete=False, kept_shards=3,
-      # total_shards=8, ...); once more: RunStatus(complete=True, kept_shards=8, total_shards=8, ...)
-    """
-
-    complete: bool
-    kept_shards: int
-    total_shards: int
-    kept_records: int = 0
-    kept_bytes: int = 0
-
-    @property
-    def resumed(self) -> bool:
-        """An unfinished conversion was picked up: some shards kept, the rest to write."""
-        return not self.complete and self.kept_shards > 0
-
-
-@dataclasses.dataclass
-class _ShardResult:
-    """What one committed shard contributed; stored in the state folder for resume."""
-
-    info: manifest_lib.ShardInfo
-    stats: Any  # the job's per-shard statistics (ImageShardStats, EpisodeShardStats)
-    rejected: list[dict[str, str]]
-
-    def to_json(self) -> str:
-        return json.dumps({"info": dataclasses.asdict(self.info), "stats": self.stats.to_dict(),
-                           "rejected": self.rejected}, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, raw: Any, job, source: str, file_name: str) -> "_ShardResult":
-        """A commit record read back from the state folder; anything unexpected is a ValueError naming ``source``."""
-        try:
-            info = manifest_lib.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
-            rejected = [{"path": str(r["path"]), "reason": str(r["reason"])} for r in raw["rejected"]]
-            return cls(info, job.stats_from_dict(raw["stats"]), rejected)
-        except (KeyError, TypeError, AttributeError, IndexError) as e:
-            raise ValueError(f"{source}: not a commit record tfshard wrote ({type(e).__name__})") from None
-
-
-def _plan(job, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
+def _plan(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
     ordered, specs = {}, []
     for split, items in job.items.items():
         if not items:
@@ -165,7 +112,7 @@ def _plan(job, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec
     return ordered, specs
 
 
-def _fingerprint(job, ordered: dict[str, list], options: ConvertOptions) -> str:
+def _fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -> str:
     return manifest_lib.fingerprint(
         {
             "kind": job.kind,
@@ -176,180 +123,8 @@ def _fingerprint(job, ordered: dict[str, list], options: ConvertOptions) -> str:
     )
 
 
-def _damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
-    """Listed shards and index files that are missing, not regular files, or not their recorded size (no read)."""
-    from .write import NotRegularFileError, join, stat_regular
-
-    damaged = []
-    for split in manifest.splits.values():
-        for shard in split.shards:
-            for name, size in ((shard.file, shard.bytes), (shard.index_file, None)):
-                if name is None:
-                    continue
-                try:
-                    found, _ = stat_regular(join(out, name))
-                except (FileNotFoundError, NotRegularFileError):
-                    found = -1
-                if found < 0 or (size is not None and found != size):
-                    damaged.append(name)
-    return damaged
-
-
-def _check_state_folder(out: str) -> None:
-    """The state folder must be a real folder of ours: through a symlink, state would be written (and later
-    removed) somewhere else."""
-    from .write import join
-
-    state = join(out, STATE_DIR)
-    if "://" not in out and (os.path.islink(state) or (os.path.lexists(state) and not os.path.isdir(state))):
-        raise OutputExistsError(
-            f"{state}: not a folder tfshard made (a symlink or a file); remove it (nothing of the dataset is in it) "
-            "and run again"
-        )
-
-
-def _read_state(path: str) -> Any:
-    from .readback import read_small_file
-
-    return manifest_lib.parse_json(read_small_file(path, "state file"), path)
-
-
-def _files_to_remove(raw: Any, path: str) -> list[str]:
-    """The ``files`` list of a plan or removal record: plain output file names only, checked before any use."""
-    files = raw.get("files") if isinstance(raw, dict) else None
-    if not isinstance(files, list) or not all(manifest_lib.is_output_name(name) for name in files):
-        bad = next((n for n in files if not manifest_lib.is_output_name(n)), files) if isinstance(files, list) else files
-        raise OutputExistsError(
-            f"{path}: lists {bad!r}, not a file tfshard writes in OUT; remove {path} (or OUT) and run again"
-        )
-    return files
-
-
-def _remove_outputs(out: str, names: list[str]) -> None:
-    from .write import TEMP_PREFIX, join, remove_if_exists
-
-    for name in names:
-        remove_if_exists(join(out, name))
-        remove_if_exists(join(out, TEMP_PREFIX + name))
-
-
-def _finish_pending_removal(out: str) -> None:
-    """An ``--overwrite`` killed while removing the old dataset: remove the rest of what it recorded."""
-    import tensorflow as tf
-
-    from .write import join
-
-    record = join(join(out, STATE_DIR), REMOVING)
-    if not tf.io.gfile.exists(record):
-        return
-    names = _files_to_remove(_read_state(record), record)
-    log.warning("%s: finishing an interrupted --overwrite: removing %d files of the previous dataset", out, len(names))
-    _remove_outputs(out, names)
-    tf.io.gfile.rmtree(join(out, STATE_DIR))
-
-
-def _prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.Manifest | None:
-    """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done."""
-    import tensorflow as tf
-
-    from .lock import LOCK_NAME
-    from .readback import load_manifest
-    from .write import join, write_text_atomic
-
-    manifest_path = join(out, manifest_lib.MANIFEST_NAME)
-    state_path = join(out, STATE_DIR)
-    plan_path = join(state_path, "plan.json")
-    _check_state_folder(out)
-    _finish_pending_removal(out)
-    old_files: list[str] = []
-    if tf.io.gfile.exists(manifest_path):
-        try:
-            old = load_manifest(out)
-        except ValueError as e:
-            raise OutputExistsError(
-                f"{out}: output folder holds a {manifest_lib.MANIFEST_NAME} tfshard cannot read ({e}); "
-                "nothing was removed: remove OUT yourself, or choose another folder"
-            ) from e
-        if old.fingerprint == fingerprint and not overwrite:
-            damaged = _damaged_files(out, old)
-            if not damaged:
-                if tf.io.gfile.exists(state_path):
-                    tf.io.gfile.rmtree(state_path)
-                return old
-            # Finished once, since damaged: convert again (same plan, same bytes). The manifest goes first,
-            # so a crash from here on leaves an unfinished conversion, never a manifest that lies.
-            log.warning("%s: %d file(s) missing or resized since the conversion finished (e.g. %s); converting again",
-                        out, len(damaged), damaged[0])
-            tf.io.gfile.remove(manifest_path)
-            tf.io.gfile.makedirs(state_path)
-            return None
-        what = "a dataset made from other inputs or options"
-        old_files = [manifest_lib.MANIFEST_NAME] + [
-            name
-            for split in old.splits.values()
-            for shard in split.shards
-            for name in (shard.file, shard.index_file)
-            if name is not None
-        ]
-    elif tf.io.gfile.exists(plan_path):
-        old_plan = _read_state(plan_path)
-        old_files = _files_to_remove(old_plan, plan_path)
-        if old_plan.get("fingerprint") == fingerprint:
-            return None
-        what = "an unfinished conversion of other inputs or options"
-    else:
-        leftovers = [n for n in tf.io.gfile.listdir(out) if n.rstrip("/") not in (STATE_DIR, LOCK_NAME)]
-        if not leftovers:
-            tf.io.gfile.makedirs(state_path)
-            return None
-        what = f"{len(leftovers)} files that tfshard did not write (e.g. {sorted(leftovers)[0]!r})"
-    if not overwrite:
-        raise OutputExistsError(
-            f"{out}: output folder holds {what}; pass --overwrite to replace it, or choose another folder"
-        )
-    # Record what goes before removing anything: a run killed midway finishes the removal when rerun.
-    log.info("%s: --overwrite: removing %d files of the previous dataset", out, len(old_files))
-    tf.io.gfile.makedirs(state_path)
-    write_text_atomic(join(state_path, REMOVING), json.dumps({"files": old_files}))
-    _remove_outputs(out, old_files)
-    tf.io.gfile.rmtree(state_path)
-    tf.io.gfile.makedirs(state_path)
-    return None
-
-
-def _committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dict[str, _ShardResult]:
-    """The state records of shards that are committed and still hash to what was recorded.
-
-    A record that is unreadable or not what tfshard writes only means its shard is written again.
-    """
-    import tensorflow as tf
-
-    from .write import NotRegularFileError, file_sha256, join
-
-    kept = {}
-    for spec in specs:
-        record = join(join(out, STATE_DIR), spec.file_name + ".json")
-        path = join(out, spec.file_name)
-        if not (tf.io.gfile.exists(record) and tf.io.gfile.exists(path)):
-            continue
-        try:
-            result = _ShardResult.from_dict(_read_state(record), job, record, spec.file_name)
-            if index and not (result.info.index_file and tf.io.gfile.exists(join(out, result.info.index_file))):
-                continue
-            index_ok = not index or file_sha256(join(out, result.info.index_file))[0] == result.info.index_sha256
-            matches = index_ok and file_sha256(path, result.info.bytes) == (result.info.sha256, result.info.bytes)
-        except (ValueError, NotRegularFileError) as e:
-            log.warning("%s: %s; rewriting its shard", record, e)
-            continue
-        if matches:
-            kept[spec.file_name] = result
-        else:
-            log.warning("%s: does not match its commit record; rewriting it", path)
-    return kept
-
-
-def write_shard(job, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
-                on_item: Callable[[Any], None] = lambda item: None) -> _ShardResult:
+def write_shard(job: Kind, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
+                on_item: Callable[[Any], None] = lambda item: None) -> ShardResult:
     """Writes one planned shard from its ``(item, prepared)`` pairs in plan order; commits it atomically.
 
     The one place records reach a shard, for the local process pool and the Beam runner alike.
@@ -370,20 +145,13 @@ def write_shard(job, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, An
                 for record in job.encode(result, stats):
                     writer.write(record)
             on_item(item)
-    return _ShardResult(writer.info, stats, rejected)
-
-
-def record_commit(out: str, spec: ShardSpec, result: _ShardResult) -> None:
-    """Notes a committed shard in the state folder, so a rerun keeps it."""
-    from .write import join, write_text_atomic
-
-    write_text_atomic(join(join(out, STATE_DIR), spec.file_name + ".json"), result.to_json())
+    return ShardResult(writer.info, stats, rejected)
 
 
 def _write_shards(
-    job, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int,
+    job: Kind, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int,
     progress: bool,
-) -> Iterator[tuple[ShardSpec, _ShardResult]]:
+) -> Iterator[tuple[ShardSpec, ShardResult]]:
     tasks = (ordered[s.split][i] for s in todo for i in range(s.start, s.stop))
     results = ordered_map(
         job.prepare,
@@ -414,13 +182,13 @@ def _write_shards(
 
 
 def _assemble(
-    job, specs: list[ShardSpec], results: dict[str, _ShardResult], options: ConvertOptions, fingerprint: str
+    job: Kind, specs: list[ShardSpec], results: dict[str, ShardResult], options: ConvertOptions, fingerprint: str
 ) -> manifest_lib.Manifest:
     splits = {}
     rejected = [{"path": r.relpath, "reason": r.reason} for r in job.rejected]
     for split in dict.fromkeys(s.split for s in specs):
         parts = [results[s.file_name] for s in specs if s.split == split]
-        splits[split] = manifest_lib.SplitInfo(
+        splits[split] = manifest_lib.SPLIT_TYPES[job.kind](
             shards=[p.info for p in parts],
             records=sum(p.info.records for p in parts),
             bytes=sum(p.info.bytes for p in parts),
@@ -448,7 +216,7 @@ def _check_folders(src: str, out: str) -> None:
             raise InputError(f"{out}: output folder is inside the source folder {src}; choose a folder outside it")
 
 
-def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool,
+def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool,
             runner: Callable | None = None, on_status: Callable[[RunStatus], None] | None = None):
     """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died.
 
@@ -464,8 +232,8 @@ def run_job(job, out: str, options: ConvertOptions, *, workers: int | None, over
     import tensorflow as tf
 
     from .lock import output_lock
-    from .readback import check_output_folder
-    from .write import check_bucket
+    from ..format.dataset import check_output_folder
+    from ..format.storage import check_bucket
 
     workers = default_workers() if workers is None else workers
     ordered, specs = _plan(job, options)
@@ -493,15 +261,19 @@ def _no_space(out: str) -> OSError:
     )
 
 
-def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner, on_status):
+def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner, on_status):
     import tensorflow as tf
 
-    from .write import TEMP_PREFIX, join, remove_if_exists, write_text_atomic
+    from ..format.storage import join
+
+    from ..format.names import TEMP_PREFIX
+
+    from .write import remove_if_exists, write_text_atomic
 
     planned = [s.file_name for s in specs]
     if options.index:
         planned += [index_file_name(n) for n in planned]
-    existing = _prepare_output(out, fingerprint, overwrite)
+    existing = prepare_output(out, fingerprint, overwrite)
     if existing is not None:
         log.info("%s: already complete for these inputs and options; nothing to do", out)
         shards = sum(len(split.shards) for split in existing.splits.values())
@@ -511,7 +283,7 @@ def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, over
     write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
     for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
         remove_if_exists(join(out, TEMP_PREFIX + name))
-    results = _committed_results(out, specs, options.index, job)
+    results = committed_results(out, specs, options.index, job)
     if results:
         log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))
     on_status(RunStatus(False, len(results), len(specs), sum(r.info.records for r in results.values()),
@@ -523,7 +295,7 @@ def _run_locked(job, out, options, ordered, specs, fingerprint, *, workers, over
             results[spec.file_name] = result
     elif todo:
         runner(job, out, todo, ordered, options)  # commits each shard and its record from the workers
-        results = _committed_results(out, specs, options.index, job)
+        results = committed_results(out, specs, options.index, job)
         missing = [s.file_name for s in specs if s.file_name not in results]
         if missing:
             raise RuntimeError(

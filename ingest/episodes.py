@@ -19,7 +19,7 @@ import zipfile
 import numpy as np
 
 from .errors import InputError
-from .localfs import NotRegularFileError, open_regular
+from ..format.storage import NotRegularFileError, open_regular
 from .scan import Rejection, SourceFile, SourceTree, not_regular_problem, split_folders, stat_problem
 
 EPISODE_EXTENSIONS = (".npy", ".npz")

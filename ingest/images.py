@@ -18,7 +18,7 @@ import io
 import numpy as np
 from PIL import Image, ImageOps
 
-from .localfs import NotRegularFileError, open_regular
+from ..format.storage import NotRegularFileError, open_regular
 from .scan import Rejection, SourceFile
 
 DEFAULT_QUALITY = 95

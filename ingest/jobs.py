@@ -16,7 +16,8 @@ import functools
 import os
 from typing import Any
 
-from . import manifest as manifest_lib
+from ..format.manifest import EpisodeInfo
+from ..format.records import IMAGE_FEATURES, episode_features
 from .episodes import (
     EpisodeSource,
     FeatureSums,
@@ -69,7 +70,7 @@ class ImageJob:
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
         self.ignored_files = tree.ignored_files
         self.class_names = tree.class_names
-        self.features = manifest_lib.IMAGE_FEATURES
+        self.features = IMAGE_FEATURES
         self.prepare = functools.partial(prepare_image, options=options.image)
 
     @staticmethod
@@ -151,7 +152,7 @@ class EpisodeJob:
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
         self.ignored_files = tree.ignored_files
         self.class_names: list[str] = []
-        self.features = manifest_lib.episode_features({n: (s.dtype, s.shape) for n, s in schema.items()})
+        self.features = episode_features({n: (s.dtype, s.shape) for n, s in schema.items()})
         self.prepare = functools.partial(prepare_episode, schema=schema, options=options.episode)
         self._step_bytes = max(1, sum(spec.step_bytes for spec in schema.values()))
 
@@ -186,7 +187,7 @@ class EpisodeJob:
             total = sum((p.sums[name] for p in parts if name in p.sums), FeatureSums())
             if total.count:
                 mean[name], std[name] = total.mean_std()
-        episodes = [{**e, "shard": i} for i, p in enumerate(parts) for e in p.episodes]  # i: index in the split
+        episodes = [EpisodeInfo(**e, shard=i) for i, p in enumerate(parts) for e in p.episodes]  # i: index in the split
         return {"episodes": episodes, "feature_mean": mean, "feature_std": std}
 
     @staticmethod

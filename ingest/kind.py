@@ -31,6 +31,7 @@ class Kind(Protocol):
       items: per split, the inputs in sorted order (before the write-time shuffle).
       rejected: inputs left out at scan time, each with its reason.
       ignored: counts of files that are not inputs ({"hidden": n, "other": n}).
+      ignored_files: the first of those "other" files, by path relative to ``src`` (capped).
       class_names: the label names (empty for episodes).
       features: the manifest's ``features`` table (record keys, dtypes, shapes).
       prepare: a picklable ``item -> prepared | Rejection``, run in worker processes without TensorFlow.
@@ -43,6 +44,7 @@ class Kind(Protocol):
     items: dict[str, list[Any]]
     rejected: list[Rejection]
     ignored: dict[str, int]
+    ignored_files: list[str]
     class_names: list[str]
     features: dict[str, Any]
     prepare: Callable[[Any], Any]

@@ -7,114 +7,14 @@ are opened, and no file is read past the size the manifest gives it.
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 
-from . import manifest as manifest_lib
+from ..format import manifest as manifest_lib
+from ..format.dataset import load_manifest
+from ..format.names import tf_compression_type
 from .errors import VerifyError
-
-
-def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes (a manifest or state file), size checked first.
-
-    Raises:
-      FileNotFoundError: nothing there.
-      ValueError: not a regular file, or larger than ``limit``.
-    """
-    from .write import open_regular, stat_regular
-
-    import tensorflow as tf
-
-    size, _ = stat_regular(path)
-    if size > limit:
-        raise manifest_lib.ManifestError(
-            f"{path}: {what} of {size:,} bytes, over the {limit:,}-byte limit; this is not a file tfshard wrote"
-        )
-    with (tf.io.gfile.GFile(path, "rb") if "://" in path else open_regular(path)) as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise manifest_lib.ManifestError(f"{path}: {what} grew past the {limit:,}-byte limit while being read")
-    return data
-
-
-def check_output_folder(out: str) -> None:
-    """OUT, when it exists, must be a folder (a file there gives one clear error, not a traceback later)."""
-    import os
-
-    import tensorflow as tf
-
-    if "://" in out:
-        if tf.io.gfile.exists(out) and not tf.io.gfile.isdir(out):
-            raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
-        return
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
-
-
-_CONVERT = "tfshard images|episodes SRC OUT"
-
-
-def _no_manifest(out: str, path: str) -> FileNotFoundError:
-    """What is at ``out`` instead of a dataset, and what to do about it (its folder exists, its manifest does not)."""
-    import tensorflow as tf
-
-    from .convert import STATE_DIR  # only here, on the error path: readers never load the converter otherwise
-    from .lock import LOCK_NAME
-
-    names = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out))
-    if STATE_DIR in names:
-        return FileNotFoundError(
-            f"{path}: no manifest; a conversion into {out} has not finished (it holds {STATE_DIR}/ but no "
-            f"{manifest_lib.MANIFEST_NAME}); rerun the same `{_CONVERT}` command to finish it"
-        )
-    others = [n for n in names if n != LOCK_NAME]
-    if not others:
-        return FileNotFoundError(
-            f"{path}: no manifest; {out} is an empty folder, not a tfshard dataset; pass the OUT folder of a "
-            f"conversion, or convert into it with `{_CONVERT}`"
-        )
-    shards = sum(manifest_lib.is_shard_name(n) for n in others)
-    if shards:
-        hint = f"it holds {shards} shard file(s) but no {manifest_lib.MANIFEST_NAME}: rerun the conversion with --overwrite"
-    else:
-        hint = f"pass the OUT folder of a conversion, or convert into another folder with `{_CONVERT}`"
-    shown = others[:3] + ([f"... {len(others) - 3} more"] if len(others) > 3 else [])
-    return FileNotFoundError(f"{path}: no manifest; {out} is not a tfshard dataset (got {shown!r}); {hint}")
-
-
-def load_manifest(out: str) -> manifest_lib.Manifest:
-    """Reads and validates ``out/dataset.json``.
-
-    Raises:
-      FileNotFoundError: ``out`` does not exist, or holds no manifest; the message says which, and whether
-        it is an unfinished conversion (rerun it), an empty folder or some other folder (not a dataset).
-      NotADirectoryError: ``out`` is a file.
-      ValueError: the manifest is not a valid tfshard manifest (the message names the field).
-    """
-    import tensorflow as tf
-
-    from .write import NotRegularFileError, join
-
-    if "://" not in out and os.path.basename(out) == manifest_lib.MANIFEST_NAME and os.path.isfile(out):
-        raise NotADirectoryError(
-            f"{out}: the manifest file, not its dataset folder; pass the folder that holds it "
-            f"({os.path.dirname(out) or '.'})"
-        )
-    check_output_folder(out)
-    if not tf.io.gfile.exists(out):
-        raise FileNotFoundError(
-            f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
-        )
-    path = join(out, manifest_lib.MANIFEST_NAME)
-    if not tf.io.gfile.exists(path):
-        raise _no_manifest(out, path)
-    try:
-        data = read_small_file(path, "manifest")
-    except NotRegularFileError as e:
-        raise manifest_lib.ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
-    return manifest_lib.from_json(data, path)
 
 
 def short_tf_error(message: str) -> str:
@@ -128,7 +28,7 @@ def short_tf_error(message: str) -> str:
 def _records(path: str, compression: str | None):
     import tensorflow as tf
 
-    return tf.data.TFRecordDataset(path, compression_type="GZIP" if compression == "gzip" else "")
+    return tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
 
 
 def _count_records(path: str, compression: str | None) -> tuple[int, str | None]:
@@ -149,7 +49,7 @@ def _step_bytes(features: dict) -> dict[str, int]:
     }
 
 
-def _episode_problems(path: str, shard_index: int, split: manifest_lib.SplitInfo, manifest) -> list[str]:
+def _episode_problems(path: str, shard_index: int, split: manifest_lib.EpisodeSplitInfo, manifest) -> list[str]:
     """Every chunk record of one episode shard against the manifest: ids, order, lengths, coverage, byte counts."""
     import tensorflow as tf
 
@@ -160,8 +60,8 @@ def _episode_problems(path: str, shard_index: int, split: manifest_lib.SplitInfo
     parsed = _records(path, manifest.compression).map(lambda r: tf.io.parse_single_example(r, spec)).map(
         lambda e: {**{k: e[k] for k in keys}, **{k: tf.cast(tf.strings.length(e[k]), tf.int64) for k in step_bytes}}
     )
-    listed = [e for e in split.episodes if e["shard"] == shard_index]
-    expected = {e["id"]: e for e in listed}
+    listed = [e for e in split.episodes if e.shard == shard_index]
+    expected = {e.id: e for e in listed}
     fix = "the manifest does not describe this shard's records; rerun the conversion with --overwrite"
     problems, seen_order, covered = [], [], {}
     try:
@@ -172,9 +72,9 @@ def _episode_problems(path: str, shard_index: int, split: manifest_lib.SplitInfo
             if entry is None:
                 problems.append(f"{path}: holds episode {episode_id}, which the manifest does not list in this shard; {fix}")
                 continue
-            name = f"episode {episode_id} ({entry['source']})"
-            if length != entry["length"]:
-                problems.append(f"{path}: {name} has {length} steps, the manifest says {entry['length']}; {fix}")
+            name = f"episode {episode_id} ({entry.source})"
+            if length != entry.length:
+                problems.append(f"{path}: {name} has {length} steps, the manifest says {entry.length}; {fix}")
             if start < 0 or steps < 1 or start + steps > length or covered.get(episode_id, 0) != start:
                 problems.append(f"{path}: {name} chunk {int(record['episode/chunk'])} covers steps "
                                 f"[{start}, {start + steps}), not the next steps of the episode; {fix}")
@@ -188,10 +88,10 @@ def _episode_problems(path: str, shard_index: int, split: manifest_lib.SplitInfo
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError):
         return problems  # the record count check already names the unreadable record
     for entry in listed:
-        if covered.get(entry["id"], 0) != entry["length"]:
-            problems.append(f"{path}: episode {entry['id']} ({entry['source']}) has {covered.get(entry['id'], 0)} "
-                            f"of its {entry['length']} steps in the shard; {fix}")
-    if not problems and seen_order != [e["id"] for e in listed]:
+        if covered.get(entry.id, 0) != entry.length:
+            problems.append(f"{path}: episode {entry.id} ({entry.source}) has {covered.get(entry.id, 0)} "
+                            f"of its {entry.length} steps in the shard; {fix}")
+    if not problems and seen_order != [e.id for e in listed]:
         problems.append(f"{path}: episodes are not in the manifest's order; {fix}")
     return problems[:20]
 
@@ -211,7 +111,7 @@ def verify(out: str) -> manifest_lib.Manifest:
     """
     import tensorflow as tf
 
-    from .write import NotRegularFileError, file_sha256, join, stat_regular
+    from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
 
     manifest = load_manifest(out)
     problems = []

@@ -20,7 +20,7 @@ import stat
 from collections.abc import Sequence
 
 from .errors import InputError
-from .localfs import file_kind
+from ..format.storage import file_kind
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")

@@ -14,8 +14,8 @@ import posixpath
 import tensorflow as tf
 
 from ..format.names import TEMP_PREFIX, index_file_name, tf_compression_type
-from ..format.storage import NotRegularFileError, check_bucket, file_sha256, join, open_regular, stat_regular  # noqa: F401  TODO(issue 10): callers import from format.storage
-from .manifest import ShardInfo
+from ..format.storage import file_sha256, join
+from ..format.manifest import ShardInfo
 
 
 def write_text_atomic(path: str, text: str) -> None:

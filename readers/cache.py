@@ -29,7 +29,7 @@ import weakref
 
 import tensorflow as tf
 
-from ..ingest.lock import is_alive, this_process
+from ..format.owners import is_alive, this_process
 from ..format.storage import check_bucket, join
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from ..format.manifest import EpisodeInfo
 from ..format.names import tf_compression_type
 from ..format.records import data_features, episode_parse_spec
 from . import files as files_lib
@@ -80,16 +81,16 @@ def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Data
     return joined.map(lambda last, meta, joined: (meta, joined))
 
 
-def _manifest_length(episodes: list[dict]):
+def _manifest_length(episodes: list[EpisodeInfo]):
     """A graph function: episode id → its length in the manifest, or -1 for an id the manifest does not list.
 
     Sorted constants and a binary search: they serialise with the graph (a tf.data service ships it to its workers).
     """
-    order = sorted(episodes, key=lambda e: e["id"])
+    order = sorted(episodes, key=lambda e: e.id)
     if not order:
         return lambda episode_id: tf.constant(-1, tf.int64)
-    ids = tf.constant([e["id"] for e in order], tf.int64)
-    lengths = tf.constant([e["length"] for e in order], tf.int64)
+    ids = tf.constant([e.id for e in order], tf.int64)
+    lengths = tf.constant([e.length for e in order], tf.int64)
 
     def lookup(episode_id):
         i = tf.minimum(tf.searchsorted(ids, tf.reshape(episode_id, [1]))[0], len(order) - 1)
@@ -166,7 +167,7 @@ def episodes(
     spec = episode_parse_spec(schema)
     compression = tf_compression_type(dataset.manifest.compression)
     decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
-                             _manifest_length(files_lib.split_info(dataset, split).episodes or []))
+                             _manifest_length(files_lib.split_info(dataset, split).episodes))
 
     def read_one(shard):
         records = tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
@@ -196,12 +197,12 @@ class _Placer:
     row that no chunk filled is never handed out.
     """
 
-    def __init__(self, where: str, fix: str, episodes: list[dict], schema: dict, shards: Sequence[int]):
+    def __init__(self, where: str, fix: str, episodes: list[EpisodeInfo], schema: dict, shards: Sequence[int]):
         self.where, self.fix, self.schema, self.shards = where, fix, schema, list(shards)
-        lengths = [e["length"] for e in episodes]
+        lengths = [e.length for e in episodes]
         starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])[:-1].tolist()
-        self.episodes = {e["id"]: (e, offset) for e, offset in zip(episodes, starts)}
-        self.spans: dict[int, list[tuple[int, int]]] = {e["id"]: [] for e in episodes}
+        self.episodes = {e.id: (e, offset) for e, offset in zip(episodes, starts)}
+        self.spans: dict[int, list[tuple[int, int]]] = {e.id: [] for e in episodes}
         self.seen: set[tuple[int, int]] = set()
         total = int(sum(lengths))
         self._arrays = {n: np.empty((total, *shape), dtype) for n, (dtype, shape) in schema.items()}
@@ -220,12 +221,12 @@ class _Placer:
             raise self._error(episode_id, source, f"not an episode the manifest lists for shards {self.shards} "
                                                   f"(got episode/id={episode_id})")
         entry, offset = self.episodes[episode_id]
-        fail = lambda problem: self._error(episode_id, entry["source"], problem)  # noqa: E731
+        fail = lambda problem: self._error(episode_id, entry.source, problem)  # noqa: E731
         if (episode_id, chunk) in self.seen:
             raise fail(f"chunk {chunk} appears twice (got a second record with episode/chunk={chunk})")
         self.seen.add((episode_id, chunk))
-        if length != entry["length"]:
-            raise fail(f"its records say {length} steps, the manifest says {entry['length']} "
+        if length != entry.length:
+            raise fail(f"its records say {length} steps, the manifest says {entry.length} "
                        f"(got episode/length={length})")
         if start < 0 or steps < 0 or start + steps > length:
             raise fail(f"chunk {chunk} lies outside the episode's {length} steps (got episode/start={start}, "
@@ -249,11 +250,11 @@ class _Placer:
                 if start != covered:
                     problem = "overlap" if start < covered else "are covered by no chunk"
                     steps_ = f"{min(start, covered)}..{max(start, covered)}"
-                    raise self._error(episode_id, entry["source"],
+                    raise self._error(episode_id, entry.source,
                                       f"steps {steps_} {problem} (got chunks (start, steps) {sorted(spans)})")
                 covered = start + steps
-            if covered != entry["length"]:
-                raise self._error(episode_id, entry["source"], f"steps {covered}..{entry['length']} are covered by "
+            if covered != entry.length:
+                raise self._error(episode_id, entry.source, f"steps {covered}..{entry.length} are covered by "
                                                                f"no chunk (got chunks (start, steps) {sorted(spans)})")
         return self._arrays
 
@@ -282,7 +283,7 @@ def load_concatenated(
     chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
     paths = [s.path for s in files_lib.check_shards(dataset, split, list(chosen))]
     wanted = set(chosen)
-    episodes = [e for e in info.episodes or [] if e["shard"] in wanted]
+    episodes = [e for e in info.episodes if e.shard in wanted]
     placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, schema, chosen)
     records = files_lib.interleave_records(
         paths, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
@@ -294,4 +295,4 @@ def load_concatenated(
         columns = {key: values.tolist() for key, values in batch.items()}
         for i in range(len(columns["episode/id"])):
             placer.place({key: values[i] for key, values in columns.items()})
-    return placer.arrays(), [e["length"] for e in episodes]
+    return placer.arrays(), [e.length for e in episodes]

@@ -14,8 +14,8 @@ import os
 
 import tensorflow as tf
 
-from ..ingest.manifest import Manifest, ShardInfo
-from ..ingest.readback import load_manifest
+from ..format.manifest import Manifest, ShardInfo
+from ..format.dataset import load_manifest
 from ..format.names import tf_compression_type
 from ..format.storage import NotRegularFileError, join, stat_regular
 from .starts import window_count
@@ -56,6 +56,9 @@ class DatasetInfo:
 
     def episode_lengths(self, split: str) -> list[int]:
         """Time steps of every episode of an episode dataset, in record order."""
+        if self.manifest.kind != "episodes":
+            raise ValueError(f"{self.path}: an {self.manifest.kind!r} dataset has no episodes (got split {split!r}); "
+                             "pass an episodes dataset (`tfshard episodes SRC OUT`)")
         return split_info(self, split).episode_lengths
 
     def num_windows(self, split: str, length: int, shift: int = 1, horizon: int = 0) -> int:

@@ -41,7 +41,7 @@ def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuf
         # a fixed seed on the workers would replay one order every epoch, so they draw fresh randomness.
         seed, input_context = None, None
     mine = set(files_lib.pipeline_shards(dataset, split, input_context=input_context))
-    lengths = [e["length"] for e in files_lib.split_info(dataset, split).episodes or [] if e["shard"] in mine]
+    lengths = [e.length for e in files_lib.split_info(dataset, split).episodes if e.shard in mine]
     count = window_count(lengths, length, shift, layout.horizon)  # this pipeline's windows (episodes are checked)
     if drop_remainder:
         # Under a strategy one pipeline feeds several replicas; a step takes a batch for each or none at all.
@@ -202,7 +202,7 @@ def windows(
         return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
                                  read_buffer_bytes=read_buffer_bytes)
 
-    source = Source(lengths, [e["shard"] for e in split_episodes], len(dataset.shard_paths(split)), load,
+    source = Source(lengths, [e.shard for e in split_episodes], len(dataset.shard_paths(split)), load,
                      f"{where}: split {split!r}")
     return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
                      seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)

@@ -80,7 +80,7 @@ def image_features() -> dict:
     """tf.io parse spec for every key the manifest's feature table lists (read the records as documented)."""
     import tensorflow as tf
 
-    from tfshard.ingest.manifest import IMAGE_FEATURES
+    from tfshard.format.manifest import IMAGE_FEATURES
 
     dtypes = {"string": tf.string, "int64": tf.int64}
     return {key: tf.io.FixedLenFeature([], dtypes[spec["dtype"]]) for key, spec in IMAGE_FEATURES.items()}

@@ -124,3 +124,20 @@ def test_split_folders_golden(folders, files, expected):
             split_folders("src", folders, files)
     else:
         assert split_folders("src", folders, files) == expected
+
+
+def test_both_kinds_bring_what_the_engine_needs(tmp_path):
+    """Each kind of input is a ``Kind`` (``ingest/kind.py``): the members the shared engine uses, and no others."""
+    from conftest import make_tree
+
+    from tfshard.ingest import ConvertOptions
+    from tfshard.ingest.jobs import EpisodeJob, ImageJob
+    from tfshard.ingest.kind import Kind
+
+    make_tree(str(tmp_path / "images"), per_class=1)
+    (tmp_path / "episodes").mkdir()
+    np.save(tmp_path / "episodes" / "a.npy", np.zeros((4, 2)))
+    options = ConvertOptions(on_error="skip")
+    for job in (ImageJob(str(tmp_path / "images"), options), EpisodeJob(str(tmp_path / "episodes"), options)):
+        assert isinstance(job, Kind), type(job).__name__
+        assert sum(len(items) for items in job.items.values()) > 0

@@ -65,17 +65,17 @@ def test_npy_episodes_in_nested_folders_round_trip_in_manifest_order(tmp_path, s
     manifest = convert_episode_tree(src, out, num_shards=2, seed=seed)
 
     entries = manifest.splits["train"].episodes
-    assert sorted(e["source"] for e in entries) == sorted(written)
+    assert sorted(e.source for e in entries) == sorted(written)
     # ids are positions in the sorted relpath order of every file under SRC, whatever the record order
-    assert {e["source"]: e["id"] for e in entries} == {rel: i for i, rel in enumerate(sorted(written))}
+    assert {e.source: e.id for e in entries} == {rel: i for i, rel in enumerate(sorted(written))}
     if seed is None:
-        assert [e["source"] for e in entries] == sorted(written)
+        assert [e.source for e in entries] == sorted(written)
     got = read_back(out)
     assert len(got) == len(entries)
     for episode, entry in zip(got, entries):
         assert set(episode) == {"data"}
-        assert entry["length"] == len(written[entry["source"]])
-        assert_same_array(episode["data"], written[entry["source"]], entry["source"])
+        assert entry.length == len(written[entry.source])
+        assert_same_array(episode["data"], written[entry.source], entry.source)
 
 
 def test_npz_episodes_with_named_arrays_round_trip(tmp_path):
@@ -95,13 +95,13 @@ def test_npz_episodes_with_named_arrays_round_trip(tmp_path):
 
     entries = manifest.splits["train"].episodes
     got = read_back(out)
-    assert [e["source"] for e in entries] != sorted(written)  # the write-time shuffle did reorder (seed 0)
+    assert [e.source for e in entries] != sorted(written)  # the write-time shuffle did reorder (seed 0)
     assert len(got) == len(written)
     for episode, entry in zip(got, entries):
-        source = written[entry["source"]]
+        source = written[entry.source]
         assert set(episode) == set(source)
         for name in source:
-            assert_same_array(episode[name], source[name], f"{entry['source']}:{name}")
+            assert_same_array(episode[name], source[name], f"{entry.source}:{name}")
     # asking for some features reads just those
     only = read_back(out, features=["done", "obs"])
     assert all(set(e) == {"done", "obs"} for e in only)
@@ -120,7 +120,7 @@ def test_npy_mixed_with_npz_is_an_odd_schema(tmp_path):
 
     manifest = convert_episode_tree(src, tmp_path / "skip", on_error="skip")
     assert [r["path"] for r in manifest.rejected] == ["d.npz"]
-    assert sorted(e["source"] for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy", "c.npy"]
+    assert sorted(e.source for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy", "c.npy"]
 
 
 def _values(dtype: str, shape: tuple, steps: int, rng) -> np.ndarray:
@@ -165,8 +165,8 @@ def test_every_numeric_dtype_round_trips_exactly(tmp_path, shape):
     assert dataset.element_spec["uint64"].dtype == tf.uint64 and dataset.element_spec["bool"].dtype == tf.bool
     got = read_back(out)
     for episode, entry in zip(got, manifest.splits["train"].episodes):
-        for name, source in written[entry["source"]].items():
-            assert_same_array(episode[name], source, f"{entry['source']}:{name}")
+        for name, source in written[entry.source].items():
+            assert_same_array(episode[name], source, f"{entry.source}:{name}")
     assert got[0]["f8_big_endian"].dtype == np.dtype("<f8")
 
 
@@ -183,9 +183,9 @@ def test_long_episodes_are_chunked_and_join_back(tmp_path, max_record_bytes, ste
     assert split.records == sum(s.records for s in split.shards) == expected_records
     if steps_per_record < 50:
         assert split.records > len(written)
-    assert split.episode_lengths == [len(written[e["source"]]) for e in split.episodes]
+    assert split.episode_lengths == [len(written[e.source]) for e in split.episodes]
     for episode, entry in zip(read_back(out), split.episodes):
-        assert_same_array(episode["data"], written[entry["source"]], entry["source"])
+        assert_same_array(episode["data"], written[entry.source], entry.source)
 
 
 def test_chunked_npz_features_of_different_widths_join_back(tmp_path):
@@ -199,8 +199,8 @@ def test_chunked_npz_features_of_different_widths_join_back(tmp_path):
 
     assert manifest.splits["train"].records == sum(-(-t // 3) for t in [40, 13, 26])  # 41 B/step: 3 steps a record
     for episode, entry in zip(read_back(out), manifest.splits["train"].episodes):
-        for name, source in written[entry["source"]].items():
-            assert_same_array(episode[name], source, f"{entry['source']}:{name}")
+        for name, source in written[entry.source].items():
+            assert_same_array(episode[name], source, f"{entry.source}:{name}")
 
 
 def test_split_folders_make_splits(tmp_path):
@@ -218,10 +218,10 @@ def test_split_folders_make_splits(tmp_path):
     every = sorted(written)
     for split in ("train", "val"):
         entries = manifest.splits[split].episodes
-        assert sorted(e["source"] for e in entries) == [r for r in every if r.startswith(split + "/")]
+        assert sorted(e.source for e in entries) == [r for r in every if r.startswith(split + "/")]
         for episode, entry in zip(read_back(out, split), entries):
-            assert entry["id"] == every.index(entry["source"])  # ids count across splits
-            assert_same_array(episode["data"], written[entry["source"]], entry["source"])
+            assert entry.id == every.index(entry.source)  # ids count across splits
+            assert_same_array(episode["data"], written[entry.source], entry.source)
 
 
 def test_train_and_valid_folders_are_splits(tmp_path):
@@ -293,7 +293,7 @@ def test_gzip_round_trip(tmp_path):
     for name in shard_names(out):
         assert (out / name).read_bytes()[:2] == b"\x1f\x8b"
     for episode, entry in zip(read_back(out), manifest.splits["train"].episodes):
-        assert_same_array(episode["data"], written[entry["source"]], entry["source"])
+        assert_same_array(episode["data"], written[entry.source], entry.source)
     assert verify(str(out)) == manifest
 
 
@@ -312,7 +312,7 @@ def test_schema_mismatch_names_the_odd_file_and_what_differs(tmp_path):
     manifest = convert_episode_tree(src, tmp_path / "skip", on_error="skip")
     (rejected,) = manifest.rejected
     assert rejected["path"] == "sub/odd.npy" and "<f8[3] vs expected <f4[2]" in rejected["reason"]
-    assert sorted(e["source"] for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy", "c.npy"]
+    assert sorted(e.source for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy", "c.npy"]
 
 
 class Tripwire:
@@ -340,7 +340,7 @@ def test_object_arrays_are_refused_and_never_unpickled(tmp_path, on_error):
         manifest = convert_episode_tree(src, tmp_path / "out", on_error="skip")
         assert [r["path"] for r in manifest.rejected] == ["pickled.npz", "sub/pickled.npy"]
         assert all("object array" in r["reason"] for r in manifest.rejected)
-        assert [e["source"] for e in manifest.splits["train"].episodes] == ["good.npy"]
+        assert [e.source for e in manifest.splits["train"].episodes] == ["good.npy"]
 
     assert not marker.exists()
     np.load(src / "sub" / "pickled.npy", allow_pickle=True)  # the tripwire works: loading the pickle trips it
@@ -403,9 +403,9 @@ def test_nan_with_on_nan_skip_leaves_the_episode_out_with_its_reason(tmp_path, o
     assert rejected["path"] == "b.npy"
     assert "non-finite value nan in feature 'data' at index [4, 1]" in rejected["reason"]
     entries = manifest.splits["train"].episodes
-    assert sorted(e["source"] for e in entries) == ["a.npy", "c.npy"]
+    assert sorted(e.source for e in entries) == ["a.npy", "c.npy"]
     for episode, entry in zip(read_back(tmp_path / "out"), entries):
-        assert_same_array(episode["data"], written[entry["source"]])
+        assert_same_array(episode["data"], written[entry.source])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
@@ -418,7 +418,7 @@ def test_nan_with_on_nan_keep_is_written_and_read_back(tmp_path, dtype):
     manifest = convert_episode_tree(src, out, episode=EpisodeOptions(on_nan="keep"))
 
     assert manifest.rejected == []
-    by_source = {e["source"]: episode for e, episode in zip(manifest.splits["train"].episodes, read_back(out))}
+    by_source = {e.source: episode for e, episode in zip(manifest.splits["train"].episodes, read_back(out))}
     assert sorted(by_source) == sorted(written)
     for rel, episode in by_source.items():
         assert_same_array(episode["data"], written[rel], rel)
@@ -435,8 +435,8 @@ def test_empty_episodes_are_skipped_with_a_reason_even_with_on_error_fail(tmp_pa
 
     assert manifest.rejected == [{"path": "empty.npy", "reason": "empty episode (0 time steps); left out"},
                                  {"path": "empty.npz", "reason": "empty episode (0 time steps); left out"}]
-    assert sorted(e["source"] for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy"]
-    assert {e["source"]: e["id"] for e in manifest.splits["train"].episodes} == {"a.npy": 0, "b.npy": 1}
+    assert sorted(e.source for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy"]
+    assert {e.source: e.id for e in manifest.splits["train"].episodes} == {"a.npy": 0, "b.npy": 1}
 
 
 def test_no_episodes_at_all_is_a_clear_error(tmp_path):
@@ -478,7 +478,7 @@ def test_manifest_features_statistics_and_lengths(tmp_path):
     info = readers.info(str(out))
     for split in ("train", "val"):
         entry = manifest.splits[split]
-        sources = [written[e["source"]] for e in entry.episodes]
+        sources = [written[e.source] for e in entry.episodes]
         assert entry.episode_lengths == [len(s["obs"]) for s in sources] == info.episode_lengths(split)
         assert entry.records == sum(s.records for s in entry.shards) == len(sources)
         for name in ("obs", "count", "on"):

@@ -87,7 +87,7 @@ def _mtimes(folder: str) -> dict[str, int]:
 
 def _tfshard(*args: str) -> subprocess.CompletedProcess:
     """The real CLI in its own process, as a user runs it."""
-    return subprocess.run([sys.executable, "-c", "import sys, cli; sys.argv[0] = 'tfshard'; cli.main()", *args],
+    return subprocess.run([sys.executable, "-m", "tfshard", *args],
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
 
 
@@ -194,7 +194,6 @@ def _episodes(root: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, REPO)
     for step in (_images, _episodes):
         began = time.monotonic()
         step(sys.argv[1])

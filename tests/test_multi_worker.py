@@ -97,7 +97,7 @@ def test_each_worker_holds_only_its_own_shards_episodes(cluster_run):
     manifest = readers.info(str(base / "episodes-tfr")).manifest.splits["train"]
     by_shard = collections.defaultdict(set)
     for e in manifest.episodes:
-        by_shard[e["shard"]].add(e["id"])
+        by_shard[e.shard].add(e.id)
     held = []
     for r in results:
         (arrays,) = r["resident"]  # one local replica (one CPU) per worker

@@ -88,6 +88,7 @@ def test_wheel_holds_the_library_under_tfshard_only(built):
     top = {n.split("/", 1)[0] for n in names}
     assert top == {"tfshard", f"tfshard-{tfshard.__version__}.dist-info"}, sorted(top)
     assert "tfshard/ingest/convert.py" in names and "tfshard/readers/windows.py" in names
+    assert "tfshard/format/manifest.py" in names
     assert "tfshard/cli.py" in names and "tfshard/__main__.py" in names and "tfshard/py.typed" in names
     assert not [n for n in names if "/tests/" in n or "/benchmarks/" in n or "conftest" in n], names
     with zipfile.ZipFile(built["wheel"]) as wheel:
@@ -120,3 +121,17 @@ def test_demo_runs_from_the_installed_wheel(built):
     # Uninstalling the other project leaves tfshard whole (they share no files).
     _run(sys.executable, "-m", "pip", "--python", built["python"], "uninstall", "--quiet", "-y", "othercli")
     assert _run(built["venv"] / "bin" / "tfshard", "--version", cwd=built["work"]).returncode == 0
+
+
+def test_readers_import_nothing_of_the_converter():
+    """The on-disk format has one home, ``tfshard.format``; the readers read through it, never through ``ingest``."""
+    code = ("import sys, tfshard.readers, tfshard.readers.bench; "
+            "print(sorted(m for m in sys.modules if m.startswith('tfshard.ingest')))")
+    assert _run(sys.executable, "-c", code, timeout=120).stdout.strip() == "[]"
+
+
+def test_format_and_the_converter_core_load_no_tensorflow():
+    code = ("import sys, tfshard.format.names, tfshard.format.records, tfshard.format.manifest, tfshard.format.storage, "
+            "tfshard.format.dataset, tfshard.format.owners, tfshard.ingest.kind, tfshard.ingest.report; "
+            "print('tensorflow' in sys.modules)")
+    assert _run(sys.executable, "-c", code, timeout=120).stdout.strip() == "False"

@@ -33,7 +33,7 @@ def _write(tmp_path_factory, name, **options):
                                           "act": np.array([next(ids) for _ in range(t)], np.int32)}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, **options)
-    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    order = [written[e.source] for e in manifest.splits["train"].episodes]
     return types.SimpleNamespace(out=str(out), manifest=manifest,
                                  episodes={n: [e[n] for e in order] for n in ("obs", "act")})
 
@@ -545,7 +545,7 @@ def _pipeline_windows(data, length, shift, horizon=0, context=None) -> int:
     mine = set(range(len(split.shards)))
     if context is not None:
         mine = set(range(context.input_pipeline_id, len(split.shards), context.num_input_pipelines))
-    lengths = [e["length"] for e in split.episodes if e["shard"] in mine]
+    lengths = [e.length for e in split.episodes if e.shard in mine]
     return sum((t - length - horizon) // shift + 1 for t in lengths if t >= length + horizon)
 
 
@@ -601,7 +601,7 @@ def npy(tmp_path_factory):
     written = {f"ep{i}.npy": e for i, e in enumerate(random_episodes([20, 9, 14], seed=4))}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, num_shards=2)
-    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    order = [written[e.source] for e in manifest.splits["train"].episodes]
     return types.SimpleNamespace(out=str(out), manifest=manifest, episodes={"data": order})
 
 

@@ -314,7 +314,7 @@ def test_unfinished_conversion_says_rerunning_the_same_command_finishes_it(image
 
 def test_ignored_files_in_the_manifest_are_checked_and_optional(dataset):
     from tfshard.ingest import load_manifest
-    from tfshard.ingest.manifest import ManifestError
+    from tfshard.format.manifest import ManifestError
 
     out, _ = dataset
     path = os.path.join(out, "dataset.json")

@@ -40,7 +40,7 @@ def _write(tmp_path_factory, name, num_shards):
                              "obs": rng.normal(size=(t, WIDTH)).astype(np.float32)} for i, t in enumerate(LENGTHS)}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, num_shards=num_shards, episode=EpisodeOptions(max_record_bytes=200))
-    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    order = [written[e.source] for e in manifest.splits["train"].episodes]
     episodes = {feature: [e[feature] for e in order] for feature in ("t", "obs")}
     return types.SimpleNamespace(out=str(out), manifest=manifest, episodes=episodes)
 
@@ -360,7 +360,7 @@ def _steps_by_shard(data, steps_per_record=10) -> list[set]:
         records, steps = 0, set()
         while records < shard.records:
             entry, t = next(episodes)
-            records += -(-entry["length"] // steps_per_record)
+            records += -(-entry.length // steps_per_record)
             steps |= set(t.tolist())
         assert records == shard.records
         found.append(steps)
@@ -395,7 +395,7 @@ def npy(tmp_path_factory):
     written = {f"e{i}.npy": np.array([[next(counter)] for _ in range(t)], np.int64) for i, t in enumerate(LENGTHS)}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, num_shards=4)
-    order = [written[e["source"]] for e in manifest.splits["train"].episodes]
+    order = [written[e.source] for e in manifest.splits["train"].episodes]
     return types.SimpleNamespace(out=str(out), episodes=order)
 
 

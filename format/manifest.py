@@ -15,48 +15,14 @@ import math
 import re
 from typing import Any
 
+from .names import INDEX_NAME, MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_output_name, is_shard_name  # noqa: F401
+from .records import EPISODE_FEATURES, IMAGE_FEATURES, episode_features  # noqa: F401  (the tables the manifest holds)
+
 FORMAT_VERSION = 1
-MANIFEST_NAME = "dataset.json"
 MAX_MANIFEST_BYTES = 1 << 30  # checked before a manifest or state file is read into memory
 KINDS = ("images", "episodes")
-SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
-SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(?P<gz>\.gz)?$")
-INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.idx$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _DTYPE = re.compile(r"^(string|int64|[<>|=][biufc]\d{1,2})$")
-
-IMAGE_FEATURES = {
-    "image/encoded": {"dtype": "string", "shape": [], "description": "JPEG bytes"},
-    "image/format": {"dtype": "string", "shape": [], "description": "always 'jpeg'"},
-    "image/height": {"dtype": "int64", "shape": []},
-    "image/width": {"dtype": "int64", "shape": []},
-    "image/channels": {"dtype": "int64", "shape": [], "description": "1 (grayscale) or 3 (RGB)"},
-    "image/class/label": {"dtype": "int64", "shape": [], "description": "0-based index into class_names"},
-    "image/class/text": {"dtype": "string", "shape": [], "description": "class name"},
-    "image/filename": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
-}
-
-EPISODE_FEATURES = {
-    "episode/id": {"dtype": "int64", "shape": [], "description": "position of the source file in sorted order"},
-    "episode/length": {"dtype": "int64", "shape": [], "description": "time steps of the whole episode"},
-    "episode/chunk": {"dtype": "int64", "shape": [], "description": "0-based index of this record's chunk"},
-    "episode/chunks": {"dtype": "int64", "shape": [], "description": "records the episode was split into"},
-    "episode/start": {"dtype": "int64", "shape": [], "description": "first time step of this chunk"},
-    "episode/steps": {"dtype": "int64", "shape": [], "description": "time steps in this chunk"},
-    "episode/source": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
-}
-
-
-def episode_features(schema: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
-    """``EPISODE_FEATURES`` plus one ``data/<name>`` entry per feature: numpy dtype string and trailing shape."""
-    features = dict(EPISODE_FEATURES)
-    for name, (dtype, shape) in sorted(schema.items()):
-        features[f"data/{name}"] = {
-            "dtype": dtype,
-            "shape": list(shape),
-            "description": f"raw little-endian bytes of [steps, {', '.join(map(str, shape))}]".replace(", ]", "]"),
-        }
-    return features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,31 +38,53 @@ class ShardInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class EpisodeInfo:
+    """One episode of an episode split: its id, source file, length in steps, and its shard's index in the split."""
+
+    id: int
+    source: str
+    length: int
+    shard: int
+
+
+@dataclasses.dataclass(frozen=True)
 class SplitInfo:
-    """One split: its shards in order and totals over them.
-
-    Image splits fill ``class_counts`` and the pixel statistics; episode splits
-    fill ``episodes`` and the per-feature statistics.
-
-    ``pixel_mean``/``pixel_std`` are per RGB channel in [0, 1], measured on the
-    decode done for validation (1/8-scale for passthrough JPEGs, which leaves the
-    mean exact and understates the std by the variance inside 8x8 blocks).
-    """
+    """What every split has: its shards in order and totals over them."""
 
     shards: list[ShardInfo]
     records: int
     bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSplitInfo(SplitInfo):
+    """An image split: per-class counts and per-RGB-channel pixel statistics in [0, 1].
+
+    The statistics are measured on the decode done for validation (1/8-scale for
+    passthrough JPEGs, which leaves the mean exact and understates the std by the
+    variance inside 8x8 blocks); None with ``validate=False``.
+    """
+
     class_counts: dict[str, int] = dataclasses.field(default_factory=dict)
-    pixel_mean: list[float] | None = None  # None with validate=False: no pixels were decoded
+    pixel_mean: list[float] | None = None
     pixel_std: list[float] | None = None
-    episodes: list[dict[str, Any]] | None = None  # {"id", "source", "length", "shard"} in record order (episodes)
-    feature_mean: dict[str, list[float]] | None = None  # per feature, per trailing element (flattened)
-    feature_std: dict[str, list[float]] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSplitInfo(SplitInfo):
+    """An episode split: every episode in record order, and per-feature statistics per trailing element."""
+
+    episodes: list[EpisodeInfo] = dataclasses.field(default_factory=list)
+    feature_mean: dict[str, list[float | None]] | None = None
+    feature_std: dict[str, list[float | None]] | None = None
 
     @property
     def episode_lengths(self) -> list[int]:
         """Time steps of every episode in record order, so window counts are known without a data pass."""
-        return [e["length"] for e in self.episodes or []]
+        return [e.length for e in self.episodes]
+
+
+SPLIT_TYPES = {"images": ImageSplitInfo, "episodes": EpisodeSplitInfo}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +96,7 @@ class Manifest:
     compression: str | None
     features: dict[str, Any]
     class_names: list[str]
-    splits: dict[str, SplitInfo]
+    splits: dict[str, ImageSplitInfo | EpisodeSplitInfo]  # by kind
     options: dict[str, Any]
     rejected: list[dict[str, str]]
     ignored: dict[str, int]
@@ -141,16 +129,6 @@ def to_json(manifest: Manifest) -> str:
 
 class ManifestError(ValueError):
     """A manifest or state file that is not what tfshard wrote: the message names the file and the field."""
-
-
-def is_shard_name(name: Any) -> bool:
-    """A plain shard file name inside OUT (``train-00000-of-00004.tfrecord[.gz]``): no folder, no ``..``."""
-    return isinstance(name, str) and SHARD_NAME.match(name) is not None
-
-
-def is_output_name(name: Any) -> bool:
-    """A file name tfshard writes in OUT: a shard, an index file or the manifest (never a path)."""
-    return is_shard_name(name) or (isinstance(name, str) and INDEX_NAME.match(name) is not None) or name == MANIFEST_NAME
 
 
 def parse_json(text: str | bytes, source: str) -> Any:
@@ -222,7 +200,9 @@ class _Checker:
 
 
 _SHARD_KEYS = {f.name for f in dataclasses.fields(ShardInfo)}
-_SPLIT_KEYS = {f.name for f in dataclasses.fields(SplitInfo)}
+# Fields of the other kind that manifests written before the split types were separated carry, empty.
+_LEGACY_EMPTY = {"class_counts": {}, "pixel_mean": None, "pixel_std": None, "episodes": None, "feature_mean": None,
+                 "feature_std": None}
 _MANIFEST_KEYS = {f.name for f in dataclasses.fields(Manifest)}
 
 
@@ -256,8 +236,8 @@ def _check_features(check: _Checker, features: Any) -> None:
             check.count(dim, f"{where}.shape[{i}]")
 
 
-def _check_episodes(check: _Checker, episodes: Any, where: str, shards: int) -> None:
-    ids = set()
+def _episodes_from(check: _Checker, episodes: Any, where: str, shards: int) -> list[EpisodeInfo]:
+    ids, parsed = set(), []
     for i, episode in enumerate(check.sequence(episodes, where)):
         at = f"{where}[{i}]"
         check.keys(check.mapping(episode, at), at, {"id", "source", "length", "shard"})
@@ -269,11 +249,18 @@ def _check_episodes(check: _Checker, episodes: Any, where: str, shards: int) -> 
         if episode["id"] in ids:
             check.fail(f"{at}.id", "appears twice", episode["id"])
         ids.add(episode["id"])
+        parsed.append(EpisodeInfo(**episode))
+    return parsed
 
 
 def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str) -> SplitInfo:
     where = f"splits[{name!r}]"
-    check.keys(check.mapping(raw, where), where, {"shards", "records", "bytes"}, _SPLIT_KEYS)
+    split_type = SPLIT_TYPES[kind]
+    own = {f.name for f in dataclasses.fields(split_type)}
+    check.keys(check.mapping(raw, where), where, {"shards", "records", "bytes"}, own | set(_LEGACY_EMPTY))
+    for key in set(raw) - own:  # the other kind's fields, from an older writer: accepted only when empty
+        if raw[key] != _LEGACY_EMPTY[key] and not (key == "episodes" and raw[key] == []):
+            check.fail(f"{where}.{key}", f"is not a field of an {kind!r} split", raw[key])
     shards = check.sequence(raw["shards"], f"{where}.shards")
     if not shards:
         check.fail(f"{where}.shards", "must list at least one shard", shards)
@@ -289,21 +276,24 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
         parsed.append(info)
     check.count(raw["records"], f"{where}.records")  # totals that disagree with the shards: `verify` names the shard
     check.count(raw["bytes"], f"{where}.bytes")
-    for key, value in check.mapping(raw.get("class_counts", {}), f"{where}.class_counts").items():
-        check.count(value, f"{where}.class_counts[{key!r}]")
-    check.numbers(raw.get("pixel_mean"), f"{where}.pixel_mean")
-    check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
-    episodes = raw.get("episodes")
-    if kind == "episodes" or episodes is not None:
-        _check_episodes(check, episodes, f"{where}.episodes", len(parsed))
-        if len(episodes) > raw["records"]:
-            check.fail(f"{where}.episodes", f"lists more episodes than the split's {raw['records']} records",
-                       len(episodes))
+    fields = {"shards": parsed, "records": raw["records"], "bytes": raw["bytes"]}
+    if kind == "images":
+        for key, value in check.mapping(raw.get("class_counts", {}), f"{where}.class_counts").items():
+            check.count(value, f"{where}.class_counts[{key!r}]")
+        check.numbers(raw.get("pixel_mean"), f"{where}.pixel_mean")
+        check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
+        return ImageSplitInfo(**fields, class_counts=raw.get("class_counts", {}), pixel_mean=raw.get("pixel_mean"),
+                              pixel_std=raw.get("pixel_std"))
+    episodes = _episodes_from(check, raw.get("episodes"), f"{where}.episodes", len(parsed))
+    if len(episodes) > raw["records"]:
+        check.fail(f"{where}.episodes", f"lists more episodes than the split's {raw['records']} records",
+                   len(episodes))
     for field in ("feature_mean", "feature_std"):
         if raw.get(field) is not None:
             for feature, values in check.mapping(raw[field], f"{where}.{field}").items():
                 check.numbers(values, f"{where}.{field}[{feature!r}]")
-    return SplitInfo(**{**raw, "shards": parsed})
+    return EpisodeSplitInfo(**fields, episodes=episodes, feature_mean=raw.get("feature_mean"),
+                            feature_std=raw.get("feature_std"))
 
 
 def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME) -> Manifest:

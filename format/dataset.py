@@ -1,0 +1,106 @@
+"""A dataset folder as a whole: is it one, and its validated manifest (``load_manifest``).
+
+Used by the readers, ``tfshard info``/``verify`` and the converter alike. The
+manifest is untrusted input: its size is checked before it is read, it must be a
+regular file, and it is validated field by field (``format/manifest.py``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import manifest as manifest_lib
+from .names import LOCK_NAME, STATE_DIR
+from .storage import NotRegularFileError, join, open_for_reading, stat_regular
+
+
+def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (a manifest or state file), size checked first.
+
+    Raises:
+      FileNotFoundError: nothing there.
+      ValueError: not a regular file, or larger than ``limit``.
+    """
+    size, _ = stat_regular(path)
+    if size > limit:
+        raise manifest_lib.ManifestError(
+            f"{path}: {what} of {size:,} bytes, over the {limit:,}-byte limit; this is not a file tfshard wrote"
+        )
+    with open_for_reading(path) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise manifest_lib.ManifestError(f"{path}: {what} grew past the {limit:,}-byte limit while being read")
+    return data
+
+
+def check_output_folder(out: str) -> None:
+    """OUT, when it exists, must be a folder (a file there gives one clear error, not a traceback later)."""
+    import tensorflow as tf
+
+    if "://" in out:
+        if tf.io.gfile.exists(out) and not tf.io.gfile.isdir(out):
+            raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
+        return
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
+
+
+_CONVERT = "tfshard images|episodes SRC OUT"
+
+
+def _no_manifest(out: str, path: str) -> FileNotFoundError:
+    """What is at ``out`` instead of a dataset, and what to do about it (its folder exists, its manifest does not)."""
+    import tensorflow as tf
+
+    names = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out))
+    if STATE_DIR in names:
+        return FileNotFoundError(
+            f"{path}: no manifest; a conversion into {out} has not finished (it holds {STATE_DIR}/ but no "
+            f"{manifest_lib.MANIFEST_NAME}); rerun the same `{_CONVERT}` command to finish it"
+        )
+    others = [n for n in names if n != LOCK_NAME]
+    if not others:
+        return FileNotFoundError(
+            f"{path}: no manifest; {out} is an empty folder, not a tfshard dataset; pass the OUT folder of a "
+            f"conversion, or convert into it with `{_CONVERT}`"
+        )
+    shards = sum(manifest_lib.is_shard_name(n) for n in others)
+    if shards:
+        hint = f"it holds {shards} shard file(s) but no {manifest_lib.MANIFEST_NAME}: rerun the conversion with --overwrite"
+    else:
+        hint = f"pass the OUT folder of a conversion, or convert into another folder with `{_CONVERT}`"
+    shown = others[:3] + ([f"... {len(others) - 3} more"] if len(others) > 3 else [])
+    return FileNotFoundError(f"{path}: no manifest; {out} is not a tfshard dataset (got {shown!r}); {hint}")
+
+
+def load_manifest(out: str) -> manifest_lib.Manifest:
+    """Reads and validates ``out/dataset.json``.
+
+    Raises:
+      FileNotFoundError: ``out`` does not exist, or holds no manifest; the message says which, and whether
+        it is an unfinished conversion (rerun it), an empty folder or some other folder (not a dataset).
+      NotADirectoryError: ``out`` is a file.
+      ValueError: the manifest is not a valid tfshard manifest (the message names the field).
+    """
+    import tensorflow as tf
+
+    if "://" not in out and os.path.basename(out) == manifest_lib.MANIFEST_NAME and os.path.isfile(out):
+        raise NotADirectoryError(
+            f"{out}: the manifest file, not its dataset folder; pass the folder that holds it "
+            f"({os.path.dirname(out) or '.'})"
+        )
+    check_output_folder(out)
+    if not tf.io.gfile.exists(out):
+        raise FileNotFoundError(
+            f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
+        )
+    path = join(out, manifest_lib.MANIFEST_NAME)
+    if not tf.io.gfile.exists(path):
+        raise _no_manifest(out, path)
+    try:
+        data = read_small_file(path, "manifest")
+    except NotRegularFileError as e:
+        raise manifest_lib.ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
+    return manifest_lib.from_json(data, path)
+
+

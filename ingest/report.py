@@ -1,0 +1,98 @@
+"""Human-readable summaries of a dataset and of a conversion run, as lines of text (the CLI prints them).
+
+    for line in summary_lines("photos-tfr", manifest, seconds=3.2):
+        print(line)    #   train  3,670 records  2 shards  228.1 MB / photos-tfr: 3,670 records, ... (1,147 img/s)
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..format.records import data_features
+
+
+def _short_list(values: list[float], limit: int = 6) -> str:
+    shown = ", ".join(f"{v:.4g}" for v in values[:limit])
+    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)} values)" if len(values) > limit else f"[{shown}]"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _rate(manifest, seconds: float, status) -> str:
+    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest)."""
+    records = manifest.total_records - (status.kept_records if status else 0)
+    size = manifest.total_bytes - (status.kept_bytes if status else 0)
+    if status is not None and status.resumed:
+        episodes = manifest.kind == "episodes"  # episodes in the kept shards are not counted: bytes say it
+        per_second = f"{size / seconds / 1e6:,.1f} MB/s" if episodes else f"{records / seconds:,.0f} img/s"
+        return f" in {seconds:.1f} s ({records:,} records written: {per_second})"
+    if manifest.kind == "episodes":
+        episodes = sum(len(split.episodes) for split in manifest.splits.values())
+        return f" in {seconds:.1f} s ({episodes / seconds:,.1f} episodes/s, {size / seconds / 1e6:,.1f} MB/s)"
+    return f" in {seconds:.1f} s ({records / seconds:,.0f} img/s)"
+
+
+def summary_lines(out: str, manifest, seconds: float | None = None, status=None) -> list[str]:
+    """The per-split table and totals; ``seconds``: how long this run took (no rate without it).
+
+    ``status``: the conversion's ``RunStatus``; a run that found the dataset complete shows no rate.
+    """
+    lines = []
+    if status is not None and status.complete:
+        lines.append(f"{out}: already complete for these inputs and options; nothing converted")
+        seconds = None
+    for name, split in manifest.splits.items():
+        episodes = getattr(split, "episodes", None)  # an EpisodeSplitInfo
+        steps = f"  {len(episodes):,} episodes, {sum(split.episode_lengths):,} steps" if episodes else ""
+        lines.append(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}{steps}")
+    rate = _rate(manifest, seconds, status) if seconds else ""
+    lines.append(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
+    converted = manifest.options.get("converted_images", 0)
+    if converted:
+        lines.append(f"  converted to JPEG: {converted} (non-JPEG content, CMYK, EXIF rotation, resize...)")
+    if manifest.rejected:
+        lines.append(f"  rejected: {len(manifest.rejected)} files (listed in dataset.json):")
+        for item in manifest.rejected[:10]:
+            lines.append(f"    {item['path']}: {item['reason']}")
+        if len(manifest.rejected) > 10:
+            lines.append(f"    ... and {len(manifest.rejected) - 10} more")
+    ignored = manifest.ignored
+    if any(ignored.values()):
+        kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
+        listed = manifest.ignored_files
+        lines.append(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files{':' if listed else ''}")
+        for path in listed[:10]:
+            lines.append(f"    {path}")
+        if listed and ignored["other"] > len(listed[:10]):
+            lines.append(f"    ... and {ignored['other'] - len(listed[:10])} more (dataset.json names the first {len(listed)})")
+    return lines
+
+
+def describe_lines(out: str, manifest) -> list[str]:
+    """What ``tfshard info`` shows: kind, features or classes, per-split statistics, options, then the summary."""
+    lines = []
+    lines.append(f"{out}: {manifest.kind}, format {manifest.format_version}, compression {manifest.compression or 'none'}")
+    if manifest.kind == "episodes":
+        data = data_features(manifest.features)
+        lines.append("  features: " + ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in data.items()))
+        for name, split in manifest.splits.items():
+            lengths = split.episode_lengths
+            lines.append(f"  {name}: {len(lengths)} episodes, {sum(lengths):,} steps, length "
+                       f"{min(lengths, default=0)}..{max(lengths, default=0)}")
+            for feature in data:
+                mean, std = (split.feature_mean or {}).get(feature), (split.feature_std or {}).get(feature)
+                if mean is not None:
+                    lines.append(f"    {feature}: mean {_short_list(mean)}, std {_short_list(std)}")
+    else:
+        lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
+        for name, split in manifest.splits.items():
+            counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
+            lines.append(f"  {name}: {counts}")
+            lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
+    kind_options = "image" if manifest.kind == "images" else "episode"
+    options = {k: v for k, v in manifest.options.items() if k != kind_options}
+    lines.append(f"  options: {json.dumps(options, sort_keys=True)}")
+    lines.append(f"  {kind_options} options: {json.dumps(manifest.options.get(kind_options, {}), sort_keys=True)}")
+    return lines + summary_lines(out, manifest)
