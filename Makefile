@@ -10,13 +10,15 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Stamp files: reinstall only when pyproject.toml changes.
+# Stamp files: reinstall only when pyproject.toml changes. The repository root is the `tfshard` package, so
+# setuptools warns (in a box) that a folder named like a package may shadow it; it cannot here, as the root
+# holds no `tfshard/` folder. PYTHONWARNINGS reaches pip's build subprocess and keeps the install quiet.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e ".[test]"
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
