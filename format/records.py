@@ -63,3 +63,23 @@ def episode_parse_spec(names: Iterable[str]) -> dict:
     import tensorflow as tf
 
     return {**parse_spec(EPISODE_FEATURES), **{f"{DATA_PREFIX}{n}": tf.io.FixedLenFeature([], tf.string) for n in names}}
+
+
+def serialize(table: dict[str, Any], values: dict[str, Any]) -> bytes:
+    """One ``tf.train.Example`` holding exactly the keys of ``table``, each value stored as the table's dtype.
+
+    Raw episode data (``data/<name>``, numpy dtypes in the table) is stored as bytes. Writing a key the table
+    does not declare, or leaving one out, is a ``KeyError``: what is written is what the manifest says.
+    """
+    import tensorflow as tf
+
+    if set(values) != set(table):
+        raise KeyError(f"record keys {sorted(set(values) ^ set(table))} differ from the feature table")
+
+    def feature(spec, value):
+        if spec["dtype"] == "int64":
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    features = {key: feature(table[key], value) for key, value in values.items()}
+    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString(deterministic=True)

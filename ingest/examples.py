@@ -1,49 +1,47 @@
-"""Building ``tf.train.Example`` records from prepared inputs."""
+"""Building ``tf.train.Example`` records from prepared inputs, with the keys ``tfshard.format.records`` declares."""
 
 from __future__ import annotations
 
-import tensorflow as tf
-
+from ..format.records import DATA_PREFIX, IMAGE_FEATURES, serialize
 from .episodes import PreparedEpisode
 from .images import PreparedImage
 
 
-def _bytes(value: bytes) -> tf.train.Feature:
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _int(value: int) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+def _text(value: str) -> bytes:
+    return value.encode("utf-8", "surrogateescape")  # file names that are not valid UTF-8 round-trip
 
 
 def image_example(image: PreparedImage, class_name: str) -> bytes:
     """Serialises one image with the keys TF's reference input pipelines read (see ``IMAGE_FEATURES``)."""
-    feature = {
-        "image/encoded": _bytes(image.encoded),
-        "image/format": _bytes(b"jpeg"),
-        "image/height": _int(image.height),
-        "image/width": _int(image.width),
-        "image/channels": _int(image.channels),
-        "image/class/label": _int(image.source.label),
-        "image/class/text": _bytes(class_name.encode("utf-8", "surrogateescape")),
-        "image/filename": _bytes(image.source.relpath.encode("utf-8", "surrogateescape")),
-    }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+    return serialize(IMAGE_FEATURES, {
+        "image/encoded": image.encoded,
+        "image/format": b"jpeg",
+        "image/height": image.height,
+        "image/width": image.width,
+        "image/channels": image.channels,
+        "image/class/label": image.source.label,
+        "image/class/text": _text(class_name),
+        "image/filename": _text(image.source.relpath),
+    })
 
 
-def episode_chunk_examples(episode: PreparedEpisode) -> list[bytes]:
-    """Serialises one episode as one record per chunk (see ``EPISODE_FEATURES``); the reader joins them by id."""
+def episode_chunk_examples(episode: PreparedEpisode, features: dict) -> list[bytes]:
+    """Serialises one episode as one record per chunk (see ``EPISODE_FEATURES``); the reader joins them by id.
+
+    ``features``: the dataset's feature table (``EPISODE_FEATURES`` plus a ``data/<name>`` entry per feature).
+    """
     records = []
     for index, (start, steps, data) in enumerate(episode.chunks):
-        feature = {
-            "episode/id": _int(episode.episode_id),
-            "episode/length": _int(episode.length),
-            "episode/chunk": _int(index),
-            "episode/chunks": _int(len(episode.chunks)),
-            "episode/start": _int(start),
-            "episode/steps": _int(steps),
-            "episode/source": _bytes(episode.source.relpath.encode("utf-8", "surrogateescape")),
+        values = {
+            "episode/id": episode.episode_id,
+            "episode/length": episode.length,
+            "episode/chunk": index,
+            "episode/chunks": len(episode.chunks),
+            "episode/start": start,
+            "episode/steps": steps,
+            "episode/source": _text(episode.source.relpath),
+            **{f"{DATA_PREFIX}{name}": raw for name, raw in data.items()},
         }
-        feature.update({f"data/{name}": _bytes(raw) for name, raw in data.items()})
-        records.append(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True))
+        records.append(serialize(features, values))
     return records
+

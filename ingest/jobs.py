@@ -179,7 +179,7 @@ class EpisodeJob:
         stats.episodes.append({"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length})
         for name, sums in episode.sums.items():
             stats.sums[name] = stats.sums.get(name, FeatureSums()) + sums
-        return episode_chunk_examples(episode)
+        return episode_chunk_examples(episode, self.features)
 
     def split_fields(self, parts: list[EpisodeShardStats]) -> dict[str, Any]:
         mean, std = {}, {}
