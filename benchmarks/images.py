@@ -39,18 +39,13 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
 import argparse
-import importlib.util
 import tempfile
 import time
 import typing
 
-# benchmarks/ingest.py drops this folder from sys.path as it loads (so `import ingest` finds the package),
-# and gives us its image generator, page-cache warmer and CPU accounting.
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_ingest", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ingest.py")
-)
-bench_ingest = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench_ingest)
+# benchmarks/ingest.py (this folder is sys.path[0] when a benchmark runs, so its worker processes find it
+# too): the image generator, the page-cache warmer and CPU accounting.
+import ingest as bench_ingest  # noqa: E402  (the package is tfshard.ingest, so the name is free)
 
 # convert_images' forkserver workers re-import this module, so TensorFlow is imported only inside functions.
 SIZE = (224, 224)
@@ -75,23 +70,95 @@ def timed_pass(dataset) -> Run:
     return Run(seconds, images, own, max(machine - own, 0) / seconds / len(os.sched_getaffinity(0)))
 
 
-def decode_limit(src: str, batch_size: int):
-    """The same JPEG bytes from RAM, decoded and resized on all cores: what any reader's decode costs."""
-    import tensorflow as tf
-
+def _blobs(src: str):
     blobs, labels = [], []
     for path, _, label in bench_ingest.list_images(src):
         with open(path, "rb") as f:
             blobs.append(f.read())
         labels.append(label)
+    return blobs, labels
+
+
+def decode_limit(src: str, batch_size: int):
+    """The same JPEG bytes from RAM, fully decoded and resized on all cores: what a full-decode reader costs."""
+    import tensorflow as tf
 
     def decode(encoded, label):
         image = tf.io.decode_jpeg(encoded, channels=3)
         return tf.image.resize(image, SIZE), label
 
-    ds = tf.data.Dataset.from_tensor_slices((blobs, labels))
-    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size)
+    ds = tf.data.Dataset.from_tensor_slices(_blobs(src))
+    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def crop_limit(src: str, batch_size: int):
+    """The same bytes from RAM through the reader's own fused random-crop decode: the floor of training."""
+    import tensorflow as tf
+
+    from tfshard.readers.images import decode_random_crop
+
+    seeds = tf.data.Dataset.random(seed=0, rerandomize_each_iteration=True).batch(2)
+    ds = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(_blobs(src)), seeds))
+    ds = ds.map(lambda item, seed: (decode_random_crop(item[0], seed, SIZE), item[1]),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def fit_figures(make_reader, batch_size: int, images: int, epochs: int = 3) -> dict:
+    """A small conv net fit on the reader: the gaps between epochs, and the overhead against a repeated batch.
+
+    The gap is the time from the end of one epoch's last step to the start of the next epoch's first step
+    (Keras callbacks); the overhead compares one epoch of fit on the reader with one on the same first batch
+    repeated from memory (``Dataset.from_tensors(batch).repeat(steps)``), so only the input differs.
+    """
+    import keras
+    import tensorflow as tf
+
+    class Clock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.ends, self.starts, self.epochs = [], [], []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epochs.append(time.perf_counter())
+            self.starts.append(None)
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.starts[-1] is None:
+                self.starts[-1] = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            if len(self.ends) < len(self.starts):
+                self.ends.append(None)
+            self.ends[-1] = time.perf_counter()
+
+    def model():
+        net = keras.Sequential([
+            keras.Input((*SIZE, 3)),
+            keras.layers.Conv2D(16, 3, strides=2, activation="relu"),
+            keras.layers.Conv2D(32, 3, strides=2, activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10),
+        ])
+        net.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return net
+
+    steps = images // batch_size
+    reader = make_reader()
+    clock = Clock()
+    net = model()
+    net.fit(reader, epochs=epochs, verbose=0, callbacks=[clock])
+    gaps = [start - end for end, start in zip(clock.ends[:-1], clock.starts[1:])]
+    per_epoch = [b - a for a, b in zip(clock.epochs, clock.epochs[1:] + [clock.ends[-1]])]
+    first = next(iter(make_reader()))
+    repeated = tf.data.Dataset.from_tensors(first).repeat(steps)
+    clock_r = Clock()
+    net.fit(repeated, epochs=2, verbose=0, callbacks=[clock_r])  # the second epoch, warm, is the one compared
+    repeated_s = clock_r.ends[-1] - clock_r.epochs[-1]
+    reader_s = min(per_epoch[1:])
+    return {"epochs": epochs, "steps": steps, "gap_max": max(gaps), "gap_mean": sum(gaps) / len(gaps),
+            "reader_s": reader_s, "repeated_s": repeated_s, "overhead": reader_s / repeated_s - 1}
 
 
 def keras_dataset(src: str, batch_size: int):
@@ -108,6 +175,7 @@ def main() -> None:
     parser.add_argument("--data-dir", default="bench-data", help="cache folder for generated images")
     parser.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
     parser.add_argument("--repeats", type=int, default=3, help="passes per method; the best is reported")
+    parser.add_argument("--no-fit", dest="fit", action="store_false", help="skip the model.fit measurements")
     args = parser.parse_args()
     if args.images < args.batch_size or args.batch_size < 1 or args.repeats < 1:
         parser.error("--batch-size and --repeats must be at least 1, --images at least --batch-size")
@@ -133,38 +201,57 @@ def main() -> None:
         def tfshard(**kwargs):
             return read_images(out, batch_size=args.batch_size, image_size=SIZE, seed=0, **kwargs)
 
-        names = ["tfshard first epoch (fills cache)", "tfshard cached epoch", "tfshard fused crop (no cache)",
-                 "tfshard eval (training=False)", "keras image_dataset_from_directory", "decode limit (bytes in RAM)"]
+        methods = {
+            "floor: fused random crop, bytes in RAM": lambda: crop_limit(src, args.batch_size),
+            "floor: full decode + resize, bytes in RAM": lambda: decode_limit(src, args.batch_size),
+            "keras image_dataset_from_directory": lambda: keras_dataset(src, args.batch_size),
+            "tfshard eval (training=False)": lambda: tfshard(training=False),
+            "tfshard training, augment=None": lambda: tfshard(augment=None),
+            "tfshard training (default: crop+flip)": lambda: tfshard(),
+            "tfshard training, dtype=uint8": lambda: tfshard(dtype="uint8"),
+            "tfshard training, augment='color'": lambda: tfshard(augment="color"),
+        }
+        names = list(methods) + ["tfshard cache: first epoch (fills it)", "tfshard cache: cached epoch"]
         runs = {name: [] for name in names}
-        in_ram = decode_limit(src, args.batch_size)
         for repeat in range(args.repeats):  # interleaved, so drift on the machine hits every method alike
-            cached = tfshard(training=True, cache=os.path.join(tmp, f"cache-{repeat}"))
-            runs[names[0]].append(timed_pass(cached))
-            runs[names[1]].append(timed_pass(cached))
-            runs[names[2]].append(timed_pass(tfshard(training=True, cache=None)))
-            runs[names[3]].append(timed_pass(tfshard(training=False)))
-            runs[names[4]].append(timed_pass(keras_dataset(src, args.batch_size)))
-            runs[names[5]].append(timed_pass(in_ram))
+            for name, make in methods.items():
+                runs[name].append(timed_pass(make()))
+            cached = tfshard(cache=os.path.join(tmp, f"cache-{repeat}"))
+            runs[names[-2]].append(timed_pass(cached))
+            runs[names[-1]].append(timed_pass(cached))
+        fit = fit_figures(tfshard, args.batch_size, args.images) if args.fit else None
 
     best = {name: min(r, key=lambda run: run.seconds) for name, r in runs.items()}
     rate = {name: run.images / run.seconds for name, run in best.items()}
-    print(f"{'method':<36} {'images':>6} {'best s':>6} {'worst s':>7} {'img/s':>5} {'MB/s':>5} "
+    print(f"{'method':<42} {'images':>6} {'best s':>6} {'worst s':>7} {'img/s':>5} {'MB/s':>5} "
           f"{'CPU ms/img':>10} {'busy':>4} {'other load':>10}")
     for name, run in best.items():
         mb_per_s = total_bytes / args.images * run.images / run.seconds / 1e6
-        print(f"{name:<36} {run.images:>6} {run.seconds:6.3f} {max(r.seconds for r in runs[name]):7.3f} "
+        print(f"{name:<42} {run.images:>6} {run.seconds:6.3f} {max(r.seconds for r in runs[name]):7.3f} "
               f"{rate[name]:5.0f} {mb_per_s:5.1f} {run.cpu / run.images * 1e3:10.2f} "
               f"{run.cpu / run.seconds / cpus:4.0%} {run.other:10.0%}")
 
-    first, cached, fused, keras_, limit = (rate[names[i]] for i in (0, 1, 2, 4, 5))
+    r = rate
+    train, keras_ = r["tfshard training (default: crop+flip)"], r["keras image_dataset_from_directory"]
     print()
     for label, value, target in [
-        ("first epoch / decode limit", first / limit, 0.9),
-        ("first epoch / keras", first / keras_, 1.4),
-        ("cached epoch / first epoch", cached / first, 3.0),
-        ("fused crop / keras", fused / keras_, 2.0),
+        ("training (default) / keras", train / keras_, 1.2),
+        ("training (default) / fused-crop floor", train / r["floor: fused random crop, bytes in RAM"], 0.9),
+        ("eval / keras", r["tfshard eval (training=False)"] / keras_, 1.2),
+        ("training default / augment=None", train / r["tfshard training, augment=None"], 0.9),
+        ("cached epoch / first epoch", r[names[-1]] / r[names[-2]], 3.0),
     ]:
-        print(f"{label:<28} {value:5.2f}x  (target >= {target:.1f}x: {'met' if value >= target else 'MISSED'})")
+        print(f"{label:<40} {value:5.2f}x  (target >= {target:.1f}x: {'met' if value >= target else 'MISSED'})")
+    print(f"{'training uint8 / training float32':<40} {r['tfshard training, dtype=uint8'] / train:5.2f}x")
+    color = r["tfshard training, augment='color'"]
+    print(f"{'augment=color / default':<40} {color / train:5.2f}x")
+    if fit is not None:
+        print(f"\nmodel.fit of a small conv net, {fit['epochs']} epochs of {fit['steps']} steps:")
+        print(f"  gap between epochs (last step of one to first of the next): max {fit['gap_max']:.3f} s, "
+              f"mean {fit['gap_mean']:.3f} s  (target <= 0.2 s: {'met' if fit['gap_max'] <= 0.2 else 'MISSED'})")
+        print(f"  input overhead, fit(reader) / fit(the same batch repeated) - 1: {fit['overhead']:+.1%} "
+              f"({fit['reader_s']:.2f} s vs {fit['repeated_s']:.2f} s per epoch; target <= 10% where the model "
+              "step is slower than the pipeline)")
     print("\nMB/s: JPEG bytes of the images yielded per second. CPU ms/img: CPU time of this process per image.\n"
           "busy / other load: share of the CPUs that this process / other processes took during the best pass\n"
           "(other load over ~10% means the img/s figures are low).")

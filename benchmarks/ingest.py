@@ -39,16 +39,11 @@ import concurrent.futures
 import io
 import multiprocessing
 import shutil
-import sys
 import tempfile
 import threading
 import time
 import typing
 
-# This file is named ingest.py too: drop its folder from the path so `import ingest` finds the package
-# (worker processes inherit this sys.path).
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 import numpy as np
 from PIL import Image, ImageDraw

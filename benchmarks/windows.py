@@ -40,7 +40,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports Te
 
 import argparse
 import functools
-import importlib.util
 import json
 import platform
 import shutil
@@ -50,13 +49,9 @@ import typing
 
 import numpy as np
 
-# benchmarks/ingest.py drops this folder from sys.path as it loads (so `import ingest` finds the package)
-# and gives us its CPU accounting.
-_SPEC = importlib.util.spec_from_file_location(
-    "bench_ingest", os.path.join(os.path.dirname(os.path.abspath(__file__)), "ingest.py")
-)
-bench_ingest = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench_ingest)
+# benchmarks/ingest.py (this folder is sys.path[0] when a benchmark runs, so its worker processes find it
+# too): the image generator, the page-cache warmer and CPU accounting.
+import ingest as bench_ingest  # noqa: E402  (the package is tfshard.ingest, so the name is free)
 
 # convert_episodes' forkserver workers re-import this module: TensorFlow and keras are imported only inside functions.
 MIN_STEPS, MAX_STEPS = 5_000, 20_000

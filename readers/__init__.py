@@ -15,6 +15,7 @@ The window-start arithmetic in ``readers/starts.py`` itself is plain numpy.
 from .episodes import episodes
 from .files import DatasetInfo, info
 from .images import images
+from .normalize import normalization
 from .windows import resident_windows, windows
 
-__all__ = ["DatasetInfo", "episodes", "images", "info", "resident_windows", "windows"]
+__all__ = ["DatasetInfo", "episodes", "images", "info", "normalization", "resident_windows", "windows"]

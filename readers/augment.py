@@ -3,6 +3,11 @@
 Every function takes a uint8 or float batch ``[B, H, W, C]`` and a stateless
 seed ``[2]`` (int64), so a seeded pipeline augments the same way every run
 while each batch, and each epoch, draws fresh randomness from the seed stream.
+
+Two recipes: ``default_augment`` is the standard one (random-resized crop, done
+in the decode when there is no cache, and a flip) and stays uint8, so it costs
+one gather per batch; ``color_augment`` adds brightness/contrast/saturation
+jitter, which needs floats (XLA-fused with the flip and the cast).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ def random_resized_crop_batch(
 
     Each image gets a box covering ``scale`` of its area with aspect ``ratio``,
     clipped to the image, resized to ``size`` (bilinear). A uint8 batch comes
-    back as float32 in [0, 1]; a float batch keeps its scale.
+    back uint8 (rounded); a float batch keeps its dtype and scale.
     """
     batch = tf.shape(images)[0]
     area_seed, ratio_seed, y_seed, x_seed = tf.unstack(_split(seed, 4))
@@ -36,7 +41,9 @@ def random_resized_crop_batch(
     left = tf.random.stateless_uniform([batch], x_seed) * (1.0 - width)
     boxes = tf.stack([top, left, top + height, left + width], axis=1)
     cropped = tf.image.crop_and_resize(images, boxes, tf.range(batch), size)  # reads uint8, returns float32
-    return cropped / 255.0 if images.dtype == tf.uint8 else cropped
+    if images.dtype == tf.uint8:
+        return tf.cast(tf.clip_by_value(tf.round(cropped), 0.0, 255.0), tf.uint8)
+    return tf.cast(cropped, images.dtype)
 
 
 def random_flip_batch(images: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
@@ -77,9 +84,20 @@ def _flip_and_jitter(images: tf.Tensor, flip_seed: tf.Tensor, jitter_seed: tf.Te
 
 
 def default_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None) -> tf.Tensor:
-    """The default training augmentation of a uint8 (or [0, 1] float) batch: (crop,) flip, colour jitter.
+    """The standard training augmentation of a batch: (random-resized crop,) flip. Keeps the batch's dtype.
 
-    The crop runs on the uint8 batch, before anything is cast to float. Returns float32 in [0, 1].
+    ``crop_to``: crop here (a cached pipeline; without a cache the crop is fused into the JPEG decode).
+    """
+    crop_seed, flip_seed = tf.unstack(_split(seed, 2))
+    if crop_to is not None:
+        images = random_resized_crop_batch(images, crop_to, crop_seed)
+    return random_flip_batch(images, flip_seed)
+
+
+def color_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None) -> tf.Tensor:
+    """``default_augment`` plus per-image colour jitter; returns float32 in [0, 1].
+
+    The crop runs on the uint8 batch; flip, cast and jitter are one XLA-fused pass.
     """
     crop_seed, flip_seed, jitter_seed = tf.unstack(_split(seed, 3))
     if crop_to is not None:

@@ -35,6 +35,8 @@ from . import service as service_lib
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 1024
 _CROP_PADDING = 32  # the eval centre crop keeps image_size / (image_size + 32) of the shorter side
+AUGMENTATIONS = {"default": augment_lib.default_augment, "color": augment_lib.color_augment}
+DTYPES = ("float32", "uint8")
 _FEATURES = ("image/encoded", "image/class/label")  # what the reader parses of each record
 
 
@@ -153,6 +155,7 @@ def images(
     seed: int | None = None,
     cache: str | None = None,
     augment: str | Callable | None = "default",
+    dtype: str = "float32",
     shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
     input_context: tf.distribute.InputContext | None = None,
     deterministic: bool | None = None,
@@ -181,10 +184,15 @@ def images(
         the file name follows the data (the shards' sha256, size and mtime) and
         every option that changes it. A second pipeline of this process built
         while the first may still be writing that file reads without it.
-      augment: ``"default"`` (flip and colour jitter on the batch, plus the
-        random-resized crop when cached), None, or a callable
-        ``(images float32 [B,H,W,C], seed [2]) -> images`` applied per batch.
-        Ignored when ``training`` is False.
+      augment: ``"default"``: the standard recipe, a random-resized crop (fused
+        into the JPEG decode, or on the batch after a cache) and a random flip,
+        both on uint8; ``"color"``: that plus brightness/contrast/saturation
+        jitter (float work, XLA-fused); None: the crop alone; or a callable
+        ``(images [B,H,W,C] of ``dtype``, seed [2]) -> images`` applied per batch
+        after the crop. Ignored when ``training`` is False.
+      dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` ([0, 255], a quarter of the
+        bytes to the accelerator; normalise there with ``readers.normalization``).
+        ``augment="color"`` needs float32.
       shuffle_buffer: elements in the shuffle buffer (uint8 images). Records are
         also shuffled at write time and files every epoch.
       input_context: from ``distribute_datasets_from_function``; each input
@@ -235,8 +243,13 @@ def images(
     image_size = _image_size(image_size)
     if shuffle_buffer < 1:
         raise ValueError(f"shuffle_buffer: must be at least 1 (got {shuffle_buffer!r})")
-    if not (augment is None or augment == "default" or callable(augment)):
-        raise ValueError(f"augment: must be 'default', None or a callable (got {augment!r})")
+    if not (augment is None or callable(augment) or (isinstance(augment, str) and augment in AUGMENTATIONS)):
+        raise ValueError(f"augment: must be one of {sorted(AUGMENTATIONS)}, None or a callable (got {augment!r})")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype: must be one of {DTYPES} (got {dtype!r})")
+    if dtype == "uint8" and augment == "color":
+        raise ValueError("augment: 'color' jitters in float, so it needs dtype='float32' (got dtype='uint8'); "
+                         "pass augment='default', or dtype='float32'")
     if read_buffer_bytes < 1:
         raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
     if num_parallel_reads is not None and num_parallel_reads < 1:
@@ -316,24 +329,25 @@ def images(
     if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
         ds = remote.distribute(ds.with_options(options))
 
-    def to_float(images_, labels):
-        return augment_lib.to_unit_float(images_), labels
+    def finish(images_):  # to the asked dtype: only float32 output is ever cast, once, on the batch
+        return augment_lib.to_unit_float(images_) if dtype == "float32" else images_
 
     def augment_batch(batch, seed_):
-        images_, labels = batch  # uint8: the crop reads uint8, the cast to float comes after it
-        if augment == "default":
-            return augment_lib.default_augment(images_, seed_, crop_to=crop_after_cache), labels
+        images_, labels = batch  # uint8: crop and flip stay uint8; a cast to float, if any, comes last
+        if isinstance(augment, str):
+            return finish(AUGMENTATIONS[augment](images_, seed_, crop_to=crop_after_cache)), labels
         if crop_after_cache is not None:
             crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
             images_ = augment_lib.random_resized_crop_batch(images_, crop_after_cache, crop_seed)
-        images_ = augment_lib.to_unit_float(images_)
+        images_ = finish(images_)
         return (augment(images_, seed_) if augment is not None else images_), labels
 
     if training and (augment is not None or crop_after_cache is not None):
         ds = tf.data.Dataset.zip((ds, _seed_stream(seed, salt=2)))
         ds = ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    else:
-        ds = ds.map(to_float, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+    elif dtype == "float32":
+        ds = ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
+                    deterministic=deterministic)
     if remote is None and not ignore_errors:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".

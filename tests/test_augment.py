@@ -21,18 +21,31 @@ def test_flip_mirrors_some_images_exactly_and_leaves_the_rest():
     assert 4 < sum(mirrored) < 28  # about half, per image
 
 
-def test_crop_reads_uint8_and_returns_unit_floats_of_the_asked_size():
-    cropped = augment.random_resized_crop_batch(_batch(h=40, w=40), (8, 10), tf.constant([3, 4], tf.int64))
-    assert cropped.dtype == tf.float32 and cropped.shape == (32, 8, 10, 3)
-    assert 0.0 <= float(tf.reduce_min(cropped)) and float(tf.reduce_max(cropped)) <= 1.0
+def test_crop_keeps_uint8_and_gives_the_asked_size():
+    images = _batch(h=40, w=40)
+    cropped = augment.random_resized_crop_batch(images, (8, 10), tf.constant([3, 4], tf.int64))
+    assert cropped.dtype == tf.uint8 and cropped.shape == (32, 8, 10, 3)
+    as_float = augment.random_resized_crop_batch(tf.cast(images, tf.float32), (8, 10), tf.constant([3, 4], tf.int64))
+    np.testing.assert_allclose(cropped.numpy(), np.round(as_float.numpy()), atol=1)  # the same crop, rounded
 
 
-def test_default_augment_is_seeded_and_in_range():
+@pytest.mark.parametrize("recipe, dtype", [(augment.default_augment, tf.uint8), (augment.color_augment, tf.float32)])
+def test_recipes_are_seeded_and_in_range(recipe, dtype):
     images = _batch(h=40, w=40)
     seed = tf.constant([5, 6], tf.int64)
-    a = augment.default_augment(images, seed, crop_to=(16, 16))
-    b = augment.default_augment(images, seed, crop_to=(16, 16))
-    c = augment.default_augment(images, tf.constant([5, 7], tf.int64), crop_to=(16, 16))
+    a = recipe(images, seed, crop_to=(16, 16))
+    b = recipe(images, seed, crop_to=(16, 16))
+    c = recipe(images, tf.constant([5, 7], tf.int64), crop_to=(16, 16))
     np.testing.assert_array_equal(a.numpy(), b.numpy())
     assert not np.allclose(a.numpy(), c.numpy())
-    assert 0.0 <= float(tf.reduce_min(a)) and float(tf.reduce_max(a)) <= 1.0
+    assert a.dtype == dtype and a.shape == (32, 16, 16, 3)
+    if dtype == tf.float32:
+        assert 0.0 <= float(tf.reduce_min(a)) and float(tf.reduce_max(a)) <= 1.0
+
+
+def test_default_recipe_is_crop_then_flip_and_nothing_else():
+    """Without a crop the default recipe only mirrors images: every pixel value is kept exactly."""
+    images = _batch(h=12, w=9)
+    out = augment.default_augment(images, tf.constant([1, 1], tf.int64)).numpy()
+    for got, source in zip(out, images.numpy()):
+        assert np.array_equal(got, source) or np.array_equal(got, source[:, ::-1])

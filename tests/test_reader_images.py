@@ -97,9 +97,12 @@ def test_without_seed_runs_differ(dataset):
 
 
 def test_augmentation_happens_after_the_cache(dataset, tmp_path):
-    """A cached training pipeline still augments differently every epoch (the cache holds un-augmented images)."""
+    """A cached training pipeline still augments differently every epoch (the cache holds un-augmented images).
+
+    The images are flat colours, which crop and flip leave as they are: the colour recipe's jitter shows.
+    """
     ds = readers.images(dataset, batch_size=NUM_CLASSES, image_size=(16, 16), seed=3, cache=str(tmp_path),
-                        shuffle_buffer=1)
+                        shuffle_buffer=1, augment="color")
     (a_images, a_labels), = list(ds)
     (b_images, b_labels), = list(ds)
     assert len(list(tmp_path.glob("tfshard-*.index"))) == 1  # the first epoch wrote a complete cache
@@ -423,3 +426,46 @@ def test_keras_fit_does_not_warn_that_the_input_ran_out_of_data(dataset, caplog,
     assert not [m for m in said if "ran out of data" in m], said
     assert len(history.history["loss"]) == 2
     assert batches == list(range(NUM_CLASSES // 5 if training else -(-NUM_CLASSES // 5))) * 2
+
+
+# --- uint8 output and on-device normalisation (issue 11) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_uint8_output_is_the_float_output_times_255(dataset, training):
+    """dtype="uint8" ships the very pixels the float32 path scales: same order, same crops, no cast."""
+    kwargs = dict(batch_size=6, image_size=(16, 16), training=training, seed=4, drop_remainder=False)
+    (as_float, labels_f), = list(readers.images(dataset, **kwargs).take(1))
+    (as_uint8, labels_u), = list(readers.images(dataset, dtype="uint8", **kwargs).take(1))
+    assert as_uint8.dtype == tf.uint8 and as_float.dtype == tf.float32
+    np.testing.assert_array_equal(labels_u.numpy(), labels_f.numpy())
+    np.testing.assert_allclose(as_uint8.numpy() / 255.0, as_float.numpy(), atol=1e-6)
+
+
+def test_colour_jitter_needs_float_output(dataset):
+    with pytest.raises(ValueError, match="dtype='float32'"):
+        readers.images(dataset, batch_size=2, augment="color", dtype="uint8")
+    with pytest.raises(ValueError, match="dtype"):
+        readers.images(dataset, batch_size=2, dtype="float16")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float32"])
+def test_normalization_layer_uses_the_manifest_statistics(dataset, dtype):
+    info = readers.info(dataset)
+    split = info.manifest.splits["train"]
+    layer = readers.normalization(dataset, dtype=dtype)
+    scale = 255.0 if dtype == "uint8" else 1.0
+    pixel = np.asarray(split.pixel_mean, np.float32) * scale  # the mean pixel normalises to 0
+    one_std_up = pixel + np.asarray(split.pixel_std, np.float32) * scale  # and one std above it to 1
+    out = np.asarray(layer(np.stack([pixel, one_std_up])[None, None]))  # [1, 1, 2, 3]
+    np.testing.assert_allclose(out[0, 0, 0], 0.0, atol=1e-4)
+    np.testing.assert_allclose(out[0, 0, 1], 1.0, atol=1e-4)
+
+
+def test_normalization_refuses_an_episodes_dataset(tmp_path):
+    from conftest import convert_episode_tree, save_episodes
+
+    save_episodes(tmp_path / "src", {"a.npy": np.zeros((5, 2), np.float32)})
+    convert_episode_tree(tmp_path / "src", tmp_path / "out")
+    with pytest.raises(ValueError, match="no pixel statistics"):
+        readers.normalization(str(tmp_path / "out"))
