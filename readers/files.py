@@ -206,6 +206,9 @@ def interleave_records(
     ``ignore_errors``: the caller skips errors; a file gone since the pipeline was
     built then raises one error and is skipped (see ``_read_if_present``).
     """
+    if len(paths) == 1 and not ignore_errors:  # one file: no interleave stage, thread or first-batch delay
+        return tf.data.TFRecordDataset(paths[0], compression_type=tf_compression_type(compression),
+                                       buffer_size=read_buffer_bytes)
     files = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle_files:
         files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
