@@ -49,3 +49,18 @@ def test_default_recipe_is_crop_then_flip_and_nothing_else():
     out = augment.default_augment(images, tf.constant([1, 1], tf.int64)).numpy()
     for got, source in zip(out, images.numpy()):
         assert np.array_equal(got, source) or np.array_equal(got, source[:, ::-1])
+
+
+def test_colour_jitter_is_brightness_then_contrast_then_saturation():
+    """The one-matrix jitter equals the three steps done one by one (numpy reference), to float rounding."""
+    images = tf.random.stateless_uniform([6, 9, 7, 3], [1, 2])
+    seed = tf.constant([3, 4], tf.int64)
+    got = augment.color_jitter_batch(images, seed, 0.2, 0.3, 0.4).numpy()
+    b_seed, c_seed, s_seed = tf.unstack(tf.random.experimental.stateless_split(seed, num=3))
+    b = tf.random.stateless_uniform([6], b_seed, -0.2, 0.2).numpy()[:, None, None, None]
+    c = tf.random.stateless_uniform([6], c_seed, 0.7, 1.3).numpy()[:, None, None, None]
+    s = tf.random.stateless_uniform([6], s_seed, 0.6, 1.4).numpy()[:, None, None, None]
+    x = images.numpy() + b
+    x = (x - x.mean(axis=(1, 2, 3), keepdims=True)) * c + x.mean(axis=(1, 2, 3), keepdims=True)
+    x = (x - x.mean(axis=3, keepdims=True)) * s + x.mean(axis=3, keepdims=True)
+    np.testing.assert_allclose(got, np.clip(x, 0.0, 1.0), atol=1e-5)
