@@ -321,6 +321,10 @@ def bench(
     window: Optional[int] = typer.Option(None, help="Episode datasets: window length L (time windows alone)."),
     shift: int = typer.Option(1, help="Episode datasets: steps between window starts S."),
     streamed: bool = typer.Option(False, "--streamed", help="Episode datasets: resident=False (stream from shards)."),
+    compare: bool = typer.Option(False, "--compare", help="Image datasets: every reader mode side by side with the "
+                                 "decode floors (and keras with --src), and the ratios benchmarks/images.py reports."),
+    src: Optional[str] = typer.Option(None, help="With --compare: the source folder, to time keras' loader on it."),
+    limit: Optional[int] = typer.Option(None, help="With --compare: JPEGs held in RAM for the floors (default all)."),
 ) -> None:
     """Time the input pipeline alone (no model): images/s or windows/s, and batches/s, per epoch."""
     import shutil
@@ -334,6 +338,9 @@ def bench(
         info = readers.info(out)
         if info.manifest.kind == "episodes" or window is not None:
             _bench_windows(out, info, split, window, shift, batch_size, epochs, streamed)
+            return
+        if compare:
+            _bench_compare(out, split, batch_size, (image_size, image_size), src, limit)
             return
         expected = info.num_records(split)
         temp = tempfile.mkdtemp(prefix="tfshard-bench-cache-") if cache is None else None
@@ -354,6 +361,36 @@ def bench(
             shutil.rmtree(temp, ignore_errors=True)
     except _errors() as e:
         _fail(e)
+
+
+def _bench_compare(out: str, split: str, batch_size: int, size: tuple[int, int], src: str | None,
+                   limit: int | None) -> None:
+    """The rows and ratios of benchmarks/images.py on this dataset: one pass each, after an XLA warm-up."""
+    import tempfile
+
+    from .readers import bench
+
+    blobs, labels = bench.jpeg_records(out, split, limit)
+    methods = bench.image_methods(out, split, batch_size=batch_size, image_size=size, blobs=blobs, labels=labels,
+                                  src=src)
+    for name in (bench.DEFAULT, bench.COLOR, bench.FLOOR_CROP):
+        next(iter(methods[name]()))  # compile the XLA-fused ops once, before any clock runs
+    typer.echo(f"{out} [{split}]: batch {batch_size}, {size[0]}x{size[1]}; floors over {len(blobs):,} JPEGs in RAM"
+               + ("" if src else "; pass --src SRC to add keras' loader"))
+    rates = {}
+    for name, make in methods.items():
+        (timed,) = bench.time_epochs(make(), 1)
+        rates[name] = timed.examples / timed.seconds
+        typer.echo(f"  {name:<44} {rates[name]:>8,.0f} img/s")
+    with tempfile.TemporaryDirectory(prefix="tfshard-bench-cache-") as folder:
+        from . import readers
+
+        cached = readers.images(out, split, batch_size=batch_size, image_size=size, seed=0, cache=folder)
+        for name, timed in zip((bench.CACHE_FIRST, bench.CACHE_AGAIN), bench.time_epochs(cached, 2)):
+            rates[name] = timed.examples / timed.seconds
+            typer.echo(f"  {name:<44} {rates[name]:>8,.0f} img/s")
+    for label, value, target in bench.ratios(rates):
+        typer.echo(f"  {label:<44} {value:>7.2f}x  (issue 11 target >= {target}x: {'met' if value >= target else 'missed'})")
 
 
 def _bench_windows(out: str, info, split: str, window: int | None, shift: int, batch_size: int, epochs: int,

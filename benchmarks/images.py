@@ -74,41 +74,6 @@ def timed_pass(dataset) -> Run:
     return Run(seconds, images, own, max(machine - own, 0) / seconds / len(os.sched_getaffinity(0)))
 
 
-def _blobs(src: str):
-    blobs, labels = [], []
-    for path, _, label in bench_ingest.list_images(src):
-        with open(path, "rb") as f:
-            blobs.append(f.read())
-        labels.append(label)
-    return blobs, labels
-
-
-def decode_limit(src: str, batch_size: int):
-    """The same JPEG bytes from RAM, fully decoded and resized on all cores: what a full-decode reader costs."""
-    import tensorflow as tf
-
-    def decode(encoded, label):
-        image = tf.io.decode_jpeg(encoded, channels=3)
-        return tf.image.resize(image, SIZE), label
-
-    ds = tf.data.Dataset.from_tensor_slices(_blobs(src))
-    ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(batch_size, drop_remainder=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
-
-
-def crop_limit(src: str, batch_size: int):
-    """The same bytes from RAM through the reader's own fused random-crop decode: the floor of training."""
-    import tensorflow as tf
-
-    from tfshard.readers.images import decode_random_crop
-
-    seeds = tf.data.Dataset.random(seed=0, rerandomize_each_iteration=True).batch(2)
-    ds = tf.data.Dataset.zip((tf.data.Dataset.from_tensor_slices(_blobs(src)), seeds))
-    ds = ds.map(lambda item, seed: (decode_random_crop(item[0], seed, SIZE), item[1]),
-                num_parallel_calls=tf.data.AUTOTUNE)
-    return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-
-
 def fit_figures(make_reader, batch_size: int, images: int, epochs: int = 3) -> dict:
     """A small conv net fit on the reader: the gaps between epochs, and the overhead against a repeated batch.
 
@@ -167,14 +132,6 @@ def fit_figures(make_reader, batch_size: int, images: int, epochs: int = 3) -> d
             "reader_s": reader_s, "repeated_s": repeated_s, "overhead": reader_s / repeated_s - 1}
 
 
-def keras_dataset(src: str, batch_size: int):
-    import keras
-    import tensorflow as tf
-
-    ds = keras.utils.image_dataset_from_directory(src, batch_size=batch_size, image_size=SIZE, verbose=False)
-    return ds.prefetch(tf.data.AUTOTUNE)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000, help="generated JPEGs (default 1000)")
@@ -189,6 +146,7 @@ def main() -> None:
     import tensorflow as tf  # imported before timing, so no method pays for it
 
     from tfshard.ingest import ConvertOptions, convert_images
+    from tfshard.readers import bench
     from tfshard.readers.images import images as read_images  # readers.images; this spelling never yields the module
 
     src = bench_ingest.image_set(args.data_dir, args.images)
@@ -210,27 +168,19 @@ def main() -> None:
             kwargs.setdefault("shuffle_buffer", min(256, args.images // 4))
             return read_images(out, batch_size=args.batch_size, image_size=SIZE, seed=0, **kwargs)
 
-        for warm in (tfshard(), tfshard(augment="color"), crop_limit(src, args.batch_size)):
-            next(iter(warm))  # compile the XLA-fused ops once, before any clock runs
-
-        methods = {
-            "floor: fused random crop, bytes in RAM": lambda: crop_limit(src, args.batch_size),
-            "floor: full decode + resize, bytes in RAM": lambda: decode_limit(src, args.batch_size),
-            "keras image_dataset_from_directory": lambda: keras_dataset(src, args.batch_size),
-            "tfshard eval (training=False)": lambda: tfshard(training=False),
-            "tfshard training, augment=None": lambda: tfshard(augment=None),
-            "tfshard training (default: crop+flip)": lambda: tfshard(),
-            "tfshard training, dtype=uint8": lambda: tfshard(dtype="uint8"),
-            "tfshard training, augment='color'": lambda: tfshard(augment="color"),
-        }
-        names = list(methods) + ["tfshard cache: first epoch (fills it)", "tfshard cache: cached epoch"]
+        blobs, labels = bench.jpeg_records(out, "train")
+        methods = bench.image_methods(out, "train", batch_size=args.batch_size, image_size=SIZE, blobs=blobs,
+                                      labels=labels, src=src, shuffle_buffer=min(256, args.images // 4))
+        for name in (bench.DEFAULT, bench.COLOR, bench.FLOOR_CROP):
+            next(iter(methods[name]()))  # compile the XLA-fused ops once, before any clock runs
+        names = list(methods) + [bench.CACHE_FIRST, bench.CACHE_AGAIN]
         runs = {name: [] for name in names}
         for repeat in range(args.repeats):  # interleaved, so drift on the machine hits every method alike
             for name, make in methods.items():
                 runs[name].append(timed_pass(make()))
             cached = tfshard(cache=os.path.join(tmp, f"cache-{repeat}"))
-            runs[names[-2]].append(timed_pass(cached))
-            runs[names[-1]].append(timed_pass(cached))
+            runs[bench.CACHE_FIRST].append(timed_pass(cached))
+            runs[bench.CACHE_AGAIN].append(timed_pass(cached))
         fit = fit_figures(tfshard, args.batch_size, args.images) if args.fit else None
 
     best = {name: min(r, key=lambda run: run.seconds) for name, r in runs.items()}
@@ -243,20 +193,11 @@ def main() -> None:
               f"{rate[name]:5.0f} {mb_per_s:5.1f} {run.cpu / run.images * 1e3:10.2f} "
               f"{run.cpu / run.seconds / cpus:4.0%} {run.other:10.0%}")
 
-    r = rate
-    train, keras_ = r["tfshard training (default: crop+flip)"], r["keras image_dataset_from_directory"]
     print()
-    for label, value, target in [
-        ("training (default) / keras", train / keras_, 1.2),
-        ("training (default) / fused-crop floor", train / r["floor: fused random crop, bytes in RAM"], 0.9),
-        ("eval / keras", r["tfshard eval (training=False)"] / keras_, 1.2),
-        ("training default / augment=None", train / r["tfshard training, augment=None"], 0.9),
-        ("cached epoch / first epoch", r[names[-1]] / r[names[-2]], 3.0),
-    ]:
+    for label, value, target in bench.ratios(rate):
         print(f"{label:<40} {value:5.2f}x  (target >= {target:.1f}x: {'met' if value >= target else 'MISSED'})")
-    print(f"{'training uint8 / training float32':<40} {r['tfshard training, dtype=uint8'] / train:5.2f}x")
-    color = r["tfshard training, augment='color'"]
-    print(f"{'augment=color / default':<40} {color / train:5.2f}x")
+    print(f"{'training uint8 / training float32':<40} {rate[bench.UINT8] / rate[bench.DEFAULT]:5.2f}x")
+    print(f"{'augment=color / default':<40} {rate[bench.COLOR] / rate[bench.DEFAULT]:5.2f}x")
     if fit is not None:
         print(f"\nmodel.fit of a small conv net, {fit['epochs']} epochs of {fit['steps']} steps:")
         print(f"  gap between epochs (last step of one to first of the next): max {fit['gap_max']:.3f} s, "

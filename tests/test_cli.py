@@ -74,6 +74,25 @@ def test_bench_times_first_and_cached_epochs(image_tree, tmp_path, cli):
     assert "skipped" not in result.output
 
 
+def test_bench_compare_gives_every_row_and_the_issue_ratios(image_tree, tmp_path, cli):
+    """`tfshard bench --compare` reports the rows and ratios of benchmarks/images.py (one shared module)."""
+    from tfshard.readers import bench
+
+    src, _ = image_tree
+    out = tmp_path / "out"
+    convert_images(src, str(out), ConvertOptions(num_shards=2), workers=0, progress=False)
+    result = cli("bench", out, "--compare", "--src", src, "--batch-size", "4", "--image-size", "16")
+    assert result.exit_code == 0, result.output
+    for name in (bench.FLOOR_CROP, bench.FLOOR_DECODE, bench.KERAS, bench.EVAL, bench.NO_AUGMENT, bench.DEFAULT,
+                 bench.UINT8, bench.COLOR, bench.CACHE_FIRST, bench.CACHE_AGAIN):
+        assert name in result.output and "img/s" in result.output
+    for label, *_ in bench.IMAGE_RATIOS:
+        assert label in result.output
+    without_keras = cli("bench", out, "--compare", "--batch-size", "4", "--image-size", "16", "--limit", "8")
+    assert without_keras.exit_code == 0, without_keras.output
+    assert bench.KERAS not in without_keras.output and "floors over 8 JPEGs" in without_keras.output
+
+
 def test_summary_names_the_ignored_files(image_tree, tmp_path, cli):
     src, _ = image_tree
     for i in range(12):
