@@ -14,6 +14,7 @@ import numpy as np
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
 from ..format.names import tf_compression_type
+from ..format.records import DATA_PREFIX, data_features, episode_parse_spec
 from .errors import VerifyError
 
 
@@ -42,11 +43,9 @@ def _count_records(path: str, compression: str | None) -> tuple[int, str | None]
 
 
 def _step_bytes(features: dict) -> dict[str, int]:
-    return {
-        key: int(np.dtype(spec["dtype"]).itemsize * int(np.prod(spec["shape"], dtype=np.int64)))
-        for key, spec in features.items()
-        if key.startswith("data/")
-    }
+    """Bytes per time step of each episode feature, by feature name."""
+    return {name: int(np.dtype(spec["dtype"]).itemsize * int(np.prod(spec["shape"], dtype=np.int64)))
+            for name, spec in data_features(features).items()}
 
 
 def _episode_problems(path: str, shard_index: int, split: manifest_lib.EpisodeSplitInfo, manifest) -> list[str]:
@@ -54,11 +53,10 @@ def _episode_problems(path: str, shard_index: int, split: manifest_lib.EpisodeSp
     import tensorflow as tf
 
     step_bytes = _step_bytes(manifest.features)
-    keys = ("episode/id", "episode/length", "episode/chunk", "episode/chunks", "episode/start", "episode/steps")
-    spec = {k: tf.io.FixedLenFeature([], tf.int64) for k in keys}
-    spec.update({k: tf.io.FixedLenFeature([], tf.string) for k in step_bytes})
+    spec = episode_parse_spec(step_bytes)
+    data = {f"{DATA_PREFIX}{name}" for name in step_bytes}
     parsed = _records(path, manifest.compression).map(lambda r: tf.io.parse_single_example(r, spec)).map(
-        lambda e: {**{k: e[k] for k in keys}, **{k: tf.cast(tf.strings.length(e[k]), tf.int64) for k in step_bytes}}
+        lambda e: {k: tf.cast(tf.strings.length(v), tf.int64) if k in data else v for k, v in e.items()}
     )
     listed = [e for e in split.episodes if e.shard == shard_index]
     expected = {e.id: e for e in listed}
@@ -78,9 +76,10 @@ def _episode_problems(path: str, shard_index: int, split: manifest_lib.EpisodeSp
             if start < 0 or steps < 1 or start + steps > length or covered.get(episode_id, 0) != start:
                 problems.append(f"{path}: {name} chunk {int(record['episode/chunk'])} covers steps "
                                 f"[{start}, {start + steps}), not the next steps of the episode; {fix}")
-            for key, per_step in step_bytes.items():
-                if int(record[key]) != steps * per_step:
-                    problems.append(f"{path}: {name} feature {key[5:]!r} holds {int(record[key])} bytes, "
+            for feature, per_step in step_bytes.items():
+                held = int(record[f"{DATA_PREFIX}{feature}"])
+                if held != steps * per_step:
+                    problems.append(f"{path}: {name} feature {feature!r} holds {held} bytes, "
                                     f"{steps} steps need {steps * per_step}; {fix}")
             covered[episode_id] = start + steps
             if not seen_order or seen_order[-1] != episode_id:
