@@ -340,6 +340,11 @@ def bench(
             _bench_windows(out, info, split, window, shift, batch_size, epochs, streamed)
             return
         if compare:
+            if limit is not None and limit < batch_size:
+                raise ValueError(f"--limit: at least one batch of JPEGs for the floors (got {limit}, batch {batch_size});"
+                                 " pass a larger --limit or leave it out")
+            if src is not None and not os.path.isdir(src):
+                raise FileNotFoundError(f"{src}: --src is not a folder; pass the source folder of the conversion")
             _bench_compare(out, split, batch_size, (image_size, image_size), src, limit)
             return
         expected = info.num_records(split)

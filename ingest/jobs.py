@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 from typing import Any
 
@@ -53,6 +54,21 @@ class ImageShardStats:
         return cls(raw["class_counts"], PixelSums(p["count"], tuple(p["sums"]), tuple(p["squares"])), raw["converted"])
 
 
+def _count(value, low: int = 0, high: float = float("inf")) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError(f"a count out of range (got {value!r})")
+    return value
+
+
+def _numbers(values, length: int) -> tuple:
+    values = tuple(values)
+    if len(values) != length or not all(
+        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) for v in values
+    ):
+        raise ValueError(f"not {length} finite numbers (got {values!r:.80})")
+    return values
+
+
 class ImageJob:
     """Image class folders: one record per image, labelled by folder."""
 
@@ -87,7 +103,21 @@ class ImageJob:
     def new_stats(self) -> ImageShardStats:
         return ImageShardStats([0] * len(self.class_names))
 
-    stats_from_dict = staticmethod(ImageShardStats.from_dict)
+    def stats_from_dict(self, raw: dict, records: int) -> ImageShardStats:
+        """Statistics from a commit record, checked against the shard's record count (a tampered record is refused)."""
+        stats = ImageShardStats.from_dict(raw)
+        counts = [_count(c) for c in stats.class_counts]
+        if len(counts) != len(self.class_names) or sum(counts) != records:
+            raise ValueError(f"class counts {counts!r:.80} do not add up to the shard's {records} records")
+        _count(stats.converted, high=records)
+        pixels = stats.pixels
+        _count(pixels.count)
+        sums, squares = _numbers(pixels.sums, 3), _numbers(pixels.squares, 3)
+        # 8-bit pixels: 0 <= sum <= 255·count, 0 <= squares <= 255²·count, and sum² <= count·squares.
+        if not all(0 <= t <= 255 * pixels.count and 0 <= q <= 255 * 255 * pixels.count and t * t <= pixels.count * q
+                   for t, q in zip(sums, squares)):
+            raise ValueError("pixel sums out of range for 8-bit pixels")
+        return stats
 
     def encode(self, image: PreparedImage, stats: ImageShardStats) -> list[bytes]:
         from .examples import image_example
@@ -171,7 +201,25 @@ class EpisodeJob:
     def new_stats() -> EpisodeShardStats:
         return EpisodeShardStats()
 
-    stats_from_dict = staticmethod(EpisodeShardStats.from_dict)
+    def stats_from_dict(self, raw: dict, records: int) -> EpisodeShardStats:
+        """Statistics from a commit record, checked against the shard's record count and the episode schema."""
+        stats = EpisodeShardStats.from_dict(raw)
+        if not 1 <= len(stats.episodes) <= records:
+            raise ValueError(f"{len(stats.episodes)} episodes in a shard of {records} records")
+        steps = 0
+        for episode in stats.episodes:
+            if set(episode) != {"id", "source", "length"} or not isinstance(episode["source"], str):
+                raise ValueError(f"not an episode entry (got {episode!r:.80})")
+            _count(episode["id"])
+            steps += _count(episode["length"], low=1)
+        for name, sums in stats.sums.items():
+            if name not in self.schema or _count(sums.count) != steps:
+                raise ValueError(f"feature sums of {name!r:.40} do not cover the shard's {steps} steps")
+            width = max(1, math.prod(self.schema[name].shape))
+            _numbers(sums.sums, width)
+            if any(v < 0 for v in _numbers(sums.squares, width)):
+                raise ValueError("negative sums of squares")
+        return stats
 
     def encode(self, episode: PreparedEpisode, stats: EpisodeShardStats) -> list[bytes]:
         from .examples import episode_chunk_examples

@@ -61,8 +61,9 @@ class Kind(Protocol):
     def new_stats(self) -> ShardStats:
         """Empty statistics for one shard."""
 
-    def stats_from_dict(self, raw: dict) -> ShardStats:
-        """Statistics read back from a commit record (``ShardStats.to_dict``'s output)."""
+    def stats_from_dict(self, raw: dict, records: int) -> ShardStats:
+        """Statistics read back from a commit record (``ShardStats.to_dict``'s output), checked against the
+        shard's ``records`` and the kind's schema: a ValueError for anything a tampered record could hold."""
 
     def encode(self, prepared: Any, stats: ShardStats) -> list[bytes]:
         """The serialized records of one prepared item, counted into ``stats``."""

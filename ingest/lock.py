@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import time
 from typing import Iterator
 
@@ -67,8 +68,18 @@ def _read_holder(fd: int) -> dict | None:
 @contextlib.contextmanager
 def _local_lock(out: str, path: str) -> Iterator[None]:
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:  # O_NONBLOCK: a FIFO planted under the lock's name must not block the open
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
+                         0o644)
+        except OSError as e:
+            raise OutputExistsError(
+                f"{path}: cannot be the lock file ({e.strerror}: a symlink, folder or FIFO is there); remove it and "
+                "run again") from None
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:  # a hard link would have us write someone's file
+                kind = "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a regular file"
+                raise OutputExistsError(f"{path}: not a lock file of tfshard's ({kind}); remove it and run again")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -73,9 +73,9 @@ class ShardResult:
         try:
             info = manifest_lib.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
             rejected = [{"path": str(r["path"]), "reason": str(r["reason"])} for r in raw["rejected"]]
-            return cls(info, job.stats_from_dict(raw["stats"]), rejected)
-        except (KeyError, TypeError, AttributeError, IndexError) as e:
-            raise ValueError(f"{source}: not a commit record tfshard wrote ({type(e).__name__})") from None
+            return cls(info, job.stats_from_dict(raw["stats"], info.records), rejected)
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+            raise ValueError(f"not a commit record tfshard wrote ({type(e).__name__}: {str(e)[:120]})") from None
 
 
 def damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
@@ -111,8 +111,11 @@ def check_state_folder(out: str) -> None:
 
 
 def read_state(path: str) -> Any:
+    """A state file's JSON: a regular file of ours (never through a symlink), size-capped, parsed untrusted."""
     from ..format.dataset import read_small_file
 
+    if "://" not in path and os.path.islink(path):
+        raise manifest_lib.ManifestError(f"{path}: a symlink, not a state file tfshard wrote; remove it and run again")
     return manifest_lib.parse_json(read_small_file(path, "state file"), path)
 
 
@@ -244,7 +247,8 @@ def committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dic
             index_ok = not index or file_sha256(join(out, result.info.index_file))[0] == result.info.index_sha256
             matches = index_ok and file_sha256(path, result.info.bytes) == (result.info.sha256, result.info.bytes)
         except (ValueError, NotRegularFileError) as e:
-            log.warning("%s: %s; rewriting its shard", record, e)
+            message = str(e) if str(e).startswith(record) else f"{record}: {e}"
+            log.warning("%s; rewriting its shard", message)
             continue
         if matches:
             kept[spec.file_name] = result

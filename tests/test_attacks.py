@@ -1152,3 +1152,73 @@ def test_19b_numpy_integer_targets_and_length_work_like_ints(world):
     for (x, y), (ex, ey) in zip(got, expected):
         np.testing.assert_array_equal(x, ex)
         np.testing.assert_array_equal(y, ey)
+
+
+# --- a second attack, on what the fixes added (the lock, commit records, the removal journal, bench) ---------------
+
+
+@pytest.mark.parametrize("plant", ["hard-link", "fifo", "folder"])
+def test_lock_file_planted_by_someone_else_is_refused_and_never_written_through(world, plant):
+    world.images(convert=False)
+    os.makedirs(world.out)
+    lock = os.path.join(world.out, LOCK)
+    victim = os.path.join(world.victim, "precious.txt")
+    {"hard-link": lambda: os.link(victim, lock), "fifo": lambda: os.mkfifo(lock), "folder": lambda: os.mkdir(lock)}[plant]()
+    before = snapshot(world.root)
+    ran = run_cli(world.cli, ["images", world.src, world.out, "--workers", "0", "--quiet"])
+    assert_cli_error(ran, [lock, "remove it"])
+    assert_untouched(before, snapshot(world.root))
+
+
+@pytest.mark.parametrize("tamper", [
+    lambda stats: stats.update(class_counts=[99, 1]),
+    lambda stats: stats.update(class_counts=[20, -8]),
+    lambda stats: stats.update(class_counts=[12]),
+    lambda stats: stats.update(converted="lots"),
+    lambda stats: stats["pixels"].update(sums=[1e30, 0, 0]),
+    lambda stats: stats["pixels"].update(count=-400),
+], ids=["skewed", "negative", "short", "wrong-type", "huge-sums", "negative-count"])
+def test_tampered_commit_record_only_means_its_shard_is_written_again(world, tamper):
+    """A commit record whose shard still hashes right but whose statistics lie is not believed: the shard is rewritten
+    and the manifest's counts and pixel statistics are those of a clean run."""
+    world.images()  # 2 classes x 6 images, 3 shards
+    clean = world.manifest()
+    state = os.path.join(world.out, STATE)
+    os.remove(os.path.join(world.out, MANIFEST))  # an unfinished conversion, its commit records in place
+    os.makedirs(state)
+    shard = clean["splits"]["train"]["shards"][0]
+    split = clean["splits"]["train"]
+    stats = {"class_counts": [split["class_counts"]["cat"], split["class_counts"]["dog"]], "converted": 0,
+             "pixels": {"count": 256 * shard["records"], "sums": [0, 0, 0], "squares": [0, 0, 0]}}
+    stats["class_counts"] = [shard["records"], 0]
+    tamper(stats)
+    with open(os.path.join(state, shard["file"] + ".json"), "w") as f:
+        json.dump({"info": shard, "stats": stats, "rejected": []}, f)
+    with open(os.path.join(state, "plan.json"), "w") as f:
+        json.dump({"fingerprint": clean["fingerprint"], "files": [s["file"] for s in split["shards"]]}, f)
+    ok(world.cli("images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet"))
+    assert world.manifest() == clean
+    ok(world.cli("verify", world.out))
+
+
+def test_removal_journal_through_a_symlink_is_refused(world):
+    world.images()
+    state = os.path.join(world.out, STATE)
+    os.makedirs(state)
+    outside = os.path.join(world.victim, "journal.json")
+    with open(outside, "w") as f:
+        json.dump({"files": [MANIFEST]}, f)
+    os.symlink(outside, os.path.join(state, "removing.json"))
+    before = snapshot(world.root)
+    ran = run_cli(world.cli, ["images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet"])
+    assert_cli_error(ran, ["removing.json", "symlink"])
+    assert os.path.exists(os.path.join(world.out, MANIFEST))  # nothing was removed on its word
+    assert_untouched(before, snapshot(world.root))
+
+
+@pytest.mark.parametrize("args, named", [(["--limit", "0"], "--limit"), (["--limit", "-1"], "--limit"),
+                                          (["--src", "/nonexistent-src"], "/nonexistent-src")])
+def test_bench_compare_refuses_bad_arguments_up_front(world, args, named):
+    world.images()
+    ran = run_cli(world.cli, ["bench", world.out, "--compare", "--batch-size", "2", "--image-size", "16", *args])
+    assert_cli_error(ran, [named])
