@@ -4,10 +4,15 @@ One canonical order, written once (the tf.data performance guide's):
 list shard files → shuffle files → interleave reads → parse + decode (parallel)
 → cache → shuffle → batch → augment the batch → prefetch. Only deterministic
 work is ever cached: with a cache in training, images are decoded and resized to
-a fixed cache size, cached as uint8, and the random crop happens after the cache.
-Without a cache, training decodes only a random crop of each JPEG
-(``decode_and_crop_jpeg``). Elements stay uint8 until batched, so the shuffle
-buffer holds a quarter of the bytes it would as float32.
+a fixed cache size, cached as uint8, shuffled, and the random crop happens on
+the batch after the cache.
+
+Without a cache the decode itself is the random work: training shuffles the
+encoded records (~80 KB JPEGs, not 150 KB decoded images, in the buffer), then
+decodes only a random crop of each JPEG (``decode_and_crop_jpeg``) and, with
+the default recipe, flips it and casts it to the output dtype in the same map,
+so a plain batch() fuses with the decode. Colour jitter and callables run on
+uint8 batches after the batch.
 
 With ``service=`` (the tf.data service, see ``readers/service.py``) everything
 up to and including batching runs on the service's workers; the client
@@ -49,8 +54,14 @@ def _to_uint8(image: tf.Tensor) -> tf.Tensor:
     return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
 
 
-def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int]) -> tf.Tensor:
-    """Inception-style random-resized crop, decoding only the crop (fused ``decode_and_crop_jpeg``)."""
+def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int], flip: bool = False,
+                       unit_float: bool = False) -> tf.Tensor:
+    """Inception-style random-resized crop, decoding only the crop (fused ``decode_and_crop_jpeg``).
+
+    uint8, or with ``unit_float`` float32 in [0, 1] (the uint8 values / 255). ``flip``: also flip a random half
+    of the images left-right, here on the one image: done per image inside the decode map, the flip and the cast
+    cost ~2% of the pass; as a separate map over the batch, ~8% (benchmarks/images.py, 2 cores).
+    """
     shape = tf.io.extract_jpeg_shape(encoded)
     begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
         shape,
@@ -64,7 +75,11 @@ def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int
     )
     window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
-    return _to_uint8(tf.image.resize(image, size))
+    resized = tf.clip_by_value(tf.round(tf.image.resize(image, size)), 0.0, 255.0)
+    if flip:
+        heads = tf.random.stateless_uniform([], tf.random.experimental.stateless_fold_in(seed, 1)) < 0.5
+        resized = tf.cond(heads, lambda: tf.reverse(resized, axis=[1]), lambda: resized)
+    return resized / 255.0 if unit_float else tf.cast(resized, tf.uint8)
 
 
 def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int = _CROP_PADDING,
@@ -201,8 +216,9 @@ def images(
       dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` ([0, 255], a quarter of the
         bytes to the accelerator; normalise there with ``readers.normalization``).
         ``augment="color"`` needs float32.
-      shuffle_buffer: elements in the shuffle buffer (uint8 images). Records are
-        also shuffled at write time and files every epoch.
+      shuffle_buffer: elements in the shuffle buffer: encoded records without a
+        cache, decoded uint8 images after one. Records are also shuffled at
+        write time and files every epoch.
       input_context: from ``distribute_datasets_from_function``; each input
         pipeline reads its own shard files. With ``service`` the service splits
         the epoch instead: the pipelines must share a ``service_job_name``.
@@ -297,15 +313,23 @@ def images(
         ignore_errors=ignore_errors,
     )
     crop_after_cache = None
-    # Evaluation straight to float32 per image: nothing is left to do on the batch, and a plain batch() lets
-    # tf.data fuse it with the decode map, as keras' own loader is (+7-13% img/s measured, benchmarks/images.py).
-    unit_float = not training and cache is None and remote is None and dtype == "float32"
+    # Without a cache or a service, evaluation and the default recipe (or none) finish each image in the decode
+    # map: crop, flip and the cast to float32. Nothing is left to do on the batch, and a plain batch() lets
+    # tf.data fuse it with the decode map, as keras' own loader is (evaluation +7-13% img/s, training ~+6%;
+    # benchmarks/images.py). Colour jitter and callables stay batched, on uint8 batches.
+    per_image = cache is None and remote is None and (not training or augment is None or augment == "default")
+    unit_float = per_image and dtype == "float32"
     if training and cache is None:
         # Random work, never cached: decode only a random crop of each image (parse and decode in one map).
+        flip = per_image and augment == "default"
+
         def decode(record, seed_):
             encoded, label = _parse(record)
-            return decode_random_crop(encoded, seed_, image_size), label
+            return decode_random_crop(encoded, seed_, image_size, flip=flip, unit_float=unit_float), label
 
+        # Shuffle the encoded records, before the decode (as TF's model garden readers do): the buffer holds
+        # ~80 KB JPEGs instead of 150 KB decoded images, and batch() stays fused with the decode map.
+        records = records.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
         ds = tf.data.Dataset.zip((records, _seed_stream(worker_seed, salt=1)))
         stage = None
     else:
@@ -329,9 +353,9 @@ def images(
     elif cache is not None:
         identity = _cache_identity(dataset, split, shards, stage, ignore_errors)
         ds = cache_lib.cache_to_file(ds, cache_lib.cache_prefix(cache, identity))
-    if training:
+    if training and cache is not None:  # decoded images, after the cache (without one, the records were shuffled)
         ds = ds.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
-    if unit_float:
+    if per_image:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)  # fused with the decode map (map_and_batch)
     else:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE,
@@ -363,10 +387,12 @@ def images(
         images_ = finish(images_)
         return (augment(images_, seed_) if augment is not None else images_), labels
 
-    if training and (augment is not None or crop_after_cache is not None):
+    if per_image:
+        pass  # every image left the decode map finished
+    elif training and (augment is not None or crop_after_cache is not None):
         ds = tf.data.Dataset.zip((ds, _seed_stream(seed, salt=2)))
         ds = ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    elif dtype == "float32" and not unit_float:
+    elif dtype == "float32":
         ds = ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
                     deterministic=deterministic)
     if remote is None and not ignore_errors:

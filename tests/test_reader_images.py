@@ -469,3 +469,56 @@ def test_normalization_refuses_an_episodes_dataset(tmp_path):
     convert_episode_tree(tmp_path / "src", tmp_path / "out")
     with pytest.raises(ValueError, match="no pixel statistics"):
         readers.normalization(str(tmp_path / "out"))
+
+
+# --- the default recipe done per image in the decode map (issue 11) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gradients(tmp_path_factory):
+    """16 JPEGs whose brightness rises left to right: any crop of one rises too, and a mirrored crop falls."""
+    root = tmp_path_factory.mktemp("gradients")
+    ramp = np.repeat(np.linspace(0, 255, 64, dtype=np.uint8)[None, :, None], 48, axis=0).repeat(3, axis=2)
+    for i in range(16):
+        folder = root / "src" / f"c{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(ramp).save(folder / f"{i}.jpg", quality=95)
+    convert_images(str(root / "src"), str(root / "out"), ConvertOptions(num_shards=2), workers=0, progress=False)
+    return str(root / "out")
+
+
+def _mirrored(images: np.ndarray) -> np.ndarray:
+    """Per image: does brightness fall from the left edge to the right one?"""
+    return images[:, :, 0, :].mean(axis=(1, 2)) > images[:, :, -1, :].mean(axis=(1, 2))
+
+
+@pytest.mark.parametrize("cache", [None, "memory"])
+def test_default_training_mirrors_about_half_the_images_and_augment_none_none(gradients, cache):
+    kwargs = dict(batch_size=16, image_size=(16, 16), seed=2, cache=cache)
+    flipped = np.concatenate([_mirrored(images.numpy()) for _ in range(4)
+                              for images, _ in readers.images(gradients, **kwargs)])
+    assert 0.25 < flipped.mean() < 0.75, flipped
+    plain = np.concatenate([_mirrored(images.numpy()) for images, _ in readers.images(gradients, augment=None,
+                                                                                        **kwargs)])
+    assert not plain.any()
+
+
+def test_the_fused_flip_mirrors_exactly_the_crop_it_would_return_unflipped(gradients):
+    """decode_random_crop(flip=True) is the same crop as flip=False, mirrored or not, to the last value."""
+    from tfshard.readers.images import decode_random_crop
+
+    (encoded,) = list(tf.data.TFRecordDataset(os.path.join(gradients, "train-00000-of-00002.tfrecord")).take(1))
+    jpeg = tf.io.parse_single_example(encoded, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"]
+    outcomes = set()
+    for s in range(24):
+        seed = tf.constant([s, 7], tf.int64)
+        plain = decode_random_crop(jpeg, seed, (12, 12)).numpy()
+        flipped = decode_random_crop(jpeg, seed, (12, 12), flip=True).numpy()
+        as_float = decode_random_crop(jpeg, seed, (12, 12), flip=True, unit_float=True).numpy()
+        np.testing.assert_allclose(as_float * 255.0, flipped, atol=1e-3)
+        if np.array_equal(flipped, plain):
+            outcomes.add("kept")
+        else:
+            np.testing.assert_array_equal(flipped, plain[:, ::-1])
+            outcomes.add("mirrored")
+    assert outcomes == {"kept", "mirrored"}
