@@ -4,6 +4,7 @@
     ds = readers.images("photos-tfr", batch_size=64, seed=0)   # (images [B,224,224,3] float32, labels [B])
     info = readers.info("photos-tfr")                           # class names, counts, steps per epoch
     ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64)  # resident sliding windows
+    mw = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64)  # gathered in the model's step
 
 Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
@@ -15,7 +16,9 @@ The window-start arithmetic in ``readers/starts.py`` itself is plain numpy.
 from .episodes import episodes
 from .files import DatasetInfo, info
 from .images import images
+from .in_model import ModelWindows, WindowGather, model_windows
 from .normalize import normalization
 from .windows import resident_windows, windows
 
-__all__ = ["DatasetInfo", "episodes", "images", "info", "normalization", "resident_windows", "windows"]
+__all__ = ["DatasetInfo", "ModelWindows", "WindowGather", "episodes", "images", "info", "model_windows",
+           "normalization", "resident_windows", "windows"]

@@ -17,6 +17,7 @@ from ..format.manifest import EpisodeInfo
 from ..format.names import tf_compression_type
 from ..format.records import data_features, episode_parse_spec
 from . import files as files_lib
+from .layout import Concatenated
 
 AUTOTUNE = tf.data.AUTOTUNE
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
@@ -99,8 +100,11 @@ def _manifest_length(episodes: list[EpisodeInfo]):
     return lookup
 
 
-def _decode_episode(schema, where: str, fix: str, manifest_length):
-    """Decodes a joined episode, checking its rows against its records' length and that length against the manifest."""
+def _decode_episode(schema, where: str, fix: str, manifest_length, with_keys: bool = False):
+    """Decodes a joined episode, checking its rows against its records' length and that length against the manifest.
+
+    ``with_keys``: returns ``({"episode": id}, episode)``.
+    """
 
     def decode(meta, joined):
         expected = manifest_length(meta["id"])
@@ -115,7 +119,7 @@ def _decode_episode(schema, where: str, fix: str, manifest_length):
                 tf.shape(values, out_type=tf.int64)[0], meta["length"],
                 message=f"{where}: feature {n!r} does not match the episode length; {fix}",
             )
-        return episode
+        return ({"episode": meta["id"]}, episode) if with_keys else episode
 
     return decode
 
@@ -130,6 +134,7 @@ def episodes(
     input_context: tf.distribute.InputContext | None = None,
     num_parallel_reads: int | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    with_keys: bool = False,
 ) -> tf.data.Dataset:
     """Whole episodes as ``{feature: [T, ...]}``, in manifest order unless ``shuffle_files``.
 
@@ -146,9 +151,11 @@ def episodes(
       input_context: FILE sharding across input pipelines (``tf.distribute``).
       num_parallel_reads: shards read at once when ``shuffle_files`` (default up to 16).
       read_buffer_bytes: read buffer per shard.
+      with_keys: yield ``(keys, episode)`` with ``keys = {"episode": id}``: the
+        episode's id, its place in the sorted source files.
 
     Returns:
-      A dataset of dicts ``{feature: [T, ...]}``, one per episode.
+      A dataset of dicts ``{feature: [T, ...]}``, one per episode (with ``with_keys``, pairs).
 
     Raises:
       FileNotFoundError: a shard is missing.
@@ -167,7 +174,7 @@ def episodes(
     spec = episode_parse_spec(schema)
     compression = tf_compression_type(dataset.manifest.compression)
     decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
-                             _manifest_length(files_lib.split_info(dataset, split).episodes))
+                             _manifest_length(files_lib.split_info(dataset, split).episodes), with_keys)
 
     def read_one(shard):
         records = tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
@@ -190,22 +197,26 @@ def _fix(path: str) -> str:
 class _Placer:
     """Copies chunk records straight to their place in the concatenated arrays, checking each against the manifest.
 
-    The arrays are made with ``np.empty``: every chunk must belong to an episode
-    the manifest lists for the shards read, carry that episode's length, lie
-    inside it, hold ``steps`` rows of every feature and be seen once, and
-    ``arrays()`` then checks that each episode's chunks tile it exactly, so a
-    row that no chunk filled is never handed out.
+    The episodes are laid out as ``layout`` says (in its order, padded to whole
+    rows). The arrays are made with ``np.empty`` and only the padding is zeroed:
+    every chunk must belong to an episode the manifest lists for the shards read,
+    carry that episode's length, lie inside it, hold ``steps`` rows of every
+    feature and be seen once, and ``arrays()`` then checks that each episode's
+    chunks tile it exactly, so a row that no chunk filled is never handed out.
     """
 
-    def __init__(self, where: str, fix: str, episodes: list[EpisodeInfo], schema: dict, shards: Sequence[int]):
+    def __init__(self, where: str, fix: str, episodes: list[EpisodeInfo], layout: Concatenated, schema: dict,
+                 shards: Sequence[int]):
         self.where, self.fix, self.schema, self.shards = where, fix, schema, list(shards)
-        lengths = [e.length for e in episodes]
-        starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])[:-1].tolist()
-        self.episodes = {e.id: (e, offset) for e, offset in zip(episodes, starts)}
+        offsets = layout.offsets.tolist()
+        self.episodes = {e.id: (e, offset) for e, offset in zip(episodes, offsets)}
         self.spans: dict[int, list[tuple[int, int]]] = {e.id: [] for e in episodes}
         self.seen: set[tuple[int, int]] = set()
-        total = int(sum(lengths))
-        self._arrays = {n: np.empty((total, *shape), dtype) for n, (dtype, shape) in schema.items()}
+        self._arrays = {n: np.empty((layout.steps, *shape), dtype) for n, (dtype, shape) in schema.items()}
+        ends = [offset + e.length for e, offset in zip(episodes, offsets)]
+        for end, next_start in zip(ends, offsets[1:] + [layout.steps]):
+            for array in self._arrays.values():
+                array[end:next_start] = 0
         self._row_bytes = {n: dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for n, (dtype, shape) in
                            schema.items()}
 
@@ -266,13 +277,14 @@ def load_concatenated(
     *,
     shards: Sequence[int] | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
-) -> tuple[dict[str, np.ndarray], list[int]]:
-    """The episodes of a split (or of some of its shards) laid end to end in manifest order.
+    row: int = 1,
+) -> Concatenated:
+    """The episodes of a split (or of some of its shards) laid end to end in source (episode id) order, each padded
+    with zeros to whole rows of ``row`` steps.
 
-    Returns one numpy array per feature, and the episodes' lengths. Shards are
-    read in parallel, in any order: each chunk is copied straight to its place
-    (episode offset from the manifest's lengths + its start step), so nothing
-    is sorted and no intermediate list of episodes is kept.
+    Shards are read in parallel, in any order: each chunk is copied straight to
+    its place (episode offset from the manifest's lengths + its start step), so
+    nothing is sorted and no intermediate list of episodes is kept.
 
     Raises:
       FileNotFoundError: a shard is missing.
@@ -283,8 +295,9 @@ def load_concatenated(
     chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
     paths = [s.path for s in files_lib.check_shards(dataset, split, list(chosen))]
     wanted = set(chosen)
-    episodes = [e for e in info.episodes if e.shard in wanted]
-    placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, schema, chosen)
+    episodes = sorted((e for e in info.episodes if e.shard in wanted), key=lambda e: e.id)
+    layout = Concatenated({}, [e.length for e in episodes], [e.id for e in episodes], row)
+    placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, layout, schema, chosen)
     records = files_lib.interleave_records(
         paths, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
@@ -295,4 +308,5 @@ def load_concatenated(
         columns = {key: values.tolist() for key, values in batch.items()}
         for i in range(len(columns["episode/id"])):
             placer.place({key: values[i] for key, values in columns.items()})
-    return placer.arrays(), [e.length for e in episodes]
+    layout.arrays = placer.arrays()
+    return layout

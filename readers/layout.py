@@ -7,9 +7,12 @@ structure: a tensor for one feature, a dict for several; ``(x, x)`` for
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence, Union
 
 import numpy as np
+
+from .starts import episode_offsets
 
 Targets = Union[None, str, int]
 
@@ -72,3 +75,40 @@ def per_replica_text(batch: int, batch_size: int, replicas: int) -> str:
     return f"the per-replica batch of {batch} (batch_size={batch_size} over {replicas} replicas)"
 
 
+
+
+@dataclasses.dataclass
+class Concatenated:
+    """Episodes laid end to end in source (episode id) order, each padded with zeros to whole rows of ``row`` steps.
+
+    ``arrays``: one per feature, ``[steps including padding, *shape]``, a whole number of rows long.
+    """
+
+    arrays: dict[str, np.ndarray]
+    lengths: list[int]
+    ids: list[int]
+    row: int
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each episode starts in the arrays, in steps (multiples of ``row``)."""
+        return episode_offsets(self.lengths, self.row)
+
+    @property
+    def steps(self) -> int:
+        """The arrays' length: every episode and its padding."""
+        return int(sum(t + (-t % self.row) for t in self.lengths))
+
+    @classmethod
+    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int) -> "Concatenated":
+        """From per-episode arrays in memory (in the order of ``ids``)."""
+        names = list(episodes)
+        lengths = [len(e) for e in episodes[names[0]]]
+        made = cls({}, lengths, list(ids), row)
+        for name, parts in episodes.items():
+            first = np.asarray(parts[0])
+            out = np.zeros((made.steps, *first.shape[1:]), first.dtype)
+            for offset, part in zip(made.offsets.tolist(), parts):
+                out[offset : offset + len(part)] = part
+            made.arrays[name] = out
+        return made

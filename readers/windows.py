@@ -2,11 +2,14 @@
 
 Resident mode (default) lives in ``readers/resident.py``: the episodes held once
 in device memory (one copy per replica under a strategy), a dataset of window
-start indices, one gather per batch on the arrays' device.
+start indices, one gather per batch on the arrays' device. ``readers/in_model.py``
+(``readers.model_windows``) moves that gather into the model's step.
 
 Streamed mode (``resident=False``) is for data larger than device memory:
 episodes are read from shards, each is windowed with one gather, and a shuffle
-buffer mixes windows. Without shuffling it yields exactly what resident mode does.
+buffer mixes windows. Without shuffling it reads episodes in the manifest's order
+(resident mode: source order); for a dataset written with ``--no-shuffle`` the two
+are the same, and then it yields exactly what resident mode does.
 Its batch count is known from the manifest's episode lengths, as resident mode's
 is (``len(ds)``), except through a tf.data service, which shares the epoch out.
 """
@@ -22,7 +25,7 @@ from . import service as service_lib
 from .episodes import episodes as read_episodes
 from .episodes import feature_schema, load_concatenated, select_features
 from .layout import Layout, Targets, check_not_empty, check_window_args
-from .resident import Source, build_resident, default_device, resident_windows
+from .resident import Source, build_resident, default_device, quiet_options, resident_windows
 from .starts import window_count
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -31,7 +34,8 @@ __all__ = ["default_device", "resident_windows", "windows"]
 
 
 def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuffle, seed, drop_remainder,
-              shuffle_buffer, input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1):
+              shuffle_buffer, input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1,
+              with_keys=False):
     """``batch_size``: this pipeline's batch (per replica under a strategy of ``replicas`` over ``pipelines``)."""
     path = dataset.path
     span = length + layout.horizon
@@ -52,14 +56,19 @@ def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuf
         check_not_empty(f"{path}: split {split!r}", count, "for this pipeline", batch_size * fed, what)
     episodes = read_episodes(
         path, split, features=list(gathered_schema), shuffle_files=shuffle, seed=seed, input_context=input_context,
-        read_buffer_bytes=read_buffer_bytes,
+        read_buffer_bytes=read_buffer_bytes, with_keys=True,
     )
 
-    def to_windows(episode):
+    def to_windows(keys, episode):
         steps = tf.shape(episode[layout.gathered[0]])[0]
         starts = tf.range(0, tf.maximum(steps - span + 1, 0), shift)  # none from an episode shorter than span
         positions = starts[:, None] + tf.range(span)
-        return tf.data.Dataset.from_tensor_slices({n: tf.gather(v, positions) for n, v in episode.items()})
+        windows_ = {n: tf.gather(v, positions) for n, v in episode.items()}
+        if not with_keys:
+            return tf.data.Dataset.from_tensor_slices(windows_)
+        # Each window carries its episode id and start step through the shuffle.
+        keys = {"episode": tf.fill(tf.shape(starts), keys["episode"]), "step": tf.cast(starts, tf.int64)}
+        return tf.data.Dataset.from_tensor_slices((keys, windows_))
 
     windows_ = episodes.flat_map(to_windows)
     if shuffle:
@@ -73,7 +82,52 @@ def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuf
         # it shares each epoch among its clients.
         batches = batches.apply(tf.data.experimental.assert_cardinality(
             count // batch_size if drop_remainder else -(-count // batch_size)))
-    return batches.map(lambda b: layout.shape(b, length), num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+    def shape(*batch):
+        if with_keys:
+            keys, gathered = batch
+            return keys, layout.shape(gathered, length)
+        return layout.shape(batch[0], length)
+
+    return batches.map(shape, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE).with_options(quiet_options())
+
+
+def _plan(path: str, split: str, features, targets: Targets, length: int, shift: int):
+    """The dataset, what to gather and how to shape it, and the feature schema; refuses a split with no window."""
+    dataset = files_lib.info(path)
+    chosen = select_features(dataset, features)
+    schema = feature_schema(dataset)
+    # A one-feature dataset (``.npy`` sources name it "data") gives tensors unasked, so a Sequential takes it as is.
+    single = isinstance(features, str) or (features is None and len(schema) == 1)
+    layout = Layout(list(chosen), single, targets, list(schema), path)
+    lengths = dataset.episode_lengths(split)
+    if window_count(lengths, length, shift, layout.horizon) == 0:
+        raise ValueError(
+            f"{path}: split {split!r} has no episode of at least {length + layout.horizon} steps (longest "
+            f"{max(lengths, default=0)}); pass a shorter length{' or horizon' if layout.horizon else ''}"
+        )
+    return dataset, layout, schema
+
+
+def shard_source(dataset: files_lib.DatasetInfo, split: str, layout: Layout, schema: dict,
+                 read_buffer_bytes: int) -> Source:
+    """The split's episodes to hold resident, loaded from its shards on demand."""
+    split_episodes = files_lib.split_info(dataset, split).episodes
+
+    def load(shards, row):
+        return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
+                                 read_buffer_bytes=read_buffer_bytes, row=row)
+
+    return Source(dataset.episode_lengths(split), [e.shard for e in split_episodes], len(dataset.shard_paths(split)),
+                  load, f"{dataset.path}: split {split!r}")
+
+
+def resident_layout(path: str, split: str, *, length: int, shift: int, features=None, targets: Targets = None,
+                    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES) -> tuple[Layout, Source]:
+    """What ``readers.model_windows`` needs of a path: the layout and the episodes' source (arguments checked)."""
+    check_window_args(length, shift, 1, path)
+    dataset, layout, schema = _plan(path, split, features, targets, int(length), int(shift))
+    return layout, shard_source(dataset, split, layout, schema, read_buffer_bytes)
 
 
 def windows(
@@ -97,6 +151,7 @@ def windows(
     service: str | None = None,
     service_job_name: str | None = None,
     processing_mode: str = "distributed_epoch",
+    with_keys: bool = False,
 ):
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
@@ -117,7 +172,10 @@ def windows(
       targets: None (windows only); ``"same"`` (``(x, x)``, the autoencoder case:
         the same tensor twice, no second gather); a feature name (``(x, that
         feature's window)``); or an int horizon H (``(x, the next H steps of x)``).
-      shuffle: a new seeded order of windows every epoch.
+      shuffle: a new seeded order of windows every epoch. False: resident windows
+        come in source order (episode id order: the sorted source files, each
+        episode's windows by start step); streamed ones in the manifest's order,
+        which is source order for a dataset written with ``--no-shuffle``.
       seed: makes the order reproducible; None draws one.
       drop_remainder: drop the last partial batch (static batch shapes).
       device: resident mode: where the arrays live (default the first GPU, else the CPU).
@@ -137,11 +195,17 @@ def windows(
       service_job_name: clients passing the same name share one stream.
       processing_mode: ``"distributed_epoch"`` (each window once per epoch
         across workers) or ``"parallel_epochs"`` (each worker reads it all).
+      with_keys: each element becomes ``(keys, element)``, ``keys = {"episode":
+        int64 [B], "step": int64 [B]}``: each window's episode id (its source
+        file's place in sorted order, as ``readers.info`` lists) and start step,
+        to match predictions to sources in evaluation. Not for ``model.fit``
+        (drop them: ``ds.map(lambda keys, element: element)``).
 
     Returns:
       A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
       resident mode its ``resident_arrays`` attribute lists the placed variables, one
-      ``{feature: tf.Variable}`` per device (``.device`` says where each lives). Without a
+      ``{feature: tf.Variable}`` per device (``.device`` says where each lives), each
+      ``[rows, g, ...]``: the episodes in rows of g steps (see ``readers/resident.py``). Without a
       strategy or service its length is known (``len(ds)``): this pipeline's windows
       ``// batch_size`` with ``drop_remainder``, else rounded up.
 
@@ -168,18 +232,7 @@ def windows(
         )
     remote = service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                          input_context=input_context)
-    dataset = files_lib.info(path)
-    chosen = select_features(dataset, features)
-    schema = feature_schema(dataset)
-    # A one-feature dataset (``.npy`` sources name it "data") gives tensors unasked, so a Sequential takes it as is.
-    single = isinstance(features, str) or (features is None and len(schema) == 1)
-    layout = Layout(list(chosen), single, targets, list(schema), where)
-    lengths = dataset.episode_lengths(split)
-    if window_count(lengths, length, shift, layout.horizon) == 0:
-        raise ValueError(
-            f"{where}: split {split!r} has no episode of at least {length + layout.horizon} steps (longest "
-            f"{max(lengths, default=0)}); pass a shorter length{' or horizon' if layout.horizon else ''}"
-        )
+    dataset, layout, schema = _plan(path, split, features, targets, length, shift)
     if not resident:
         if strategy is not None:
             return strategy.distribute_datasets_from_function(
@@ -190,19 +243,14 @@ def windows(
                     read_buffer_bytes=read_buffer_bytes,
                     remote=service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                                        input_context=ctx),
-                    replicas=ctx.num_replicas_in_sync, pipelines=ctx.num_input_pipelines,
+                    replicas=ctx.num_replicas_in_sync, pipelines=ctx.num_input_pipelines, with_keys=with_keys,
                 )
             )
         return _streamed(dataset, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
                          shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
-                         input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote)
-    split_episodes = files_lib.split_info(dataset, split).episodes
-
-    def load(shards):
-        return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
-                                 read_buffer_bytes=read_buffer_bytes)
-
-    source = Source(lengths, [e.shard for e in split_episodes], len(dataset.shard_paths(split)), load,
-                     f"{where}: split {split!r}")
+                         input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote,
+                         with_keys=with_keys)
+    source = shard_source(dataset, split, layout, schema, read_buffer_bytes)
     return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
-                     seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy)
+                          seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
+                          with_keys=with_keys)

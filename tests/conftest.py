@@ -29,6 +29,18 @@ def _split_the_cpu(count: int = 4) -> None:
 _split_the_cpu()
 
 
+@pytest.fixture(scope="session")
+def strategies():
+    """MirroredStrategy over 2 and over 3 logical CPUs, one of each for the whole run: strategies on the same devices
+    number their collectives alike, so a second one's all-reduce could meet a first one's of another shape."""
+    import tensorflow as tf
+
+    devices = tf.config.list_logical_devices("CPU")
+    assert len(devices) >= 3, f"conftest.py should split the CPU into 4 logical devices (got {devices})"
+    return {2: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
+            3: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1", "/cpu:2"])}
+
+
 def write_jpeg(path, seed: int, size=(16, 16), mode="RGB", quality=90, **save_kwargs) -> bytes:
     """Writes a seeded random JPEG and returns its bytes."""
     rng = np.random.default_rng(seed)

@@ -60,7 +60,8 @@ def main(images: str, episodes: str, one_shard: str, result_path: str) -> None:
         epochs.append({"windows": windows, "global_count": counted})
     result["epochs"] = epochs
     result["resident"] = [
-        {"device": arrays["data"].device, "values": sorted(set(arrays["data"].numpy()[:, 0].tolist()))}
+        # [rows, steps per row, 1]; shift 2 and these lengths give rows of one step (two would pad more than 1/64)
+        {"device": arrays["data"].device, "values": sorted(set(arrays["data"].numpy().reshape(-1).tolist()))}
         for arrays in ds.resident_arrays
     ]
     with open(result_path, "w") as f:

@@ -33,9 +33,12 @@ def _write(tmp_path_factory, name, **options):
                                           "act": np.array([next(ids) for _ in range(t)], np.int32)}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, **options)
-    order = [written[e.source] for e in manifest.splits["train"].episodes]
+    listed = manifest.splits["train"].episodes
+    order = [written[e.source] for e in sorted(listed, key=lambda e: e.id)]  # source order: resident, unshuffled
+    in_manifest = [written[e.source] for e in listed]  # streamed, unshuffled
     return types.SimpleNamespace(out=str(out), manifest=manifest,
-                                 episodes={n: [e[n] for e in order] for n in ("obs", "act")})
+                                 episodes={n: [e[n] for e in order] for n in ("obs", "act")},
+                                 manifest_order={n: [e[n] for e in in_manifest] for n in ("obs", "act")})
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +51,19 @@ def plain(tmp_path_factory):
 def chunked(tmp_path_factory):
     """Every episode cut into 4-step chunk records (12 bytes a step), over 3 gzip shards."""
     return _write(tmp_path_factory, "chunked", num_shards=3, compression="gzip",
+                  episode=EpisodeOptions(max_record_bytes=4 * 12))
+
+
+@pytest.fixture(scope="module")
+def plain_sorted(tmp_path_factory):
+    """As ``plain``, written without the write-time shuffle: the manifest lists episodes in source order."""
+    return _write(tmp_path_factory, "plain-sorted", seed=None)
+
+
+@pytest.fixture(scope="module")
+def chunked_sorted(tmp_path_factory):
+    """As ``chunked``, written without the write-time shuffle."""
+    return _write(tmp_path_factory, "chunked-sorted", seed=None, num_shards=3, compression="gzip",
                   episode=EpisodeOptions(max_record_bytes=4 * 12))
 
 
@@ -138,8 +154,21 @@ def test_shuffled_epochs_are_the_same_multiset_in_new_orders_and_the_seed_repeat
 
 
 @pytest.mark.parametrize("fixture", ["plain", "chunked"])
+def test_streamed_unshuffled_is_in_manifest_order_and_resident_in_source_order(request, fixture):
+    """Resident arrays are laid out by episode id; streaming reads shard after shard, as the manifest lists them."""
+    data = request.getfixturevalue(fixture)
+    assert data.manifest_order["act"][0] is not data.episodes["act"][0]  # the write-time shuffle moved episodes
+    options = {"length": 5, "shift": 2, "batch_size": 6, "shuffle": False, "drop_remainder": False,
+               "features": "act"}
+    for resident, episodes in ((True, data.episodes), (False, data.manifest_order)):
+        got = np.concatenate([b.numpy() for b in readers.windows(data.out, resident=resident, **options)])
+        np.testing.assert_array_equal(got, np.stack(reference(episodes["act"], 5, 2)[0]))
+
+
+@pytest.mark.parametrize("fixture", ["plain_sorted", "chunked_sorted"])
 @pytest.mark.parametrize("drop_remainder", [True, False])
 def test_streamed_unshuffled_equals_resident_batch_by_batch(request, fixture, drop_remainder):
+    """Written with --no-shuffle, the manifest's order is source order: both modes yield the same batches."""
     data = request.getfixturevalue(fixture)
     options = {"length": 5, "shift": 2, "batch_size": 6, "shuffle": False, "drop_remainder": drop_remainder}
 
@@ -157,11 +186,11 @@ def test_streamed_unshuffled_equals_resident_batch_by_batch(request, fixture, dr
     np.testing.assert_array_equal(got, np.stack(expected[: len(got)]))
 
 
-def test_streamed_with_a_horizon_equals_resident(chunked):
+def test_streamed_with_a_horizon_equals_resident(chunked_sorted):
     options = {"length": 4, "shift": 3, "batch_size": 4, "features": "obs", "targets": 2, "shuffle": False,
                "drop_remainder": False}
-    resident = list(readers.windows(chunked.out, **options))
-    streamed = list(readers.windows(chunked.out, resident=False, **options))
+    resident = list(readers.windows(chunked_sorted.out, **options))
+    streamed = list(readers.windows(chunked_sorted.out, resident=False, **options))
     assert len(resident) == len(streamed)
     for (x1, y1), (x2, y2) in zip(resident, streamed):
         np.testing.assert_array_equal(x1.numpy(), x2.numpy())
@@ -601,7 +630,9 @@ def npy(tmp_path_factory):
     written = {f"ep{i}.npy": e for i, e in enumerate(random_episodes([20, 9, 14], seed=4))}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, num_shards=2)
-    order = [written[e.source] for e in manifest.splits["train"].episodes]
+    listed = manifest.splits["train"].episodes
+    order = [written[e.source] for e in sorted(listed, key=lambda e: e.id)]  # source order: resident, unshuffled
+    in_manifest = [written[e.source] for e in listed]  # streamed, unshuffled
     return types.SimpleNamespace(out=str(out), manifest=manifest, episodes={"data": order})
 
 

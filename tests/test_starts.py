@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tfshard.readers.starts import episode_offsets, window_count, window_starts
+from tfshard.readers.starts import episode_offsets, row_steps, window_count, window_starts
 
 
 def _oracle(lengths, length, shift, horizon=0):
@@ -45,3 +45,34 @@ def test_index_memory_is_four_bytes_per_window_below_2_31_samples():
 def test_bad_arguments_name_the_field(kwargs, match):
     with pytest.raises(ValueError, match=match):
         window_starts([10], **kwargs)
+
+
+def test_starts_in_rows_are_the_same_windows_in_the_padded_layout():
+    """In rows of g steps (episodes padded to whole rows), each window is span/g whole rows of its episode."""
+    for lengths in itertools.chain.from_iterable(itertools.product([0, 4, 7, 12, 13], repeat=n) for n in range(1, 4)):
+        for length, shift, horizon in itertools.product([2, 4, 6], [2, 4], [0, 2]):
+            span = length + horizon
+            for row in (g for g in (1, 2, 4) if shift % g == 0 and span % g == 0):
+                offsets = episode_offsets(list(lengths), row)
+                assert all(o % row == 0 for o in offsets)
+                by_step = window_starts(list(lengths), length, shift, horizon)
+                by_row = window_starts(list(lengths), length, shift, horizon, row=row)
+                # the same windows: episode e's k-th window starts row·r = its step start, moved by the padding
+                plain = episode_offsets(list(lengths))
+                moved = [s - plain[np.searchsorted(plain, s, "right") - 1] + offsets[np.searchsorted(plain, s, "right")
+                                                                                    - 1] for s in by_step]
+                assert [r * row for r in by_row] == moved, (lengths, length, shift, horizon, row)
+
+
+def test_row_steps_is_the_largest_divisor_within_the_padding_budget():
+    assert row_steps([4096] * 3, 256, 16) == 16
+    assert row_steps([4096] * 3, 256, 16, horizon=8) == 8  # gcd(264, 16)
+    assert row_steps([4100] * 3, 256, 16) == 16  # 12 of 12,300 steps padded: under 1/64
+    assert row_steps([20, 36], 16, 16) == 4  # rows of 16 would pad 24 of 56, of 8 pad 8: over 1/64; 4 pads 0
+    assert row_steps([17, 33], 16, 16) == 1  # any row pads: 1 never does
+    assert row_steps([100], 7, 1) == 1
+
+
+def test_rows_that_do_not_divide_the_shift_and_span_are_refused():
+    with pytest.raises(ValueError, match=r"row: must divide shift=4 and length \+ horizon=6"):
+        window_starts([10], 6, 4, row=4)

@@ -22,14 +22,6 @@ LENGTHS = [40, 25, 7, 33, 4, 19, 8]  # 59 windows of 4 (shift 2): 59 % 2 and 59 
 WIDTH = 3
 
 
-@pytest.fixture(scope="module")
-def strategies():
-    devices = tf.config.list_logical_devices("CPU")
-    assert len(devices) >= 3, f"conftest.py should split the CPU into 4 logical devices (got {devices})"
-    return {2: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]),
-            3: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1", "/cpu:2"])}
-
-
 def _write(tmp_path_factory, name, num_shards):
     """``t``: int64 [T], a unique id per step (a window's identity); ``obs``: float32 [T, 3]."""
     src = tmp_path_factory.mktemp(f"{name}-src")
@@ -40,9 +32,12 @@ def _write(tmp_path_factory, name, num_shards):
                              "obs": rng.normal(size=(t, WIDTH)).astype(np.float32)} for i, t in enumerate(LENGTHS)}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, num_shards=num_shards, episode=EpisodeOptions(max_record_bytes=200))
-    order = [written[e.source] for e in manifest.splits["train"].episodes]
+    listed = manifest.splits["train"].episodes
+    order = [written[e.source] for e in sorted(listed, key=lambda e: e.id)]  # source order: resident, unshuffled
+    in_manifest = [written[e.source] for e in listed]  # streamed, unshuffled
     episodes = {feature: [e[feature] for e in order] for feature in ("t", "obs")}
-    return types.SimpleNamespace(out=str(out), manifest=manifest, episodes=episodes)
+    manifest_order = {feature: [e[feature] for e in in_manifest] for feature in ("t", "obs")}
+    return types.SimpleNamespace(out=str(out), manifest=manifest, episodes=episodes, manifest_order=manifest_order)
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +130,21 @@ def test_windows_are_the_reference_values_on_each_replica(strategies, data):
         assert t.dtype == tf.int64 and obs.device.endswith(f"CPU:{i}") and future.device.endswith(f"CPU:{i}")
 
 
+@pytest.mark.parametrize("resident", [True, False])
+def test_keys_name_each_replicas_windows(strategies, data, resident):
+    strategy = strategies[2]
+    dataset = readers.windows(data.out, length=5, shift=3, batch_size=4, features="t", seed=2, with_keys=True,
+                              resident=resident, strategy=strategy)
+    checked = 0
+    for keys, windows in dataset:
+        for part_keys, part in zip(strategy.experimental_local_results(keys),
+                                   strategy.experimental_local_results(windows)):
+            for episode, step, window in zip(part_keys["episode"].numpy(), part_keys["step"].numpy(), part.numpy()):
+                np.testing.assert_array_equal(window, data.episodes["t"][episode][step : step + 5])
+                checked += 1
+    assert checked == 36  # 37 windows of 5 (shift 3), in global batches of 4
+
+
 @pytest.mark.parametrize("drop_remainder", [True, False])
 def test_drop_remainder_keeps_only_full_per_replica_batches(strategies, data, drop_remainder):
     strategy = strategies[3]
@@ -166,9 +176,10 @@ def test_each_replica_holds_its_own_copy_of_the_arrays_on_its_device(strategies,
     created = [arrays["obs"] for arrays in ds.resident_arrays]
     devices = [v.device for v in created]
     assert len(created) == 3 and [d[-5:] for d in devices] == ["CPU:0", "CPU:1", "CPU:2"], devices
-    everything = np.concatenate(data.episodes["obs"])
+    everything = np.concatenate(data.episodes["obs"])  # source order; shift 1 makes rows of 1 step: no padding
     for variable in created:
-        np.testing.assert_array_equal(variable.numpy(), everything)
+        assert variable.shape == (len(everything), 1, WIDTH)
+        np.testing.assert_array_equal(variable.numpy()[:, 0], everything)
 
 
 def test_values_from_distribute_values_from_function_alone_stay_on_the_host(strategies):
@@ -355,7 +366,7 @@ def test_streamed_with_fewer_windows_than_one_step_takes_is_an_error_up_front(da
 def _steps_by_shard(data, steps_per_record=10) -> list[set]:
     """The step ids each shard holds, from the manifest: episodes in record order, ceil(T / 10) records each."""
     shards, found = data.manifest.splits["train"].shards, []
-    episodes = iter(zip(data.manifest.splits["train"].episodes, data.episodes["t"]))
+    episodes = iter(zip(data.manifest.splits["train"].episodes, data.manifest_order["t"]))
     for shard in shards:
         records, steps = 0, set()
         while records < shard.records:
@@ -395,7 +406,9 @@ def npy(tmp_path_factory):
     written = {f"e{i}.npy": np.array([[next(counter)] for _ in range(t)], np.int64) for i, t in enumerate(LENGTHS)}
     save_episodes(src, written)
     manifest = convert_episode_tree(src, out, num_shards=4)
-    order = [written[e.source] for e in manifest.splits["train"].episodes]
+    listed = manifest.splits["train"].episodes
+    order = [written[e.source] for e in sorted(listed, key=lambda e: e.id)]  # source order: resident, unshuffled
+    in_manifest = [written[e.source] for e in listed]  # streamed, unshuffled
     return types.SimpleNamespace(out=str(out), episodes=order)
 
 

@@ -1,0 +1,213 @@
+"""``readers.model_windows()``: resident windows gathered inside the model's step, where the model runs.
+
+A tf.data pipeline runs on the host: a dataset function's outputs are placed on
+the dataset's (CPU) device even when it reads a GPU variable, so windows gathered
+inside the pipeline (``readers.windows``) travel device → host → device every
+batch. Here the pipeline yields only window *start rows* (int32, 4 bytes a
+window), and a Keras layer holding the resident arrays turns them into windows
+inside the train step, on the arrays' device: nothing but the starts crosses the
+bus. Under a ``tf.distribute`` strategy the arrays are mirrored variables (one
+copy on each replica's device) and each replica gathers from its own copy.
+
+    windows = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs",
+                                    targets="same")
+    model = windows.wrap(autoencoder)       # a keras.Model taking start rows
+    model.compile("adam", "mse")
+    model.fit(windows.starts, epochs=10)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Sequence
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from . import files as files_lib
+from .layout import Concatenated, Layout, Targets, check_not_empty, check_window_args, per_replica_text
+from .resident import _index_batches, default_device, gather_windows, quiet_options
+from .starts import row_steps, window_count, window_starts
+from .windows import resident_layout
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+class _Resident:
+    """The resident arrays and how start rows become dataset elements. A plain object on purpose: Keras and
+    ``tf.train.Checkpoint`` track only trackable attributes, so the data is never saved with the model."""
+
+    def __init__(self, arrays: dict[str, tf.Variable], layout: Layout, length: int, dtype: tf.DType):
+        self.arrays, self.layout, self.length, self.dtype = arrays, layout, length, dtype
+        # Per thread (a MirroredStrategy traces each replica's step on its own thread): the start rows of the last
+        # gather and its element, so the targets of a step reuse the gather its inputs made.
+        self._last = threading.local()
+
+    def element(self, starts: tf.Tensor):
+        """What ``readers.windows`` would yield for these start rows: inputs, or ``(inputs, targets)``."""
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()  # Keras traces in scratch graphs too
+        last = getattr(self._last, "pair", None)
+        if graph is not None and last is not None and last[0] is starts and last[1] is graph:
+            return last[2]
+        # Keras builds a model on symbolic inputs of its own dtype (float32 under a strategy): cast them back.
+        rows = tf.cast(starts, self.dtype)
+        gathered = gather_windows(self.arrays, rows, self.layout.gathered, self.length + self.layout.horizon)
+        element = self.layout.shape(gathered, self.length)
+        self._last.pair = (starts, graph, element)
+        return element
+
+    def inputs(self, starts: tf.Tensor):
+        element = self.element(starts)
+        return element[0] if self.layout.targets is not None else element
+
+    def targets(self, starts: tf.Tensor):
+        return self.element(starts)[1] if self.layout.targets is not None else None
+
+
+class WindowGather(keras.layers.Layer):
+    """start rows ``int32 [B]`` → the windows ``readers.windows`` would yield as inputs, gathered on the arrays'
+    device (under a strategy, each replica's own copy). Holds no weights: saving a model saves none of the data."""
+
+    def __init__(self, resident: _Resident, **kwargs):
+        super().__init__(trainable=False, **kwargs)
+        self._resident = resident
+
+    def call(self, starts):
+        return self._resident.inputs(starts)
+
+
+class WindowModel(keras.Model):
+    """``model`` fed by start rows: the inputs are gathered in ``call``, the targets for the loss and the metrics
+    from the same gather (one gather per step, where the step runs)."""
+
+    def __init__(self, model: keras.Model, gather: WindowGather, **kwargs):
+        super().__init__(**kwargs)
+        self.model, self.gather = model, gather
+
+    def call(self, starts, training=None):
+        return self.model(self.gather(starts), training=training)
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x, self.gather._resident.targets(x), y_pred, sample_weight, training=training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, self.gather._resident.targets(x), y_pred, sample_weight)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelWindows:
+    """What ``model_windows`` returns.
+
+    Attributes:
+      starts: a ``tf.data.Dataset`` of int32 ``[B]`` window start rows (global batches; Keras splits
+        them over the replicas), a new seeded permutation every epoch; ``len()`` known.
+      layer: a Keras layer, start rows → the inputs ``readers.windows`` would yield.
+      arrays: the resident ``tf.Variable`` per feature, ``[rows, g, ...]`` (mirrored under a strategy:
+        ``strategy.experimental_local_results(v)`` lists the per-replica copies).
+      row: steps per row ``g``.
+    """
+
+    starts: tf.data.Dataset
+    layer: WindowGather
+    arrays: dict[str, tf.Variable]
+    row: int
+
+    def wrap(self, model: keras.Model) -> keras.Model:
+        """A ``keras.Model`` that takes start rows: ``fit``/``evaluate``/``predict`` on ``starts`` gather inputs
+        and targets in the step. Save or export ``model`` itself: the wrapper holds only the gather."""
+        return WindowModel(model, self.layer)
+
+    def element(self, starts: tf.Tensor):
+        """Start rows → ``(inputs, targets)`` (or inputs), for a custom training loop."""
+        return self.layer._resident.element(starts)
+
+
+def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, device: str | None):
+    arrays = {n: a.reshape(-1, data.row, *a.shape[1:]) for n, a in data.arrays.items()}
+    if strategy is not None:
+        with strategy.scope():  # mirrored: one copy per replica, each read on its own device in the step
+            return {n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()}
+    with tf.device(device or default_device()):
+        return {n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()}
+
+
+def model_windows(
+    path: str,
+    split: str = "train",
+    *,
+    length: int,
+    shift: int = 1,
+    batch_size: int,
+    features: str | Sequence[str] | None = None,
+    targets: Targets = None,
+    shuffle: bool = True,
+    seed: int | None = None,
+    drop_remainder: bool = True,
+    device: str | None = None,
+    strategy: tf.distribute.Strategy | None = None,
+    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+) -> ModelWindows:
+    """Sliding windows as ``readers.windows`` gives them, gathered in the model's step instead of the pipeline.
+
+    Use it when the model runs on an accelerator: only 4 bytes a window cross
+    the bus. ``readers.windows`` suits a CPU-only model or a custom loop that
+    wants windows as data. Same windows, order and seeds: the ``starts``
+    dataset is ``readers.windows``' index dataset, and ``layer`` its gather.
+
+    Args:
+      path, split, length, shift, features, targets, shuffle, seed, drop_remainder: as for ``readers.windows``.
+      batch_size: windows per step (under a strategy the global batch, split evenly over the replicas).
+      device: without a strategy, where the arrays live (default the first GPU, else the CPU).
+      strategy: a single-worker ``tf.distribute`` strategy (``MirroredStrategy``,
+        ``OneDeviceStrategy``); picked up from an enclosing ``strategy.scope()``.
+        Each replica holds a full copy of the arrays. For several workers, use
+        ``readers.windows(strategy=...)``, where each worker holds only its shards.
+      read_buffer_bytes: read buffer per shard.
+
+    Returns:
+      A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays`` and ``wrap(model)``.
+
+    Raises:
+      ValueError: as ``readers.windows``; a multi-worker strategy; a batch that does not divide over the replicas.
+
+    Example:
+      windows = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs",
+                                      targets="same")
+      model = windows.wrap(autoencoder)
+      model.compile("adam", "mse")
+      model.fit(windows.starts, epochs=10)
+    """
+    check_window_args(length, shift, batch_size, path)
+    length, shift, batch_size = int(length), int(shift), int(batch_size)
+    if strategy is None and tf.distribute.has_strategy():
+        strategy = tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        raise ValueError(
+            f"{path}: model_windows holds every episode on every replica and supports single-worker strategies "
+            f"(got {type(strategy).__name__}); use readers.windows(..., strategy=strategy), where each worker "
+            "holds only its own shards' episodes"
+        )
+    replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if batch_size % replicas:
+        raise ValueError(
+            f"{path}: batch_size={batch_size} is the global batch and must divide evenly over the strategy's "
+            f"{replicas} replicas; pass a multiple of {replicas}"
+        )
+    layout, source = resident_layout(path, split, length=length, shift=shift, features=features, targets=targets,
+                                     read_buffer_bytes=read_buffer_bytes)
+    if drop_remainder:
+        what = f"batch_size={batch_size}" if replicas == 1 else per_replica_text(batch_size // replicas, batch_size,
+                                                                                  replicas)
+        check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon),
+                        "for this pipeline", batch_size, what)
+    row = row_steps(source.lengths, length, shift, layout.horizon)
+    data = source.load(None, row)
+    arrays = _variables(data, strategy, device)
+    starts = window_starts(data.lengths, length, shift, layout.horizon, row)
+    seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed
+    index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
+                           replica=0, replicas=1)
+    gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")
+    return ModelWindows(index.prefetch(AUTOTUNE).with_options(quiet_options()), gather, arrays, row)
