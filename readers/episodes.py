@@ -53,13 +53,14 @@ def select_features(
     return {n: schema[n] for n in names}
 
 
-def decode_feature(raw: tf.Tensor, dtype: np.dtype, shape: tuple[int, ...]) -> tf.Tensor:
-    """Raw little-endian bytes → ``[steps, *shape]`` of ``dtype``."""
+def decode_feature(raw: tf.Tensor, dtype: np.dtype, shape: tuple[int, ...],
+                   steps: tf.Tensor | None = None) -> tf.Tensor:
+    """Raw little-endian bytes → ``[steps, *shape]`` of ``dtype`` (``steps`` needed when a step holds no value)."""
     twin = _RAW_TWIN.get(dtype)
     values = tf.io.decode_raw(raw, twin or tf.as_dtype(dtype), little_endian=True)
     if twin is not None:
         values = tf.bitcast(values, tf.as_dtype(dtype))
-    return tf.reshape(values, [-1, *shape])
+    return tf.reshape(values, [-1 if steps is None else steps, *shape])
 
 
 def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Dataset:
@@ -113,7 +114,9 @@ def _decode_episode(schema, where: str, fix: str, manifest_length, with_keys: bo
             [f"{where}: episode", meta["id"], meta["source"], "has", meta["length"],
              "steps in its records, the manifest says (-1: it does not list this id)", expected, f"; {fix}"],
         )
-        episode = {n: decode_feature(joined[n], *schema[n]) for n in schema}
+        # A zero-width feature ([T, 0]) has no values to infer T from: give it the record's length.
+        episode = {n: decode_feature(joined[n], *schema[n], meta["length"] if 0 in schema[n][1] else None)
+                   for n in schema}
         for n, values in episode.items():
             tf.debugging.assert_equal(
                 tf.shape(values, out_type=tf.int64)[0], meta["length"],
@@ -249,7 +252,7 @@ class _Placer:
                            f"{dtype.name}{list(shape)} (got {len(raw)} != {steps * self._row_bytes[n]})")
         at = offset + start
         for n, (dtype, shape) in self.schema.items():
-            self._arrays[n][at : at + steps] = np.frombuffer(record[f"data/{n}"], dtype).reshape(-1, *shape)
+            self._arrays[n][at : at + steps] = np.frombuffer(record[f"data/{n}"], dtype).reshape(steps, *shape)
         self.spans[episode_id].append((start, steps))
 
     def arrays(self) -> dict[str, np.ndarray]:

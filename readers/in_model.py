@@ -125,7 +125,7 @@ class ModelWindows:
 
 
 def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, device: str | None):
-    arrays = {n: a.reshape(-1, data.row, *a.shape[1:]) for n, a in data.arrays.items()}
+    arrays = {n: data.rows(n) for n in data.arrays}
     if strategy is not None:
         with strategy.scope():  # mirrored: one copy per replica, each read on its own device in the step
             return {n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()}

@@ -99,15 +99,25 @@ class Concatenated:
         """The arrays' length: every episode and its padding."""
         return int(sum(t + (-t % self.row) for t in self.lengths))
 
+    def rows(self, name: str) -> np.ndarray:
+        """A feature's array viewed as ``[rows, row, ...]`` (explicit sizes: a zero-width feature has no -1)."""
+        array = self.arrays[name]
+        return array.reshape(len(array) // self.row, self.row, *array.shape[1:])
+
     @classmethod
-    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int) -> "Concatenated":
-        """From per-episode arrays in memory (in the order of ``ids``)."""
+    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int, where: str) -> "Concatenated":
+        """From per-episode arrays in memory (in the order of ``ids``), each feature's dtype promoted over its
+        episodes as ``np.concatenate`` would; episodes of one feature with other trailing shapes are refused."""
         names = list(episodes)
         lengths = [len(e) for e in episodes[names[0]]]
         made = cls({}, lengths, list(ids), row)
         for name, parts in episodes.items():
-            first = np.asarray(parts[0])
-            out = np.zeros((made.steps, *first.shape[1:]), first.dtype)
+            parts = [np.asarray(p) for p in parts]
+            trailing = sorted({p.shape[1:] for p in parts})
+            if len(trailing) > 1:
+                raise ValueError(f"{where}: episodes[{name!r}]: every episode of a feature must have the same shape "
+                                 f"after its time axis (got {trailing})")
+            out = np.zeros((made.steps, *trailing[0]), np.result_type(*parts))
             for offset, part in zip(made.offsets.tolist(), parts):
                 out[offset : offset + len(part)] = part
             made.arrays[name] = out

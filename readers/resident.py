@@ -16,8 +16,8 @@ S=16, 8 channels). A window never crosses an episode boundary, because starts
 are computed per episode. Without shuffling, windows come in source order.
 
 Under a ``tf.distribute`` strategy each replica holds its own copy of the
-arrays on its own device (the per-device components of one mirrored variable)
-and its own pipeline (``InputReplicationMode.PER_REPLICA``); every epoch all
+arrays on its own device (a plain variable per device, made outside the
+strategy's scope) and its own pipeline (``InputReplicationMode.PER_REPLICA``); every epoch all
 replicas permute the same starts with the same seed and each takes every n-th
 one, so their shares are disjoint, cover the epoch, and change every epoch.
 """
@@ -102,7 +102,7 @@ def gather_windows(arrays: dict, starts: tf.Tensor, names: Sequence[str], span: 
         with tf.device(array.device):
             rows = starts[:, None] + tf.range(span // row, dtype=starts.dtype)
             gathered = _gather_rows(array, rows)  # [B, span / g, g, ...]: contiguous blocks of g steps
-            out[name] = tf.reshape(gathered, [-1, span, *array.shape[2:]])
+            out[name] = tf.reshape(gathered, [tf.shape(starts)[0], span, *array.shape[2:]])  # no -1: [T, 0] too
     return out
 
 
@@ -163,8 +163,8 @@ def _variables_on(data: Concatenated, devices: Sequence[str]) -> list[dict[str, 
         placed = []
         for device in devices:
             with tf.device(device):
-                placed.append({n: tf.Variable(a.reshape(-1, data.row, *a.shape[1:]), trainable=False,
-                                              name=f"resident_{n}") for n, a in data.arrays.items()})
+                placed.append({n: tf.Variable(data.rows(n), trainable=False, name=f"resident_{n}")
+                               for n in data.arrays})
         return placed
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -314,6 +314,8 @@ def resident_windows(
         raise ValueError(f"{where}: no feature(s) {unknown or names!r}; episodes has {sorted(episodes)}")
     layout = Layout(names, isinstance(features, str), targets, list(episodes), where)
     lengths = [len(e) for e in episodes[layout.gathered[0]]]
+    if not lengths:
+        raise ValueError(f"{where}: episodes[{layout.gathered[0]!r}] holds no episode; pass at least one array")
     for name in layout.gathered[1:]:
         other = [len(e) for e in episodes[name]]
         if other != lengths:
@@ -322,7 +324,7 @@ def resident_windows(
             )
     def load(shards, row):
         chosen = list(range(len(lengths))) if shards is None else list(shards)
-        return Concatenated.of({n: [episodes[n][i] for i in chosen] for n in layout.gathered}, chosen, row)
+        return Concatenated.of({n: [episodes[n][i] for i in chosen] for n in layout.gathered}, chosen, row, where)
 
     source = Source(lengths, list(range(len(lengths))), len(lengths), load, where)
     return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
