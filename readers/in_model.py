@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from . import files as files_lib
 from .layout import Concatenated, Layout, Targets, check_not_empty, check_window_args, per_replica_text
-from .resident import _index_batches, default_device, gather_windows, quiet_options
+from .resident import _index_batches, default_device, gather_windows, resumable_options
 from .starts import row_steps, window_count, window_starts
 from .windows import resident_layout
 
@@ -148,6 +148,7 @@ def model_windows(
     device: str | None = None,
     strategy: tf.distribute.Strategy | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    repeat: bool = False,
 ) -> ModelWindows:
     """Sliding windows as ``readers.windows`` gives them, gathered in the model's step instead of the pipeline.
 
@@ -165,6 +166,7 @@ def model_windows(
         Each replica holds a full copy of the arrays. For several workers, use
         ``readers.windows(strategy=...)``, where each worker holds only its shards.
       read_buffer_bytes: read buffer per shard.
+      repeat: ``starts`` runs epoch after epoch from one iterator, checkpointable as ``readers.windows``'.
 
     Returns:
       A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays`` and ``wrap(model)``.
@@ -208,6 +210,6 @@ def model_windows(
     starts = window_starts(data.lengths, length, shift, layout.horizon, row)
     seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed
     index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
-                           replica=0, replicas=1)
+                           replica=0, replicas=1, repeat=repeat)
     gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")
-    return ModelWindows(index.prefetch(AUTOTUNE).with_options(quiet_options()), gather, arrays, row)
+    return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options()), gather, arrays, row)

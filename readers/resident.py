@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -44,16 +45,26 @@ def default_device() -> str:
 
 def _index_batches(
     starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
-    limit: int | None = None,
+    limit: int | None = None, repeat: bool = False, start_step: int = 0, then: Callable | None = None,
 ) -> tf.data.Dataset:
     """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
 
-    ``limit``: use only the first ``limit`` starts of each epoch's permutation (equal steps across workers).
+    Each epoch permutes the starts as one op (``stateless_shuffle`` keyed by the epoch's seed) and slices
+    batches from it. Replica ``r`` of ``n`` takes positions ``r, r + n, ...`` of the permutation, so replicas'
+    shares are disjoint. Under ``resumable_options`` (symbolic checkpointing) a ``tf.train.Checkpoint`` of
+    the iterator holds only the epoch's seed and positions: a few KB; a restore recomputes the permutation.
+
+    ``limit``: use only the first ``limit`` positions of each epoch's permutation (equal steps across workers).
+    ``repeat``: epoch after epoch, each with a new permutation, in one iterator (whose checkpoint then holds
+    the epoch too). Epoch ``e``'s seed is then the e-th pair of ``Dataset.random(seed)``, so the stream is a
+    pure function of ``seed`` and the step: ``start_step`` starts it at any step without reading the ones before.
+    ``then``: a function of the start rows run in one parallel map (the gather: one map, one hand-off).
     """
     usable = len(starts) if limit is None else min(limit, len(starts))
     per_replica = usable // replicas  # equal shares, so no replica runs out of steps before the others
     full, tail = divmod(per_replica, batch_size)
     tail = 0 if drop_remainder else tail
+    per_epoch = full + (1 if tail else 0)
     all_starts = tf.constant(starts)
 
     def epoch(seed_pair):
@@ -64,8 +75,18 @@ def _index_batches(
             batches = batches.concatenate(tf.data.Dataset.from_tensors(mine[full * batch_size :]))
         return batches
 
-    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2).take(1)
-    return seeds.flat_map(epoch).apply(tf.data.experimental.assert_cardinality(full + (1 if tail else 0)))
+    def rows(index: tf.data.Dataset) -> tf.data.Dataset:
+        return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    if repeat:
+        first_epoch, first_batch = divmod(start_step, max(per_epoch, 1))
+        seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch).enumerate()
+        return rows(seeds.flat_map(lambda e, seed_pair: epoch(seed_pair).skip(
+            tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))
+    if start_step:
+        raise ValueError(f"start_step={start_step}: resuming at a step needs repeat=True (one stream of epochs)")
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
+    return rows(seeds.flat_map(epoch)).apply(tf.data.experimental.assert_cardinality(per_epoch))
 
 
 class Keys:
@@ -106,8 +127,9 @@ def gather_windows(arrays: dict, starts: tf.Tensor, names: Sequence[str], span: 
     return out
 
 
-def _gather_batches(index: tf.data.Dataset, arrays: dict, layout: Layout, length: int,
+def _gather_batches(make_index: Callable, arrays: dict, layout: Layout, length: int,
                     keys: Keys | None = None) -> tf.data.Dataset:
+    """``make_index``: ``_index_batches`` with its arguments bound; the gather runs in its map."""
     span = length + layout.horizon
 
     def gather(batch_starts):
@@ -115,8 +137,7 @@ def _gather_batches(index: tf.data.Dataset, arrays: dict, layout: Layout, length
         element = layout.shape(gather_windows(arrays, batch_starts, layout.gathered, span), length)
         return element if keys is None else (keys.of(batch_starts), element)
 
-    return index.map(gather, num_parallel_calls=AUTOTUNE, deterministic=True).prefetch(AUTOTUNE).with_options(
-        quiet_options())
+    return make_index(then=gather).prefetch(AUTOTUNE).with_options(resumable_options())
 
 
 def quiet_options() -> tf.data.Options:
@@ -124,6 +145,16 @@ def quiet_options() -> tf.data.Options:
     autotuner's next step, a pause at every epoch end; off, the per-batch cost also drops ~10% here."""
     options = tf.data.Options()
     options.autotune.enabled = False
+    return options
+
+
+def resumable_options() -> tf.data.Options:
+    """What lets ``tf.train.Checkpoint(input=iterator)`` save a resident pipeline mid-epoch, and small:
+    symbolic checkpointing (positions into the index, not the prefetched windows), and the gather's read of
+    the resident arrays treated as external state (they never change while the dataset exists)."""
+    options = quiet_options()
+    options.experimental_symbolic_checkpoint = True
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return options
 
 
@@ -184,10 +215,12 @@ def build_resident(
     device: str | None,
     strategy: tf.distribute.Strategy | None,
     with_keys: bool = False,
+    repeat: bool = False,
+    start_step: int = 0,
 ):
     row = row_steps(source.lengths, length, shift, layout.horizon)  # one layout for every replica and worker
     seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed  # one seed shared by all replicas
-    options = dict(shuffle=shuffle, seed=seed, drop_remainder=drop_remainder)
+    options = dict(shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, repeat=repeat, start_step=start_step)
     if strategy is None and tf.distribute.has_strategy():
         strategy = tf.distribute.get_strategy()
     if strategy is None:
@@ -197,8 +230,8 @@ def build_resident(
         data = source.load(None, row)
         (resident,) = _variables_on(data, [device or default_device()])
         starts = window_starts(data.lengths, length, shift, layout.horizon, row)
-        index = _index_batches(starts, batch_size=batch_size, replica=0, replicas=1, **options)
-        keys = Keys(data, index.element_spec.dtype) if with_keys else None
+        index = functools.partial(_index_batches, starts, batch_size=batch_size, replica=0, replicas=1, **options)
+        keys = Keys(data, tf.as_dtype(starts.dtype)) if with_keys else None
         return _with_arrays(_gather_batches(index, resident, layout, length, keys), [resident])
 
     replicas = strategy.num_replicas_in_sync
@@ -218,8 +251,9 @@ def build_resident(
 
         def replica_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
             i = context.input_pipeline_id
-            index = _index_batches(starts, batch_size=batch_size // replicas, replica=i, replicas=replicas, **options)
-            keys = Keys(data, index.element_spec.dtype) if with_keys else None
+            index = functools.partial(_index_batches, starts, batch_size=batch_size // replicas, replica=i,
+                                      replicas=replicas, **options)
+            keys = Keys(data, tf.as_dtype(starts.dtype)) if with_keys else None
             return _gather_batches(index, per_device[i], layout, length, keys)
 
         per_replica = tf.distribute.InputOptions(
@@ -255,9 +289,9 @@ def build_resident(
         placed.extend(per_device)
         datasets = []
         for r in range(len(devices)):
-            index = _index_batches(starts, batch_size=batch_size // replicas, replica=r, replicas=len(devices),
-                                   limit=equal, **options)
-            keys = Keys(data, index.element_spec.dtype) if with_keys else None
+            index = functools.partial(_index_batches, starts, batch_size=batch_size // replicas, replica=r,
+                                      replicas=len(devices), limit=equal, **options)
+            keys = Keys(data, tf.as_dtype(starts.dtype)) if with_keys else None
             datasets.append(_gather_batches(index, per_device[r], layout, length, keys))
         if len(datasets) == 1:
             return datasets[0]
@@ -288,6 +322,8 @@ def resident_windows(
     device: str | None = None,
     strategy: tf.distribute.Strategy | None = None,
     with_keys: bool = False,
+    repeat: bool = False,
+    start_step: int = 0,
 ):
     """Resident windows over episodes already in memory (what ``windows`` does after reading the shards).
 
@@ -329,6 +365,6 @@ def resident_windows(
     source = Source(lengths, list(range(len(lengths))), len(lengths), load, where)
     return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
                           seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
-                          with_keys=with_keys)
+                          with_keys=with_keys, repeat=repeat, start_step=start_step)
 
 

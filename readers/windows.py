@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from . import files as files_lib
@@ -152,6 +153,8 @@ def windows(
     service_job_name: str | None = None,
     processing_mode: str = "distributed_epoch",
     with_keys: bool = False,
+    repeat: bool = False,
+    start_step: int = 0,
 ):
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
@@ -200,6 +203,16 @@ def windows(
         file's place in sorted order, as ``readers.info`` lists) and start step,
         to match predictions to sources in evaluation. Not for ``model.fit``
         (drop them: ``ds.map(lambda keys, element: element)``).
+      repeat: resident mode: every epoch, each in a new order, from one endless
+        iterator (``model.fit(..., steps_per_epoch=len(readers.windows(...)))``).
+        ``tf.train.Checkpoint(input=iter(ds))`` saves that iterator mid-epoch in a
+        few KB (the epoch's seed and position; never the arrays or prefetched
+        windows) and a restore continues with exactly the windows an uninterrupted
+        run would have seen next, this epoch and later ones (README: Resuming).
+      start_step: with ``repeat``, start the stream at this step (batch) as if
+        the ones before had been read: a job that saved only its step count
+        (under a strategy, whose distributed iterators TensorFlow cannot
+        checkpoint) resumes exactly from it.
 
     Returns:
       A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
@@ -233,6 +246,12 @@ def windows(
     remote = service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                          input_context=input_context)
     dataset, layout, schema = _plan(path, split, features, targets, length, shift)
+    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"{where}: start_step must be a non-negative integer (got start_step={start_step!r})")
+    start_step = int(start_step)
+    if repeat and not resident:
+        raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
+                         "shuffle buffer cannot be resumed exactly: repeat the dataset yourself (ds.repeat())")
     if not resident:
         if strategy is not None:
             return strategy.distribute_datasets_from_function(
@@ -253,4 +272,4 @@ def windows(
     source = shard_source(dataset, split, layout, schema, read_buffer_bytes)
     return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
                           seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
-                          with_keys=with_keys)
+                          with_keys=with_keys, repeat=repeat, start_step=start_step)

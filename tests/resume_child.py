@@ -1,0 +1,70 @@
+"""A training job that can be killed at any step and restarted (tests/test_input_checkpoint.py runs it).
+
+    python resume_child.py DATASET CKPT_DIR LOG STEPS SAVE_EVERY [STRATEGY_REPLICAS]
+
+It trains a tiny Keras model on ``readers.windows(..., repeat=True, with_keys=True)``
+with ``train_on_batch``, saving the model, the optimizer and the step together every
+SAVE_EVERY steps (``tf.train.CheckpointManager``), and on start restores the latest
+checkpoint. Without a strategy the input iterator is in the checkpoint too; under one
+(whose distributed iterators TensorFlow cannot checkpoint) the input restarts at the
+restored step with ``start_step``. Each step appends ``step<TAB>episode:start,...`` to
+LOG (flushed), so the test can rebuild what the job consumed after any kills.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfshard import readers  # noqa: E402
+
+
+def main(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str, replicas: str = "0") -> None:
+    replicas_ = int(replicas)
+    if replicas_:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas_)
+        strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas_)])
+    else:
+        strategy = tf.distribute.get_strategy()
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8, 2)), keras.layers.Flatten(), keras.layers.Dense(2)])
+        model.compile(keras.optimizers.SGD(0.01), "mse")
+        step = tf.Variable(0, dtype=tf.int64)
+    def windows(start_step=0):
+        return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", targets=1, seed=11,
+                               with_keys=True, repeat=True, start_step=start_step,
+                               strategy=strategy if replicas_ else None)
+
+    if replicas_:
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=step)
+        manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=2)
+        manager.restore_or_initialize()
+        iterator = iter(windows(start_step=int(step.numpy())))
+    else:
+        iterator = iter(windows())
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, input=iterator, step=step)
+        manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=2)
+        manager.restore_or_initialize()
+    with open(log, "a") as out:
+        while int(step.numpy()) < int(steps):
+            keys, (x, y) = next(iterator)
+            if replicas_:
+                keys = {k: tf.concat(strategy.experimental_local_results(v), 0) for k, v in keys.items()}
+                x, y = (tf.concat(strategy.experimental_local_results(v), 0) for v in (x, y))
+            model.train_on_batch(x, tf.reshape(y, [-1, 2]))
+            step.assign_add(1)
+            pairs = ",".join(f"{e}:{s}" for e, s in zip(keys["episode"].numpy(), keys["step"].numpy()))
+            out.write(f"{int(step.numpy())}\t{pairs}\n")
+            out.flush()
+            if int(step.numpy()) % int(save_every) == 0:
+                manager.save(checkpoint_number=int(step.numpy()))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
