@@ -153,6 +153,24 @@ def _check_kind(dataset: files_lib.DatasetInfo) -> None:
         )
 
 
+def _check_resume(repeat: bool, start_step, *, seed, cache, service, ignore_errors, deterministic) -> None:
+    """``start_step`` replays the stream up to a step, so that stream must be a pure function of the seed."""
+    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"start_step: must be a non-negative integer (got {start_step!r})")
+    if repeat and service is not None:
+        raise ValueError("repeat: not with service= (each epoch is a new service job, shared among its clients); "
+                         "repeat the dataset yourself, knowing a service epoch cannot be resumed exactly")
+    if not start_step:
+        return
+    why = ("repeat=False: resuming at a step needs repeat=True (one stream of epochs)" if not repeat else
+           "seed=None: the stream must be a function of a seed" if seed is None else
+           f"cache={cache!r}: not supported yet" if cache is not None else
+           "ignore_errors=True: skipped records would shift every later batch" if ignore_errors else
+           "deterministic=False: the order must be reproducible" if deterministic is False else None)
+    if why:
+        raise ValueError(f"start_step={start_step}: cannot resume exactly with {why}")
+
+
 def _check_not_empty(dataset: files_lib.DatasetInfo, split: str, records: int, batch_size: int, fed: int) -> None:
     """With drop_remainder, fewer records than one step takes would make an epoch of nothing: say so up front.
 
@@ -189,6 +207,8 @@ def images(
     service: str | None = None,
     service_job_name: str | None = None,
     processing_mode: str = "distributed_epoch",
+    repeat: bool = False,
+    start_step: int = 0,
 ) -> tf.data.Dataset:
     """Streams a ``tfshard images`` dataset for training or evaluation.
 
@@ -246,6 +266,15 @@ def images(
         across all workers (at most once, if a worker dies mid-file);
         ``"parallel_epochs"``: every worker reads the whole split.
 
+      repeat: epoch after epoch (files and records reshuffled each one) from one
+        endless iterator: ``model.fit(ds, steps_per_epoch=...)``. Batches then run
+        on across epoch ends.
+      start_step: with ``repeat`` and a ``seed``, start at this step (batch) exactly
+        as if the ones before had been read: the records before it are read and
+        shuffled again but not decoded. A job that saved its step count with the
+        model resumes mid-epoch with no record lost or repeated (README: Resuming).
+        Not with ``cache``, ``service`` or ``ignore_errors``.
+
     Returns:
       A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. Unless
       ``ignore_errors`` or ``service``, its length is known from the manifest: this pipeline's records
@@ -276,6 +305,8 @@ def images(
                          "pass augment='default', or dtype='float32'")
     if read_buffer_bytes < 1:
         raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
+    _check_resume(repeat, start_step, seed=seed, cache=cache, service=service, ignore_errors=ignore_errors,
+                  deterministic=deterministic)
     if num_parallel_reads is not None and num_parallel_reads < 1:
         raise ValueError(f"num_parallel_reads: must be positive or None (got {num_parallel_reads!r})")
     remote = service_lib.service_options(
@@ -330,7 +361,9 @@ def images(
         # Shuffle the encoded records, before the decode (as TF's model garden readers do): the buffer holds
         # ~80 KB JPEGs instead of 150 KB decoded images, and batch() stays fused with the decode map.
         records = records.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
-        ds = tf.data.Dataset.zip((records, _seed_stream(worker_seed, salt=1)))
+        ds = tf.data.Dataset.zip((records.repeat() if repeat else records, _seed_stream(worker_seed, salt=1)))
+        if start_step:  # before the decode: a resumed job reads what it skips, decodes none of it
+            ds = ds.skip(start_step * batch_size)
         stage = None
     else:
         # Deterministic, so it may be cached. In training keep a larger centred square to crop from later.
@@ -343,7 +376,9 @@ def images(
             encoded, label = _parse(record)
             return decode_center_crop(encoded, decode_size, padding, unit_float=unit_float), label
 
-        ds = records
+        ds = records.repeat() if repeat and cache is None else records
+        if start_step:  # refused with a cache
+            ds = ds.skip(start_step * batch_size)
         stage = {"decode": "centre", "size": decode_size, "padding": padding}
     ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if ignore_errors:
@@ -355,6 +390,8 @@ def images(
         ds = cache_lib.cache_to_file(ds, cache_lib.cache_prefix(cache, identity))
     if training and cache is not None:  # decoded images, after the cache (without one, the records were shuffled)
         ds = ds.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
+    if repeat and cache is not None:  # each epoch read from the cache (after the first), reshuffled
+        ds = ds.repeat()
     if per_image:
         ds = ds.batch(batch_size, drop_remainder=drop_remainder)  # fused with the decode map (map_and_batch)
     else:
@@ -395,7 +432,7 @@ def images(
     elif dtype == "float32":
         ds = ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
                     deterministic=deterministic)
-    if remote is None and not ignore_errors:
+    if remote is None and not ignore_errors and not repeat:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
         ds = ds.apply(tf.data.experimental.assert_cardinality(

@@ -1,6 +1,6 @@
 """A training job that can be killed at any step and restarted (tests/test_input_checkpoint.py runs it).
 
-    python resume_child.py DATASET CKPT_DIR LOG STEPS SAVE_EVERY [STRATEGY_REPLICAS]
+    python resume_child.py windows|images DATASET CKPT_DIR LOG STEPS SAVE_EVERY [STRATEGY_REPLICAS]
 
 It trains a tiny Keras model on ``readers.windows(..., repeat=True, with_keys=True)``
 with ``train_on_batch``, saving the model, the optimizer and the step together every
@@ -24,7 +24,31 @@ import tensorflow as tf  # noqa: E402
 from tfshard import readers  # noqa: E402
 
 
-def main(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str, replicas: str = "0") -> None:
+def images_job(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str) -> None:
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(24)])
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    step = tf.Variable(0, dtype=tf.int64)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=step)
+    manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=2)
+    manager.restore_or_initialize()
+    iterator = iter(readers.images(dataset, batch_size=4, image_size=8, seed=7, repeat=True,
+                                   start_step=int(step.numpy())))
+    with open(log, "a") as out:
+        while int(step.numpy()) < int(steps):
+            images, labels = next(iterator)
+            model.train_on_batch(images, labels)
+            step.assign_add(1)
+            sums = tf.reduce_sum(images, axis=[1, 2, 3]).numpy()
+            out.write(f"{int(step.numpy())}\t" + ",".join(f"{int(l)}:{v:.4f}" for l, v in zip(labels.numpy(), sums))
+                      + "\n")
+            out.flush()
+            if int(step.numpy()) % int(save_every) == 0:
+                manager.save(checkpoint_number=int(step.numpy()))
+
+
+def main(kind: str, dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str, replicas: str = "0") -> None:
+    if kind == "images":
+        return images_job(dataset, ckpt_dir, log, steps, save_every)
     replicas_ = int(replicas)
     if replicas_:
         cpu = tf.config.list_physical_devices("CPU")[0]

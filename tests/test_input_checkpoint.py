@@ -1,4 +1,4 @@
-"""Resuming mid-epoch (issue 13): resident windows checkpoint with the model in a few KB and resume exactly."""
+"""Resuming mid-epoch (issue 13): windows and images resume exactly, from a few KB of state saved with the model."""
 
 from __future__ import annotations
 
@@ -127,14 +127,14 @@ def _lines(path) -> int:
 def test_a_job_killed_at_random_steps_consumes_what_an_uninterrupted_one_does(dataset, tmp_path, replicas):
     steps, save_every = 60, 7  # ~3.5 epochs of 17 batches; kills land mid-epoch and across epoch ends
     reference = tmp_path / "reference.log"
-    _run([dataset, str(tmp_path / "ref-ckpt"), str(reference), str(steps), str(save_every), str(replicas)])
+    _run(["windows", dataset, str(tmp_path / "ref-ckpt"), str(reference), str(steps), str(save_every), str(replicas)])
 
     log, ckpt = tmp_path / "killed.log", tmp_path / "ckpt"
     rng = random.Random(replicas)
     for _ in range(3):
-        _run([dataset, str(ckpt), str(log), str(steps), str(save_every), str(replicas)],
+        _run(["windows", dataset, str(ckpt), str(log), str(steps), str(save_every), str(replicas)],
              kill_after_steps=rng.randint(3, 15), log=str(log))
-    _run([dataset, str(ckpt), str(log), str(steps), str(save_every), str(replicas)])
+    _run(["windows", dataset, str(ckpt), str(log), str(steps), str(save_every), str(replicas)])
 
     got, expected = _consumed(log), _consumed(reference)
     assert len(expected) == steps and got == expected
@@ -158,3 +158,130 @@ def test_start_step_needs_repeat_and_a_non_negative_int(dataset):
         readers.windows(dataset, length=8, batch_size=4, start_step=3)
     with pytest.raises(ValueError, match=r"start_step must be a non-negative integer \(got start_step=-1\)"):
         readers.windows(dataset, length=8, batch_size=4, repeat=True, start_step=-1)
+
+
+# --- images ---------------------------------------------------------------------------------------------------------
+
+NUM_CLASSES = 24
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """24 classes of one flat-coloured JPEG each, in 3 shards: a label names its record."""
+    from PIL import Image
+
+    from tfshard.ingest import ConvertOptions, convert_images
+
+    root = tmp_path_factory.mktemp("resume-images")
+    for label in range(NUM_CLASSES):
+        folder = root / "src" / f"c{label:02d}"
+        folder.mkdir(parents=True)
+        Image.new("RGB", (20, 16), (label * 10, 255 - label * 10, label * 37 % 256)).save(folder / "a.jpg")
+    convert_images(str(root / "src"), str(root / "out"), ConvertOptions(num_shards=3), workers=0, progress=False)
+    return str(root / "out")
+
+
+def _image_batches(ds, count) -> list[tuple[list[int], np.ndarray]]:
+    iterator = iter(ds)
+    return [(labels.numpy().tolist(), images.numpy()) for images, labels in (next(iterator) for _ in range(count))]
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_images_start_step_is_the_uninterrupted_stream_from_that_step(photos, training):
+    def make(**kwargs):
+        return readers.images(photos, batch_size=5, image_size=8, seed=7, training=training, repeat=True, **kwargs)
+
+    whole = _image_batches(make(), 17)  # 85 records: over three epochs of 24, batches straddling their ends
+    labels = [label for batch, _ in whole for label in batch]
+    for epoch in range(3):  # every record once per epoch, in a new order each epoch when training
+        assert sorted(labels[epoch * NUM_CLASSES : (epoch + 1) * NUM_CLASSES]) == list(range(NUM_CLASSES))
+    assert training == (labels[:NUM_CLASSES] != labels[NUM_CLASSES : 2 * NUM_CLASSES])
+    for start in (3, 11):
+        resumed = _image_batches(make(start_step=start), 17 - start)
+        for (got_labels, got), (want_labels, want) in zip(resumed, whole[start:]):
+            assert got_labels == want_labels
+            np.testing.assert_array_equal(got, want)  # the same crops and flips, not only the same records
+
+
+@pytest.mark.parametrize("kwargs, why", [
+    (dict(start_step=2), "repeat=False"),
+    (dict(start_step=2, repeat=True, seed=None), "seed=None"),
+    (dict(start_step=2, repeat=True, cache="memory"), "cache='memory'"),
+    (dict(start_step=2, repeat=True, ignore_errors=True), "ignore_errors=True"),
+    (dict(start_step=2, repeat=True, deterministic=False), "deterministic=False"),
+])
+def test_images_start_step_refuses_what_cannot_resume_exactly(photos, kwargs, why):
+    options = {"batch_size": 4, "seed": 1, **kwargs}
+    with pytest.raises(ValueError, match=rf"start_step=2: cannot resume exactly with {why}"):
+        readers.images(photos, **options)
+
+
+@pytest.mark.slow
+def test_an_images_job_killed_at_random_steps_consumes_what_an_uninterrupted_one_does(photos, tmp_path):
+    steps, save_every = 40, 6  # ~6.7 epochs of 24 records in batches of 4
+    reference = tmp_path / "reference.log"
+    _run(["images", photos, str(tmp_path / "ref-ckpt"), str(reference), str(steps), str(save_every)])
+    log, ckpt = tmp_path / "killed.log", tmp_path / "ckpt"
+    rng = random.Random(3)
+    for _ in range(3):
+        _run(["images", photos, str(ckpt), str(log), str(steps), str(save_every)],
+             kill_after_steps=rng.randint(2, 12), log=str(log))
+    _run(["images", photos, str(ckpt), str(log), str(steps), str(save_every)])
+    got, expected = _consumed(log), _consumed(reference)
+    assert len(expected) == steps and got == expected  # same records, same crops, in the same order
+    labels = [int(pair.split(":")[0]) for step in expected for pair in step.split(",")]
+    for epoch in range(len(labels) // NUM_CLASSES):
+        assert sorted(labels[epoch * NUM_CLASSES : (epoch + 1) * NUM_CLASSES]) == list(range(NUM_CLASSES))
+    assert _lines(log) > steps
+
+
+def _rest_of_the_epoch(make, tmp_path, after: int):
+    """The keys of an epoch's batches after the first ``after``: read on, and read from a checkpoint taken there."""
+    iterator = iter(make())
+    for _ in range(after):
+        next(iterator)
+    path = tf.train.Checkpoint(input=iterator).write(str(tmp_path / "ckpt"))
+    expected = [_keys(batch) for batch in iterator]
+    restored = iter(make())
+    tf.train.Checkpoint(input=restored).read(path).assert_consumed()
+    return expected, [_keys(batch) for batch in restored]
+
+
+def test_a_single_epoch_iterator_checkpoints_too(dataset, tmp_path):
+    """Without repeat, as the issue tried it: tf.train.Checkpoint(input=iter(readers.windows(...))) saves mid-epoch."""
+    def make():
+        return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", seed=3, with_keys=True)
+
+    expected, resumed = _rest_of_the_epoch(make, tmp_path, after=4)
+    assert resumed == expected and len(expected) == len(make()) - 4
+
+
+def test_streamed_windows_checkpoint_exactly_with_their_shuffle_buffer(dataset, tmp_path):
+    """Streamed mode keeps TensorFlow's explicit checkpoint: exact, and as large as its buffered windows."""
+    def make():
+        return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", seed=3, with_keys=True,
+                               resident=False, shuffle_buffer=64)
+
+    expected, resumed = _rest_of_the_epoch(make, tmp_path, after=4)
+    assert resumed == expected and expected
+
+
+@pytest.mark.parametrize("pipeline", [0, 1])
+def test_images_start_step_per_input_pipeline_under_a_strategy(photos, pipeline):
+    """Under distribute_datasets_from_function each pipeline is its own seeded stream: each resumes at the step."""
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
+
+    def make(**kwargs):
+        return readers.images(photos, batch_size=3, image_size=8, seed=2, repeat=True, input_context=context,
+                              **kwargs)
+
+    whole = _image_batches(make(), 9)
+    resumed = _image_batches(make(start_step=4), 5)
+    assert [labels for labels, _ in resumed] == [labels for labels, _ in whole[4:]]
+    for (_, got), (_, want) in zip(resumed, whole[4:]):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_images_repeat_is_refused_with_a_service(photos):
+    with pytest.raises(ValueError, match=r"repeat: not with service="):
+        readers.images(photos, batch_size=4, repeat=True, service="grpc://localhost:5050")
