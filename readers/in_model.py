@@ -212,4 +212,4 @@ def model_windows(
     index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
                            replica=0, replicas=1, repeat=repeat)
     gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")
-    return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options()), gather, arrays, row)
+    return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)), gather, arrays, row)

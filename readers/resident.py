@@ -137,7 +137,8 @@ def _gather_batches(make_index: Callable, arrays: dict, layout: Layout, length: 
         element = layout.shape(gather_windows(arrays, batch_starts, layout.gathered, span), length)
         return element if keys is None else (keys.of(batch_starts), element)
 
-    return make_index(then=gather).prefetch(AUTOTUNE).with_options(resumable_options())
+    return make_index(then=gather).prefetch(AUTOTUNE).with_options(
+        resumable_options(small=make_index.keywords.get("repeat", False)))
 
 
 def quiet_options() -> tf.data.Options:
@@ -148,12 +149,16 @@ def quiet_options() -> tf.data.Options:
     return options
 
 
-def resumable_options() -> tf.data.Options:
-    """What lets ``tf.train.Checkpoint(input=iterator)`` save a resident pipeline mid-epoch, and small:
-    symbolic checkpointing (positions into the index, not the prefetched windows), and the gather's read of
-    the resident arrays treated as external state (they never change while the dataset exists)."""
+def resumable_options(small: bool) -> tf.data.Options:
+    """What lets ``tf.train.Checkpoint(input=iterator)`` save a resident pipeline mid-epoch: the gather's read
+    of the resident arrays treated as external state (they never change while the dataset exists).
+
+    ``small`` (``repeat=True``, the resume path): symbolic checkpointing too, so the checkpoint holds
+    positions into the index (~2 KB), not the prefetched windows (MBs). It costs ~10% of the windows/s
+    iterated from Python (measured A/B, 1 channel), so one-epoch datasets keep TensorFlow's explicit mode.
+    """
     options = quiet_options()
-    options.experimental_symbolic_checkpoint = True
+    options.experimental_symbolic_checkpoint = small
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return options
 
