@@ -47,7 +47,8 @@ class _Resident:
 
     def element(self, starts: tf.Tensor):
         """What ``readers.windows`` would yield for these start rows: inputs, or ``(inputs, targets)``."""
-        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()  # Keras traces in scratch graphs too
+        # Keras also traces in scratch graphs: reuse a gather only within the graph that made it.
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
         last = getattr(self._last, "pair", None)
         if graph is not None and last is not None and last[0] is starts and last[1] is graph:
             return last[2]

@@ -39,8 +39,8 @@ def images_job(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: st
             model.train_on_batch(images, labels)
             step.assign_add(1)
             sums = tf.reduce_sum(images, axis=[1, 2, 3]).numpy()
-            out.write(f"{int(step.numpy())}\t" + ",".join(f"{int(l)}:{v:.4f}" for l, v in zip(labels.numpy(), sums))
-                      + "\n")
+            pairs = ",".join(f"{int(label)}:{total:.4f}" for label, total in zip(labels.numpy(), sums))
+            out.write(f"{int(step.numpy())}\t{pairs}\n")
             out.flush()
             if int(step.numpy()) % int(save_every) == 0:
                 manager.save(checkpoint_number=int(step.numpy()))
