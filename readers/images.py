@@ -35,6 +35,7 @@ from . import augment as augment_lib
 from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
+from .layout import check_start_step
 
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -50,8 +51,14 @@ def _parse(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return parsed["image/encoded"], parsed["image/class/label"]
 
 
-def _to_uint8(image: tf.Tensor) -> tf.Tensor:
-    return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+def _pixels(image: tf.Tensor) -> tf.Tensor:
+    """A resized float image rounded and clipped to the 0..255 pixel values a uint8 image holds."""
+    return tf.clip_by_value(tf.round(image), 0.0, 255.0)
+
+
+def _output(pixels: tf.Tensor, unit_float: bool) -> tf.Tensor:
+    """uint8, or with ``unit_float`` float32 in [0, 1]: the same values / 255, without a uint8 round trip."""
+    return pixels / 255.0 if unit_float else tf.cast(pixels, tf.uint8)
 
 
 def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int], flip: bool = False,
@@ -75,11 +82,11 @@ def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int
     )
     window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
-    resized = tf.clip_by_value(tf.round(tf.image.resize(image, size)), 0.0, 255.0)
+    pixels = _pixels(tf.image.resize(image, size))
     if flip:
         heads = tf.random.stateless_uniform([], tf.random.experimental.stateless_fold_in(seed, 1)) < 0.5
-        resized = tf.cond(heads, lambda: tf.reverse(resized, axis=[1]), lambda: resized)
-    return resized / 255.0 if unit_float else tf.cast(resized, tf.uint8)
+        pixels = tf.cond(heads, lambda: tf.reverse(pixels, axis=[1]), lambda: pixels)
+    return _output(pixels, unit_float)
 
 
 def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int = _CROP_PADDING,
@@ -98,10 +105,7 @@ def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int =
     side = tf.maximum(side, 1)
     window = tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
-    resized = tf.image.resize(image, size)
-    if unit_float:  # the very values the uint8 path gives after its cast to float, without the uint8 round trip
-        return tf.clip_by_value(tf.round(resized), 0.0, 255.0) / 255.0
-    return _to_uint8(resized)
+    return _output(_pixels(tf.image.resize(image, size)), unit_float)
 
 
 def _seed_stream(seed: int | None, salt: int) -> tf.data.Dataset:
@@ -153,22 +157,25 @@ def _check_kind(dataset: files_lib.DatasetInfo) -> None:
         )
 
 
-def _check_resume(repeat: bool, start_step, *, seed, cache, service, ignore_errors, deterministic) -> None:
+def _check_resume(path: str, repeat: bool, start_step, *, seed, cache, service, ignore_errors,
+                  deterministic) -> None:
     """``start_step`` replays the stream up to a step, so that stream must be a pure function of the seed."""
-    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
-        raise ValueError(f"start_step: must be a non-negative integer (got {start_step!r})")
+    start_step = check_start_step(start_step, path)
     if repeat and service is not None:
-        raise ValueError("repeat: not with service= (each epoch is a new service job, shared among its clients); "
-                         "repeat the dataset yourself, knowing a service epoch cannot be resumed exactly")
+        raise ValueError(f"{path}: repeat: not with service= (each epoch is a new service job, shared among its "
+                         "clients); repeat the dataset yourself, knowing a service epoch cannot be resumed exactly")
     if not start_step:
         return
-    why = ("repeat=False: resuming at a step needs repeat=True (one stream of epochs)" if not repeat else
-           "seed=None: the stream must be a function of a seed" if seed is None else
-           f"cache={cache!r}: not supported yet" if cache is not None else
-           "ignore_errors=True: skipped records would shift every later batch" if ignore_errors else
-           "deterministic=False: the order must be reproducible" if deterministic is False else None)
-    if why:
-        raise ValueError(f"start_step={start_step}: cannot resume exactly with {why}")
+    blockers = [  # (it applies, the problem, the fix)
+        (not repeat, "repeat=False: resuming at a step needs one stream of epochs", "pass repeat=True"),
+        (seed is None, "seed=None: the stream must be a function of a seed", "pass the seed the job started with"),
+        (cache is not None, f"cache={cache!r}: not supported yet", "drop cache to resume"),
+        (ignore_errors, "ignore_errors=True: skipped records would shift every later batch", "drop ignore_errors"),
+        (deterministic is False, "deterministic=False: the order must be reproducible", "drop deterministic=False"),
+    ]
+    for applies, problem, fix in blockers:
+        if applies:
+            raise ValueError(f"{path}: start_step={start_step}: cannot resume exactly with {problem}; {fix}")
 
 
 def _check_not_empty(dataset: files_lib.DatasetInfo, split: str, records: int, batch_size: int, fed: int) -> None:
@@ -305,7 +312,7 @@ def images(
                          "pass augment='default', or dtype='float32'")
     if read_buffer_bytes < 1:
         raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
-    _check_resume(repeat, start_step, seed=seed, cache=cache, service=service, ignore_errors=ignore_errors,
+    _check_resume(path, repeat, start_step, seed=seed, cache=cache, service=service, ignore_errors=ignore_errors,
                   deterministic=deterministic)
     if num_parallel_reads is not None and num_parallel_reads < 1:
         raise ValueError(f"num_parallel_reads: must be positive or None (got {num_parallel_reads!r})")
@@ -362,8 +369,6 @@ def images(
         # ~80 KB JPEGs instead of 150 KB decoded images, and batch() stays fused with the decode map.
         records = records.shuffle(shuffle_buffer, seed=worker_seed, reshuffle_each_iteration=True)
         ds = tf.data.Dataset.zip((records.repeat() if repeat else records, _seed_stream(worker_seed, salt=1)))
-        if start_step:  # before the decode: a resumed job reads what it skips, decodes none of it
-            ds = ds.skip(start_step * batch_size)
         stage = None
     else:
         # Deterministic, so it may be cached. In training keep a larger centred square to crop from later.
@@ -376,10 +381,10 @@ def images(
             encoded, label = _parse(record)
             return decode_center_crop(encoded, decode_size, padding, unit_float=unit_float), label
 
-        ds = records.repeat() if repeat and cache is None else records
-        if start_step:  # refused with a cache
-            ds = ds.skip(start_step * batch_size)
+        ds = records.repeat() if repeat and cache is None else records  # with a cache: after it, below
         stage = {"decode": "centre", "size": decode_size, "padding": padding}
+    if start_step:  # before the decode: a resumed job reads what it skips, decodes none of it (never with a cache)
+        ds = ds.skip(start_step * batch_size)
     ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     if ignore_errors:
         ds = ds.ignore_errors(log_warning=True)

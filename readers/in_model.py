@@ -23,12 +23,13 @@ import threading
 from typing import Sequence
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from . import files as files_lib
-from .layout import Concatenated, Layout, Targets, check_not_empty, check_window_args, per_replica_text
-from .resident import _index_batches, default_device, gather_windows, resumable_options
+from .layout import (Concatenated, Layout, Targets, check_not_empty, check_resume, check_window_args,
+                     per_replica_text)
+from .resident import (_index_batches, _variables_on, check_batch_divides, default_device, draw_seed,
+                       gather_windows, pick_strategy, resumable_options)
 from .starts import row_steps, window_count, window_starts
 from .windows import resident_layout
 
@@ -126,12 +127,10 @@ class ModelWindows:
 
 
 def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, device: str | None):
-    arrays = {n: data.rows(n) for n in data.arrays}
-    if strategy is not None:
-        with strategy.scope():  # mirrored: one copy per replica, each read on its own device in the step
-            return {n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()}
-    with tf.device(device or default_device()):
-        return {n: tf.Variable(a, trainable=False, name=f"resident_{n}") for n, a in arrays.items()}
+    if strategy is None:
+        return _variables_on(data, [device or default_device()])[0]
+    with strategy.scope():  # mirrored: one copy per replica, each read on its own device in the step
+        return {n: tf.Variable(data.rows(n), trainable=False, name=f"resident_{n}") for n in data.arrays}
 
 
 def model_windows(
@@ -150,6 +149,7 @@ def model_windows(
     strategy: tf.distribute.Strategy | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
     repeat: bool = False,
+    start_step: int = 0,
 ) -> ModelWindows:
     """Sliding windows as ``readers.windows`` gives them, gathered in the model's step instead of the pipeline.
 
@@ -167,7 +167,8 @@ def model_windows(
         Each replica holds a full copy of the arrays. For several workers, use
         ``readers.windows(strategy=...)``, where each worker holds only its shards.
       read_buffer_bytes: read buffer per shard.
-      repeat: ``starts`` runs epoch after epoch from one iterator, checkpointable as ``readers.windows``'.
+      repeat, start_step: as for ``readers.windows``: ``starts`` runs epoch after epoch from one iterator,
+        checkpointable, or started at a saved step (under a strategy, where Keras distributes ``starts``).
 
     Returns:
       A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays`` and ``wrap(model)``.
@@ -184,8 +185,8 @@ def model_windows(
     """
     check_window_args(length, shift, batch_size, path)
     length, shift, batch_size = int(length), int(shift), int(batch_size)
-    if strategy is None and tf.distribute.has_strategy():
-        strategy = tf.distribute.get_strategy()
+    start_step = check_resume(repeat, start_step, path)
+    strategy = pick_strategy(strategy)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         raise ValueError(
             f"{path}: model_windows holds every episode on every replica and supports single-worker strategies "
@@ -193,11 +194,7 @@ def model_windows(
             "holds only its own shards' episodes"
         )
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    if batch_size % replicas:
-        raise ValueError(
-            f"{path}: batch_size={batch_size} is the global batch and must divide evenly over the strategy's "
-            f"{replicas} replicas; pass a multiple of {replicas}"
-        )
+    check_batch_divides(batch_size, replicas, path)
     layout, source = resident_layout(path, split, length=length, shift=shift, features=features, targets=targets,
                                      read_buffer_bytes=read_buffer_bytes)
     if drop_remainder:
@@ -209,8 +206,7 @@ def model_windows(
     data = source.load(None, row)
     arrays = _variables(data, strategy, device)
     starts = window_starts(data.lengths, length, shift, layout.horizon, row)
-    seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed
-    index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_remainder=drop_remainder,
-                           replica=0, replicas=1, repeat=repeat)
+    index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
+                           drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step)
     gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")
     return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)), gather, arrays, row)

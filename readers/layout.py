@@ -59,6 +59,23 @@ def check_window_args(length: int, shift: int, batch_size: int, where: str) -> N
             raise ValueError(f"{where}: {name} must be a positive integer (got {name}={value!r})")
 
 
+def check_start_step(start_step, where: str) -> int:
+    """``start_step`` as an int: a step count saved with the model, so a non-negative integer (numpy ints too)."""
+    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"{where}: start_step must be a non-negative integer (got start_step={start_step!r}); "
+                         "pass the step count saved with the model")
+    return int(start_step)
+
+
+def check_resume(repeat: bool, start_step, where: str) -> int:
+    """Resident windows resume at a step only as one stream of epochs (``repeat=True``)."""
+    start_step = check_start_step(start_step, where)
+    if start_step and not repeat:
+        raise ValueError(f"{where}: start_step={start_step}: resuming at a step needs repeat=True (one stream of "
+                         "epochs); pass repeat=True")
+    return start_step
+
+
 def check_not_empty(where: str, windows: int, scope: str, need: int, what: str) -> None:
     """With drop_remainder, a share of fewer windows than one step takes from it would make an epoch of nothing.
 

@@ -32,7 +32,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from .layout import Concatenated, Layout, Targets, check_not_empty, check_window_args, per_replica_text
+from .layout import (Concatenated, Layout, Targets, check_not_empty, check_resume, check_window_args,
+                     per_replica_text)
 from .starts import row_steps, window_count, window_starts
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -83,8 +84,6 @@ def _index_batches(
         seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch).enumerate()
         return rows(seeds.flat_map(lambda e, seed_pair: epoch(seed_pair).skip(
             tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))
-    if start_step:
-        raise ValueError(f"start_step={start_step}: resuming at a step needs repeat=True (one stream of epochs)")
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
     return rows(seeds.flat_map(epoch)).apply(tf.data.experimental.assert_cardinality(per_epoch))
 
@@ -186,6 +185,26 @@ class Source:
         return [t for t, shard in zip(self.lengths, self.shard_of) if shard in wanted]
 
 
+def pick_strategy(strategy: tf.distribute.Strategy | None) -> tf.distribute.Strategy | None:
+    """The strategy passed, else the one of an enclosing ``strategy.scope()``, else None."""
+    if strategy is None and tf.distribute.has_strategy():
+        return tf.distribute.get_strategy()
+    return strategy
+
+
+def draw_seed(seed: int | None) -> int:
+    """``seed``, or a fresh one: drawn once, so every replica permutes alike."""
+    return int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed
+
+
+def check_batch_divides(batch_size: int, replicas: int, where: str) -> None:
+    if batch_size % replicas:
+        raise ValueError(
+            f"{where}: batch_size={batch_size} is the global batch and must divide evenly over the strategy's "
+            f"{replicas} replicas; pass a multiple of {replicas}"
+        )
+
+
 def _variables_on(data: Concatenated, devices: Sequence[str]) -> list[dict[str, tf.Variable]]:
     """One plain variable per feature on each device, shaped in rows: ``[rows, g, ...]``.
 
@@ -223,11 +242,11 @@ def build_resident(
     repeat: bool = False,
     start_step: int = 0,
 ):
+    start_step = check_resume(repeat, start_step, source.where)
     row = row_steps(source.lengths, length, shift, layout.horizon)  # one layout for every replica and worker
-    seed = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed  # one seed shared by all replicas
-    options = dict(shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, repeat=repeat, start_step=start_step)
-    if strategy is None and tf.distribute.has_strategy():
-        strategy = tf.distribute.get_strategy()
+    options = dict(shuffle=shuffle, seed=draw_seed(seed), drop_remainder=drop_remainder, repeat=repeat,
+                   start_step=start_step)
+    strategy = pick_strategy(strategy)
     if strategy is None:
         if drop_remainder:
             check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon),
@@ -240,11 +259,7 @@ def build_resident(
         return _with_arrays(_gather_batches(index, resident, layout, length, keys), [resident])
 
     replicas = strategy.num_replicas_in_sync
-    if batch_size % replicas:
-        raise ValueError(
-            f"batch_size={batch_size} is the global batch and must divide evenly over the strategy's {replicas} "
-            f"replicas; pass a multiple of {replicas}"
-        )
+    check_batch_divides(batch_size, replicas, source.where)
     if isinstance(strategy, tf.distribute.MirroredStrategy):  # one worker: every replica holds every episode
         if drop_remainder:
             total = window_count(source.lengths, length, shift, layout.horizon)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
 import tensorflow as tf
 
 from . import files as files_lib
 from . import service as service_lib
 from .episodes import episodes as read_episodes
 from .episodes import feature_schema, load_concatenated, select_features
-from .layout import Layout, Targets, check_not_empty, check_window_args
+from .layout import Layout, Targets, check_not_empty, check_resume, check_window_args
 from .resident import Source, build_resident, default_device, quiet_options, resident_windows
 from .starts import window_count
 
@@ -246,9 +245,7 @@ def windows(
     remote = service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                          input_context=input_context)
     dataset, layout, schema = _plan(path, split, features, targets, length, shift)
-    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
-        raise ValueError(f"{where}: start_step must be a non-negative integer (got start_step={start_step!r})")
-    start_step = int(start_step)
+    check_resume(repeat, start_step, where)  # the streamed mode resumes neither, below
     if repeat and not resident:
         raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
                          "shuffle buffer cannot be resumed exactly: repeat the dataset yourself (ds.repeat())")

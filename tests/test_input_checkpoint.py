@@ -285,3 +285,14 @@ def test_images_start_step_per_input_pipeline_under_a_strategy(photos, pipeline)
 def test_images_repeat_is_refused_with_a_service(photos):
     with pytest.raises(ValueError, match=r"repeat: not with service="):
         readers.images(photos, batch_size=4, repeat=True, service="grpc://localhost:5050")
+
+
+def test_model_windows_starts_begin_at_start_step(dataset):
+    def make(**kwargs):
+        return readers.model_windows(dataset, length=8, shift=4, batch_size=4, features="obs", seed=5,
+                                     repeat=True, **kwargs).starts
+
+    whole = iter(make())
+    expected = [next(whole).numpy().tolist() for _ in range(30)][12:]
+    resumed = iter(make(start_step=12))
+    assert [next(resumed).numpy().tolist() for _ in range(18)] == expected
