@@ -157,7 +157,7 @@ def _check_kind(dataset: files_lib.DatasetInfo) -> None:
         )
 
 
-def _check_resume(path: str, repeat: bool, start_step, *, seed, cache, service, ignore_errors,
+def _check_resume(path: str, repeat: bool, start_step, *, batch_size, seed, cache, service, ignore_errors,
                   deterministic) -> None:
     """``start_step`` replays the stream up to a step, so that stream must be a pure function of the seed."""
     start_step = check_start_step(start_step, path)
@@ -172,6 +172,8 @@ def _check_resume(path: str, repeat: bool, start_step, *, seed, cache, service, 
         (cache is not None, f"cache={cache!r}: not supported yet", "drop cache to resume"),
         (ignore_errors, "ignore_errors=True: skipped records would shift every later batch", "drop ignore_errors"),
         (deterministic is False, "deterministic=False: the order must be reproducible", "drop deterministic=False"),
+        (start_step * batch_size > 2**31 - 1, f"batch_size={batch_size}: the {start_step * batch_size} records "
+         "before it are more than tf.data's skip() takes (2**31 - 1)", "pass the step count the job saved"),
     ]
     for applies, problem, fix in blockers:
         if applies:
@@ -312,7 +314,7 @@ def images(
                          "pass augment='default', or dtype='float32'")
     if read_buffer_bytes < 1:
         raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
-    _check_resume(path, repeat, start_step, seed=seed, cache=cache, service=service, ignore_errors=ignore_errors,
+    _check_resume(path, repeat, start_step, batch_size=batch_size, seed=seed, cache=cache, service=service, ignore_errors=ignore_errors,
                   deterministic=deterministic)
     if num_parallel_reads is not None and num_parallel_reads < 1:
         raise ValueError(f"num_parallel_reads: must be positive or None (got {num_parallel_reads!r})")
@@ -432,7 +434,8 @@ def images(
     if per_image:
         pass  # every image left the decode map finished
     elif training and (augment is not None or crop_after_cache is not None):
-        ds = tf.data.Dataset.zip((ds, _seed_stream(seed, salt=2)))
+        # Per-batch seeds continue from the resumed step too (start_step batches in).
+        ds = tf.data.Dataset.zip((ds, _seed_stream(seed, salt=2).skip(start_step)))
         ds = ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     elif dtype == "float32":
         ds = ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,

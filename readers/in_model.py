@@ -185,7 +185,7 @@ def model_windows(
     """
     check_window_args(length, shift, batch_size, path)
     length, shift, batch_size = int(length), int(shift), int(batch_size)
-    start_step = check_resume(repeat, start_step, path)
+    start_step = check_resume(repeat, start_step, path, shuffle=shuffle, seed=seed)
     strategy = pick_strategy(strategy)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         raise ValueError(
@@ -207,6 +207,7 @@ def model_windows(
     arrays = _variables(data, strategy, device)
     starts = window_starts(data.lengths, length, shift, layout.horizon, row)
     index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
-                           drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step)
+                           drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step,
+                           where=path)
     gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")
     return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)), gather, arrays, row)

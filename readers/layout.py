@@ -67,12 +67,15 @@ def check_start_step(start_step, where: str) -> int:
     return int(start_step)
 
 
-def check_resume(repeat: bool, start_step, where: str) -> int:
-    """Resident windows resume at a step only as one stream of epochs (``repeat=True``)."""
+def check_resume(repeat: bool, start_step, where: str, *, shuffle: bool, seed) -> int:
+    """Resident windows resume at a step only as one stream of epochs (``repeat=True``), of a known order."""
     start_step = check_start_step(start_step, where)
     if start_step and not repeat:
         raise ValueError(f"{where}: start_step={start_step}: resuming at a step needs repeat=True (one stream of "
                          "epochs); pass repeat=True")
+    if start_step and shuffle and seed is None:
+        raise ValueError(f"{where}: start_step={start_step}: resuming a shuffled stream needs its seed (got "
+                         "seed=None, a fresh order); pass the seed the job started with")
     return start_step
 
 

@@ -44,9 +44,13 @@ def default_device() -> str:
     return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
+_SKIP_LIMIT = 2**31 - 1  # tf.data's skip() takes a C++ int: a larger count silently wraps
+
+
 def _index_batches(
     starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
     limit: int | None = None, repeat: bool = False, start_step: int = 0, then: Callable | None = None,
+    where: str = "resident windows",
 ) -> tf.data.Dataset:
     """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
 
@@ -80,7 +84,14 @@ def _index_batches(
         return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
 
     if repeat:
-        first_epoch, first_batch = divmod(start_step, max(per_epoch, 1))
+        if not per_epoch:  # an endless stream of empty epochs would never yield: refuse it
+            raise ValueError(f"{where}: {usable} windows over {replicas} replicas leave replica {replica} no batch "
+                             "in an epoch, so repeat=True would never yield one; pass a smaller batch_size or use "
+                             "fewer replicas")
+        first_epoch, first_batch = divmod(start_step, per_epoch)
+        if first_epoch > _SKIP_LIMIT:
+            raise ValueError(f"{where}: start_step={start_step} is {first_epoch} epochs in; tf.data skips at most "
+                             f"{_SKIP_LIMIT}; pass the step count the job saved")
         seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch).enumerate()
         return rows(seeds.flat_map(lambda e, seed_pair: epoch(seed_pair).skip(
             tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))
@@ -242,10 +253,10 @@ def build_resident(
     repeat: bool = False,
     start_step: int = 0,
 ):
-    start_step = check_resume(repeat, start_step, source.where)
+    start_step = check_resume(repeat, start_step, source.where, shuffle=shuffle, seed=seed)
     row = row_steps(source.lengths, length, shift, layout.horizon)  # one layout for every replica and worker
     options = dict(shuffle=shuffle, seed=draw_seed(seed), drop_remainder=drop_remainder, repeat=repeat,
-                   start_step=start_step)
+                   start_step=start_step, where=source.where)
     strategy = pick_strategy(strategy)
     if strategy is None:
         if drop_remainder:

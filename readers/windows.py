@@ -245,7 +245,7 @@ def windows(
     remote = service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                          input_context=input_context)
     dataset, layout, schema = _plan(path, split, features, targets, length, shift)
-    check_resume(repeat, start_step, where)  # the streamed mode resumes neither, below
+    check_resume(repeat, start_step, where, shuffle=shuffle, seed=seed)  # the streamed mode resumes neither, below
     if repeat and not resident:
         raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
                          "shuffle buffer cannot be resumed exactly: repeat the dataset yourself (ds.repeat())")
