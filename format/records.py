@@ -1,12 +1,15 @@
 """The ``tf.train.Example`` keys of each kind of dataset, and the parse specs built from them.
 
 The tables are plain data (they are also written into ``dataset.json``'s
-``features``); ``parse_spec`` imports TensorFlow only when called.
+``features``); ``serialize`` builds a record without TensorFlow and ``parse_spec``
+imports it only when called.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable
+
+from .tfrecord import example_parts
 
 IMAGE_FEATURES = {
     "image/encoded": {"dtype": "string", "shape": [], "description": "JPEG bytes"},
@@ -65,21 +68,16 @@ def episode_parse_spec(names: Iterable[str]) -> dict:
     return {**parse_spec(EPISODE_FEATURES), **{f"{DATA_PREFIX}{n}": tf.io.FixedLenFeature([], tf.string) for n in names}}
 
 
-def serialize(table: dict[str, Any], values: dict[str, Any]) -> bytes:
-    """One ``tf.train.Example`` holding exactly the keys of ``table``, each value stored as the table's dtype.
+def serialize(table: dict[str, Any], values: dict[str, Any]) -> list[bytes]:
+    """One ``tf.train.Example`` holding exactly the keys of ``table``, as wire-format parts to join or frame.
 
-    Raw episode data (``data/<name>``, numpy dtypes in the table) is stored as bytes. Writing a key the table
-    does not declare, or leaving one out, is a ``KeyError``: what is written is what the manifest says.
+    Integers are stored as int64, everything else (strings, raw episode data) as bytes; no TensorFlow is
+    needed (``format/tfrecord.py``). Writing a key the table does not declare, or leaving one out, is a
+    ``KeyError``: what is written is what the manifest says.
     """
-    import tensorflow as tf
-
     if set(values) != set(table):
         raise KeyError(f"record keys {sorted(set(values) ^ set(table))} differ from the feature table")
-
-    def feature(spec, value):
-        if spec["dtype"] == "int64":
-            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-    features = {key: feature(table[key], value) for key, value in values.items()}
-    return tf.train.Example(features=tf.train.Features(feature=features)).SerializeToString(deterministic=True)
+    for key, value in values.items():
+        if (table[key]["dtype"] == "int64") != (isinstance(value, int) and not isinstance(value, bool)):
+            raise TypeError(f"{key}: {type(value).__name__} value for a {table[key]['dtype']} feature")
+    return example_parts(values.items())

@@ -125,9 +125,10 @@ def _fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -
 
 def write_shard(job: Kind, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
                 on_item: Callable[[Any], None] = lambda item: None) -> ShardResult:
-    """Writes one planned shard from its ``(item, prepared)`` pairs in plan order; commits it atomically.
+    """Writes one planned shard from its ``(item, EncodedItem | Rejection)`` pairs in plan order; commits it atomically.
 
-    The one place records reach a shard, for the local process pool and the Beam runner alike.
+    The one place records reach a shard, for the local process pool and the Beam runner alike: the workers
+    made and framed the records, so this appends their bytes and adds up their statistics.
     """
     from .write import ShardWriter
 
@@ -142,8 +143,8 @@ def write_shard(job: Kind, out: str, spec: ShardSpec, prepared: Iterable[tuple[A
                     )
                 rejected.append({"path": result.relpath, "reason": result.reason})
             else:
-                for record in job.encode(result, stats):
-                    writer.write(record)
+                writer.append(result.data, result.record_sizes)
+                job.count(result.stats, stats)
             on_item(item)
     return ShardResult(writer.info, stats, rejected)
 
@@ -235,6 +236,11 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
     from ..format.dataset import check_output_folder
     from ..format.storage import check_bucket
 
+    from ..format.tfrecord import SLOW_CRC32C
+
+    if SLOW_CRC32C:
+        log.warning("google-crc32c has no compiled extension on this platform; framing records will be slow "
+                    "(pip install --force-reinstall google-crc32c, or use a platform it ships wheels for)")
     workers = default_workers() if workers is None else workers
     ordered, specs = _plan(job, options)
     fingerprint = _fingerprint(job, ordered, options)

@@ -321,9 +321,13 @@ def scan_episode_files(root: str) -> SourceTree:
     return tree
 
 
-def _sums(array: np.ndarray) -> FeatureSums:
+def _sums(array: np.ndarray) -> tuple[FeatureSums, bool]:
+    """Float64 sums and sums of squares per trailing element, and whether they are all finite (then so is every
+    value: a NaN or inf always reaches them, and a float32 square cannot overflow float64)."""
     values = array.astype(np.float64, copy=False).reshape(array.shape[0], -1)
-    return FeatureSums(int(values.shape[0]), tuple(values.sum(0).tolist()), tuple(np.square(values).sum(0).tolist()))
+    sums, squares = values.sum(0), np.einsum("ij,ij->j", values, values)  # no [T, F] temporary for the squares
+    finite = bool(np.isfinite(sums).all() and np.isfinite(squares).all())
+    return FeatureSums(int(values.shape[0]), tuple(sums.tolist()), tuple(squares.tolist())), finite
 
 
 def _read_member(stream, available: int, where: str, spec: FeatureSpec, length: int) -> np.ndarray:
@@ -376,7 +380,11 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
         data = {}
         for name, spec in schema.items():
             block = np.ascontiguousarray(arrays[name][start:stop], dtype=np.dtype(spec.dtype))  # little-endian
-            if options.on_nan != "keep" and block.dtype.kind in "fc":
+            finite = block.dtype.kind not in "fc"
+            if block.dtype.kind in "biuf":
+                block_sums, finite = _sums(block)
+                sums[name] = sums.get(name, FeatureSums()) + block_sums
+            if options.on_nan != "keep" and not finite:  # look for the value only when the sums say there is one
                 bad = ~np.isfinite(block)
                 if bad.any():
                     index = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -385,8 +393,6 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
                     if options.on_nan == "fail":
                         raise InputError(f"{source.file.path}: {reason}; clean the data or pass --on-nan skip|keep")
                     return Rejection(relpath, f"{reason}; left out (--on-nan skip)", chosen=True)
-            if block.dtype.kind in "biuf":
-                sums[name] = sums.get(name, FeatureSums()) + _sums(block)
             data[name] = block.tobytes()
         chunks.append((start, stop - start, data))
     return PreparedEpisode(source.file, source.episode_id, source.length, chunks, sums)

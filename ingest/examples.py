@@ -1,32 +1,81 @@
-"""Building ``tf.train.Example`` records from prepared inputs, with the keys ``tfshard.format.records`` declares."""
+"""Prepared inputs → framed TFRecord bytes, in the worker processes (no TensorFlow).
+
+A worker reads and checks one input (``prepare_image``, ``prepare_episode``),
+builds its ``tf.train.Example`` records with the keys ``tfshard.format.records``
+declares, frames them as TFRecord bytes (gzip-compressed, one member per input,
+when asked) and sends the parent an ``EncodedItem``. The parent only appends its
+bytes to the shard and adds its statistics (``ingest/convert.py``).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, Callable
+
 from ..format.records import DATA_PREFIX, IMAGE_FEATURES, serialize
+from ..format.tfrecord import frame_records, gzip_member
 from .episodes import PreparedEpisode
 from .images import PreparedImage
+from .scan import Rejection
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedItem:
+    """One input's records, ready to append to its shard.
+
+    Attributes:
+      data: the framed records back to back (one gzip member when the shards are compressed).
+      record_sizes: each record's framed size before compression (the offsets of DALI index files).
+      stats: the input's share of its shard's statistics (the kind's own type; see ``Kind.count``).
+    """
+
+    data: bytes
+    record_sizes: tuple[int, ...]
+    stats: Any
+
+
+def encode_item(item: Any, *, prepare: Callable, to_records: Callable, compression: str | None) -> EncodedItem | Rejection:
+    """``prepare(item)``, then its records framed (and compressed): the function the workers run."""
+    prepared = prepare(item)
+    if isinstance(prepared, Rejection):
+        return prepared
+    records, stats = to_records(prepared)
+    data, sizes = frame_records(records)
+    return EncodedItem(gzip_member(data) if compression == "gzip" else data, sizes, stats)
 
 
 def _text(value: str) -> bytes:
     return value.encode("utf-8", "surrogateescape")  # file names that are not valid UTF-8 round-trip
 
 
-def image_example(image: PreparedImage, class_name: str) -> bytes:
-    """Serialises one image with the keys TF's reference input pipelines read (see ``IMAGE_FEATURES``)."""
-    return serialize(IMAGE_FEATURES, {
+@dataclasses.dataclass(frozen=True)
+class ImageItemStats:
+    """What one image adds to its shard's statistics."""
+
+    label: int
+    pixels: Any  # PixelSums
+    converted: bool
+
+
+def image_records(image: PreparedImage, class_names: tuple[str, ...]) -> tuple[list[list[bytes]], ImageItemStats]:
+    """One record with the keys TF's reference input pipelines read (see ``IMAGE_FEATURES``)."""
+    label = image.source.label
+    record = serialize(IMAGE_FEATURES, {
         "image/encoded": image.encoded,
         "image/format": b"jpeg",
         "image/height": image.height,
         "image/width": image.width,
         "image/channels": image.channels,
-        "image/class/label": image.source.label,
-        "image/class/text": _text(class_name),
+        "image/class/label": label,
+        "image/class/text": _text(class_names[label]),
         "image/filename": _text(image.source.relpath),
     })
+    return [record], ImageItemStats(label, image.pixels, image.converted is not None)
 
 
-def episode_chunk_examples(episode: PreparedEpisode, features: dict) -> list[bytes]:
-    """Serialises one episode as one record per chunk (see ``EPISODE_FEATURES``); the reader joins them by id.
+def episode_records(episode: PreparedEpisode, features: dict) -> tuple[list[list[bytes]], tuple[dict, dict]]:
+    """One record per chunk (see ``EPISODE_FEATURES``; the reader joins them by id), and the episode's
+    manifest entry and feature sums.
 
     ``features``: the dataset's feature table (``EPISODE_FEATURES`` plus a ``data/<name>`` entry per feature).
     """
@@ -43,5 +92,5 @@ def episode_chunk_examples(episode: PreparedEpisode, features: dict) -> list[byt
             **{f"{DATA_PREFIX}{name}": raw for name, raw in data.items()},
         }
         records.append(serialize(features, values))
-    return records
-
+    entry = {"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length}
+    return records, (entry, episode.sums)

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import errno
 import io
+import re
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -71,11 +72,15 @@ class PixelSums:
         )
 
     @classmethod
-    def of(cls, pixels: np.ndarray) -> "PixelSums":
-        flat = pixels.reshape(-1, pixels.shape[-1] if pixels.ndim == 3 else 1).astype(np.int64)
-        if flat.shape[1] == 1:
-            flat = np.repeat(flat, 3, axis=1)
-        return cls(int(flat.shape[0]), tuple(int(v) for v in flat.sum(0)), tuple(int(v) for v in (flat * flat).sum(0)))
+    def of(cls, image: Image.Image) -> "PixelSums":
+        """The sums of an 'L' or 'RGB' image, from its per-band histogram (exact, and ~10x faster than summing
+        the pixels: the validation decode is small, so the summing was a fifth of a worker's time)."""
+        counts = np.asarray(image.histogram(), np.int64).reshape(-1, 256)  # [bands, 256]
+        if counts.shape[0] == 1:
+            counts = np.repeat(counts, 3, axis=0)
+        levels = np.arange(256, dtype=np.int64)
+        return cls(int(counts[0].sum()), tuple(int(v) for v in counts @ levels),
+                   tuple(int(v) for v in counts @ (levels * levels)))
 
     def mean_std(self) -> tuple[list[float] | None, list[float] | None]:
         """Per-channel mean and standard deviation, scaled to [0, 1]; None when no pixel was decoded."""
@@ -101,6 +106,34 @@ class PreparedImage:
 
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG", b"GIF8", b"BM", b"RIFF", b"II*\x00", b"MM\x00*")  # TIFF: both byte orders
 _JPEG_EOI, _JPEG_SOS = b"\xff\xd9", b"\xff\xda"
+_SCAN_END = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")  # in entropy-coded data: the next real marker
+_NO_LENGTH = {0x01, *range(0xD0, 0xD8)}  # TEM and RSTn: markers without a length field
+
+
+def _jpeg_complete(data: bytes) -> bool:
+    """Whether the JPEG's marker segments run, through every scan, to an end-of-image marker: what TensorFlow's
+    decoder needs. Bytes after that EOI do not matter. False when the segments cannot be followed."""
+    i, size = 2, len(data)  # after SOI
+    while i + 1 < size:
+        if data[i] != 0xFF:
+            return False
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+        elif marker == 0xD9:
+            return True
+        elif marker in _NO_LENGTH:
+            i += 2
+        else:
+            if i + 4 > size:
+                return False
+            i += 2 + int.from_bytes(data[i + 2 : i + 4], "big")
+            if marker == 0xDA:  # a scan: its entropy-coded data runs to the next marker that is not stuffing or RST
+                found = _SCAN_END.search(data, i)
+                if found is None:
+                    return False
+                i = found.start()
+    return False
 
 
 class _ChangedSinceScan(ValueError):
@@ -188,14 +221,18 @@ def _channels(image: Image.Image) -> int:
 
 def _passthrough(source: SourceFile, data: bytes, image: Image.Image, options: ImageOptions) -> PreparedImage | Rejection:
     # libjpeg (and so PIL) fills in a missing end-of-image marker, but TensorFlow's decoder rejects the file.
-    if data.rfind(_JPEG_EOI) < data.rfind(_JPEG_SOS):
+    # Quick rule: an EOI after the last scan marker (SOS). Bytes after the EOI (a motion photo's video) can hold
+    # an FF DA too: then the segments are followed, scan by scan, to see whether an EOI ends the image.
+    last_eoi = data.rfind(_JPEG_EOI)
+    scan_after = (_JPEG_SOS in data) if last_eoi < 0 else (data.find(_JPEG_SOS, last_eoi) >= 0)
+    if scan_after and not _jpeg_complete(data):
         return Rejection(source.relpath, "truncated image data (no end-of-image marker); re-download or re-export the file")
     width, height = image.size  # before draft(), which shrinks size
     pixels = PixelSums()
     if options.validate:
         image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; every entropy-coded byte is still decoded
         image.load()
-        pixels = PixelSums.of(np.asarray(image))
+        pixels = PixelSums.of(image)
     return PreparedImage(source, data, height, width, _channels(image), None, pixels)
 
 
@@ -208,7 +245,7 @@ def _convert(source: SourceFile, image: Image.Image, reason: str, options: Image
     out = io.BytesIO()
     image.save(out, "JPEG", quality=options.quality)
     return PreparedImage(
-        source, out.getvalue(), image.height, image.width, _channels(image), reason, PixelSums.of(np.asarray(image))
+        source, out.getvalue(), image.height, image.width, _channels(image), reason, PixelSums.of(image)
     )
 
 

@@ -2,8 +2,9 @@
 
 A job scans its source once, then tells the engine: the items per split in
 sorted order, how big each is (for shard planning and the memory budget), a
-picklable ``prepare`` run in worker processes, how a prepared item becomes
-records, how per-shard statistics merge into the split's manifest entry, and
+picklable ``prepare`` run in worker processes that turns an item into its framed
+records (``ingest/examples.py``), how an item's statistics count into its shard's,
+how per-shard statistics merge into the split's manifest entry, and
 what the scan left out (``rejected``, the ``ignored`` counts, ``ignored_files``).
 Planning, parallelism, atomic commits, resume and the manifest are the
 engine's, written once for both kinds.
@@ -22,14 +23,14 @@ from ..format.records import IMAGE_FEATURES, episode_features
 from .episodes import (
     EpisodeSource,
     FeatureSums,
-    PreparedEpisode,
     common_schema,
     prepare_episode,
     read_episode_header,
     scan_episode_files,
 )
 from .errors import InputError
-from .images import PixelSums, PreparedImage, prepare_image
+from .examples import ImageItemStats, encode_item, episode_records, image_records
+from .images import PixelSums, prepare_image
 from .scan import IMAGE_EXTENSIONS, Rejection, SourceFile, scan_image_folders
 
 
@@ -87,7 +88,12 @@ class ImageJob:
         self.ignored_files = tree.ignored_files
         self.class_names = tree.class_names
         self.features = IMAGE_FEATURES
-        self.prepare = functools.partial(prepare_image, options=options.image)
+        self.prepare = functools.partial(
+            encode_item,
+            prepare=functools.partial(prepare_image, options=options.image),
+            to_records=functools.partial(image_records, class_names=tuple(tree.class_names)),
+            compression=options.compression,
+        )
 
     @staticmethod
     def size_of(item: SourceFile) -> int:
@@ -119,14 +125,11 @@ class ImageJob:
             raise ValueError("pixel sums out of range for 8-bit pixels")
         return stats
 
-    def encode(self, image: PreparedImage, stats: ImageShardStats) -> list[bytes]:
-        from .examples import image_example
-
-        label = image.source.label
-        stats.class_counts[label] += 1
-        stats.pixels += image.pixels
-        stats.converted += image.converted is not None
-        return [image_example(image, self.class_names[label])]
+    @staticmethod
+    def count(item: ImageItemStats, stats: ImageShardStats) -> None:
+        stats.class_counts[item.label] += 1
+        stats.pixels += item.pixels
+        stats.converted += item.converted
 
     def split_fields(self, parts: list[ImageShardStats]) -> dict[str, Any]:
         counts = [sum(p.class_counts[i] for p in parts) for i in range(len(self.class_names))]
@@ -183,7 +186,12 @@ class EpisodeJob:
         self.ignored_files = tree.ignored_files
         self.class_names: list[str] = []
         self.features = episode_features({n: (s.dtype, s.shape) for n, s in schema.items()})
-        self.prepare = functools.partial(prepare_episode, schema=schema, options=options.episode)
+        self.prepare = functools.partial(
+            encode_item,
+            prepare=functools.partial(prepare_episode, schema=schema, options=options.episode),
+            to_records=functools.partial(episode_records, features=self.features),
+            compression=options.compression,
+        )
         self._step_bytes = max(1, sum(spec.step_bytes for spec in schema.values()))
 
     def size_of(self, item: EpisodeSource) -> int:
@@ -221,13 +229,12 @@ class EpisodeJob:
                 raise ValueError("negative sums of squares")
         return stats
 
-    def encode(self, episode: PreparedEpisode, stats: EpisodeShardStats) -> list[bytes]:
-        from .examples import episode_chunk_examples
-
-        stats.episodes.append({"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length})
-        for name, sums in episode.sums.items():
-            stats.sums[name] = stats.sums.get(name, FeatureSums()) + sums
-        return episode_chunk_examples(episode, self.features)
+    @staticmethod
+    def count(item: tuple[dict, dict], stats: EpisodeShardStats) -> None:
+        entry, sums = item
+        stats.episodes.append(entry)
+        for name, feature_sums in sums.items():
+            stats.sums[name] = stats.sums.get(name, FeatureSums()) + feature_sums
 
     def split_fields(self, parts: list[EpisodeShardStats]) -> dict[str, Any]:
         mean, std = {}, {}

@@ -34,7 +34,8 @@ class Kind(Protocol):
       ignored_files: the first of those "other" files, by path relative to ``src`` (capped).
       class_names: the label names (empty for episodes).
       features: the manifest's ``features`` table (record keys, dtypes, shapes).
-      prepare: a picklable ``item -> prepared | Rejection``, run in worker processes without TensorFlow.
+      prepare: a picklable ``item -> EncodedItem | Rejection`` (``ingest/examples.py``), run in worker
+        processes without TensorFlow: the item read, checked and turned into framed TFRecord bytes.
     """
 
     kind: str
@@ -65,8 +66,8 @@ class Kind(Protocol):
         """Statistics read back from a commit record (``ShardStats.to_dict``'s output), checked against the
         shard's ``records`` and the kind's schema: a ValueError for anything a tampered record could hold."""
 
-    def encode(self, prepared: Any, stats: ShardStats) -> list[bytes]:
-        """The serialized records of one prepared item, counted into ``stats``."""
+    def count(self, item_stats: Any, stats: ShardStats) -> None:
+        """Adds one item's statistics (``EncodedItem.stats``, made in the worker) to its shard's ``stats``."""
 
     def split_fields(self, parts: list[ShardStats]) -> dict[str, Any]:
         """The kind's fields of one split's manifest entry, from its shards' statistics in order."""

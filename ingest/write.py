@@ -1,21 +1,32 @@
-"""Writing files into the output folder atomically, through TensorFlow's filesystem layer.
+"""Writing files into the output folder atomically: shards of pre-framed records, index files, the manifest.
 
-Every byte goes through ``tf.io`` so a ``gs://`` output folder works like a local
-one. A shard is written under a temporary name and renamed only once it is
-complete, so a crash (even ``kill -9``) never leaves a partial file under a
-final name; the same holds for the index files and the manifest.
+A shard is written under a temporary name and renamed only once it is complete,
+so a crash (even ``kill -9``) never leaves a partial file under a final name; the
+same holds for the index files and the manifest. The workers send each input's
+records already framed (``format/tfrecord.py``), so a shard is bytes appended in
+plan order: local files with plain writes, URLs (``gs://``) through ``tf.io.gfile``.
+The shard's SHA-256 is computed on a thread beside the writes, from the same
+bytes, so it costs the writing loop nothing and the file is never read back.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import os
 import posixpath
+import threading
+from typing import Sequence
 
 import tensorflow as tf
 
-from ..format.names import TEMP_PREFIX, index_file_name, tf_compression_type
-from ..format.storage import file_sha256, join
+from ..format.names import TEMP_PREFIX, index_file_name
+from ..format.storage import join
+from ..format.tfrecord import gzip_member
 from ..format.manifest import ShardInfo
+
+_HASH_INLINE_BYTES = 4096  # hashlib holds the GIL for small buffers: hand those over in batches
+_MAX_UNHASHED_BYTES = 64 * 2**20  # the writer waits when the hashing thread is this far behind
 
 
 def write_text_atomic(path: str, text: str) -> None:
@@ -32,21 +43,85 @@ def remove_if_exists(path: str) -> None:
         tf.io.gfile.remove(path)
 
 
+class Sha256Thread:
+    """SHA-256 of a stream of bytes, computed on its own thread (``hashlib`` releases the GIL on large buffers).
+
+    At most ``max_pending`` bytes wait to be hashed; ``update`` blocks beyond that, so memory stays bounded.
+
+    Example:
+      hasher = Sha256Thread()
+      hasher.update(b"abc")
+      hasher.hexdigest()  # 'ba7816bf...', the same as hashlib.sha256(b"abc").hexdigest()
+    """
+
+    def __init__(self, max_pending: int = _MAX_UNHASHED_BYTES):
+        self._digest = hashlib.sha256()
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._pending = 0
+        self._max_pending = max_pending
+        self._done = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="tfshard-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._changed:
+                while not self._queue and not self._done:
+                    self._changed.wait()
+                if not self._queue:
+                    return
+                batch, self._queue = self._queue, collections.deque()
+            for data in batch:
+                self._digest.update(data)
+            with self._changed:
+                self._pending -= sum(map(len, batch))
+                self._changed.notify_all()
+
+    def update(self, data: bytes) -> None:
+        with self._changed:
+            while self._pending and self._pending + len(data) > self._max_pending:
+                self._changed.wait()
+            self._queue.append(data)
+            self._pending += len(data)
+            self._changed.notify_all()
+
+    def close(self) -> None:
+        """Stops the thread once everything queued is hashed."""
+        with self._changed:
+            self._done = True
+            self._changed.notify_all()
+        self._thread.join()
+
+    def hexdigest(self) -> str:
+        self.close()
+        return self._digest.hexdigest()
+
+
+def _open_new(path: str):
+    """A fresh file for binary writing; a local path is never followed through a symlink planted under its name."""
+    if "://" in path:
+        return tf.io.gfile.GFile(path, "wb")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o666), "wb")
+
+
 class ShardWriter:
-    """Writes one shard's records under a temporary name; commits on a clean exit.
+    """Appends one shard's pre-framed records under a temporary name; commits on a clean exit.
 
     On an exception inside the ``with`` block the temporary file is deleted and
     nothing is renamed. After a clean exit ``info`` describes the committed shard.
 
     Example:
+      data, sizes = format.tfrecord.frame_records([[example_bytes]])
       with ShardWriter("out", "train-00000-of-00001.tfrecord") as writer:
-          writer.write(example_bytes)
+          writer.append(data, sizes)
       writer.info  # ShardInfo(file=..., records=1, bytes=..., sha256=...)
 
     Args:
       folder: the output folder.
       file_name: the shard's final file name.
-      compression: None or ``"gzip"``.
+      compression: None or ``"gzip"`` (the appended bytes are then gzip members).
       index: also write a DALI ``tfrecord2idx`` index (``<stem>.idx``: one
         "offset size" line per record); uncompressed shards only.
     """
@@ -64,28 +139,48 @@ class ShardWriter:
         self.compression = compression
         self.index_name = index_file_name(file_name) if index else None
         self.records = 0
+        self.bytes = 0
         self.info: ShardInfo | None = None
-        self._offsets: list[tuple[int, int]] = []
-        self._next_offset = 0
-        self._writer = None
+        self._index_lines: list[str] = []
+        self._small: list[bytes] = []  # small appends, hashed together
+        self._file = None
+        self._hasher: Sha256Thread | None = None
 
     def __enter__(self) -> "ShardWriter":
-        options = tf.io.TFRecordOptions(compression_type=tf_compression_type(self.compression))
-        self._writer = tf.io.TFRecordWriter(self.temp_path, options)
+        self._file = _open_new(self.temp_path)
+        self._hasher = Sha256Thread()
         return self
 
-    def write(self, record: bytes) -> None:
-        self._writer.write(record)
-        self.records += 1
+    def append(self, data: bytes, record_sizes: Sequence[int]) -> None:
+        """Appends framed records (``data``) whose framed sizes before compression are ``record_sizes``."""
+        self._file.write(data)
+        if len(data) < _HASH_INLINE_BYTES:
+            self._small.append(data)
+            if len(self._small) >= 64:
+                self._hasher.update(b"".join(self._small))
+                self._small.clear()
+        else:
+            if self._small:
+                self._hasher.update(b"".join(self._small))
+                self._small.clear()
+            self._hasher.update(data)
         if self.index_name is not None:
-            framed = len(record) + 16  # u64 length, u32 crc of length, data, u32 crc of data
-            self._offsets.append((self._next_offset, framed))
-            self._next_offset += framed
+            offset = self.bytes
+            for size in record_sizes:
+                self._index_lines.append(f"{offset} {size}\n")
+                offset += size
+        self.bytes += len(data)
+        self.records += len(record_sizes)
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None and self.compression == "gzip" and not self.bytes:
+            self.append(gzip_member(b""), ())  # every input was rejected: still a gzip file (gzip -t, zcat)
+        if self._small:
+            self._hasher.update(b"".join(self._small))
+        sha256 = self._hasher.hexdigest()
         try:
-            self._writer.close()  # flushes: a full disk may fail here
-        except tf.errors.OpError:
+            self._file.close()  # flushes: a full disk may fail here
+        except (OSError, tf.errors.OpError):
             remove_if_exists(self.temp_path)
             if exc_type is None:
                 raise
@@ -93,11 +188,10 @@ class ShardWriter:
         if exc_type is not None:
             remove_if_exists(self.temp_path)
             return
-        sha256, size = file_sha256(self.temp_path)
         index_sha256 = None
         if self.index_name is not None:
-            lines = "".join(f"{offset} {length}\n" for offset, length in self._offsets)
+            lines = "".join(self._index_lines)
             write_text_atomic(join(self.folder, self.index_name), lines)
             index_sha256 = hashlib.sha256(lines.encode()).hexdigest()
         tf.io.gfile.rename(self.temp_path, self.path, overwrite=True)
-        self.info = ShardInfo(self.file_name, self.records, size, sha256, self.index_name, index_sha256)
+        self.info = ShardInfo(self.file_name, self.records, self.bytes, sha256, self.index_name, index_sha256)

@@ -200,16 +200,23 @@ def test_corruption_is_named_with_its_shard(dataset, cli, corrupt):
         assert f"error: {problem}" in result.stderr.splitlines()
 
 
-@pytest.mark.parametrize("damage", ["truncate", "flip"])
+@pytest.mark.parametrize("damage", ["truncate", "truncate at a member", "flip"])
 def test_damaged_gzip_shard_is_caught(tmp_path, image_tree, damage):
+    """A gzip shard is one gzip member per input (compressed by the workers); TensorFlow reads a file cut inside a
+    member as a bad record, and one cut between members as fewer records: verify names both."""
     src, _ = image_tree
     out = str(tmp_path / "out")
     convert_images(src, out, ConvertOptions(num_shards=2, compression="gzip"), workers=0, progress=False)
     path = os.path.join(out, shard_name(0, 2, ".tfrecord.gz"))
     with open(path, "rb") as f:
         data = bytearray(f.read())
+    members = [m.start() for m in re.finditer(re.escape(bytes.fromhex("1f8b0800000000000003")), bytes(data))]
+    assert len(members) == 6  # one per image
     if damage == "truncate":
-        data = data[: len(data) // 2]
+        data = data[: (members[2] + members[3]) // 2]
+        expected = "truncated shard"
+    elif damage == "truncate at a member":
+        data = data[: members[3]]
         expected = "truncated shard"
     else:
         data[len(data) // 2] ^= 0xFF  # inside the deflate stream
@@ -221,7 +228,8 @@ def test_damaged_gzip_shard_is_caught(tmp_path, image_tree, damage):
     problems = caught.value.problems
     assert len(problems) == 2, problems
     assert problems[0].startswith(f"{path}: {expected}"), problems
-    assert problems[1].startswith(f"{path}: unreadable record"), problems
+    second = "3 records, manifest says 6" if damage == "truncate at a member" else "unreadable record"
+    assert problems[1].startswith(f"{path}: {second}"), problems
 
 
 def test_no_manifest_names_the_path(dataset, cli):

@@ -1,0 +1,177 @@
+"""The records the workers build and frame without TensorFlow, pinned byte for byte against TensorFlow's own.
+
+``format/tfrecord.py`` writes the protobuf wire format of ``tf.train.Example`` and
+the TFRecord framing; the converter's shards must be exactly the files TensorFlow's
+``SerializeToString(deterministic=True)`` and ``tf.io.TFRecordWriter`` would write.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import random
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import make_tree, save_episodes
+from tfshard.format.records import IMAGE_FEATURES, serialize
+from tfshard.format.tfrecord import example_parts, frame_records, gzip_member
+from tfshard.ingest import ConvertOptions, convert_episodes, convert_images
+from tfshard.ingest.write import Sha256Thread, ShardWriter
+
+
+def _tf_example(features) -> bytes:
+    def feature(value):
+        if isinstance(value, int):
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    example = tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features}))
+    return example.SerializeToString(deterministic=True)
+
+
+def _tf_file(records, compression: str = "") -> bytes:
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tfshard-pin-{os.getpid()}.tfrecord")
+    try:
+        with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression)) as writer:
+            for record in records:
+                writer.write(record)
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.remove(path)
+
+
+EDGE_INTS = [0, 1, -1, 127, 128, 300, 2**31, -(2**31), 2**63 - 1, -(2**63)]
+EDGE_SIZES = [0, 1, 127, 128, 16383, 16384, 2**21 + 3]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_examples_match_tensorflow_byte_for_byte(seed):
+    rng = random.Random(seed)
+    for _ in range(60):
+        features = {}
+        for _ in range(rng.randint(1, 9)):
+            key = rng.choice(["image/encoded", "a", "ab", "", "z/y", "episode/chunk", "episode/chunks", "data/obs",
+                              "ключ", f"k{rng.random()}"])
+            if rng.random() < 0.5:
+                features[key] = rng.choice(EDGE_INTS + [rng.randint(-(2**62), 2**62)])
+            else:
+                features[key] = rng.randbytes(rng.choice(EDGE_SIZES[:-1] + [rng.randint(0, 5000)]))
+        assert b"".join(example_parts(features.items())) == _tf_example(features.items())
+
+
+def test_a_large_value_and_every_edge_match_tensorflow():
+    features = [(f"i{n}", v) for n, v in enumerate(EDGE_INTS)] + [(f"b{n}", b"\x07" * s) for n, s in enumerate(EDGE_SIZES)]
+    assert b"".join(example_parts(features)) == _tf_example(features)
+
+
+def test_framing_matches_tf_record_writer():
+    records = [b"", b"x", os.urandom(127), os.urandom(70_000), _tf_example([("a", 1)])]
+    data, sizes = frame_records([[r] for r in records])
+    assert data == _tf_file(records)
+    assert sizes == tuple(len(r) + 16 for r in records)
+    split, _ = frame_records([[r[:3], r[3:]] for r in records])  # a record given in parts frames the same
+    assert split == data
+
+
+def test_gzip_members_read_back_with_tensorflow_and_gzip():
+    records = [os.urandom(100), b"a" * 5000, b"", b"tail"]
+    members = b"".join(gzip_member(frame_records([[r]])[0]) for r in records)
+    assert members[:10] == _tf_file(records[:1], "GZIP")[:10]  # the same gzip header TensorFlow's writer puts first
+    assert gzip.decompress(members) == _tf_file(records)
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tfshard-members-{os.getpid()}.tfrecord.gz")
+    with open(path, "wb") as f:
+        f.write(members)
+    try:
+        assert list(tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator()) == records
+    finally:
+        os.remove(path)
+
+
+def test_out_of_range_and_mistyped_values_are_refused():
+    with pytest.raises(OverflowError, match="int64"):
+        example_parts([("a", 2**63)])
+    with pytest.raises(TypeError, match="image/height: bytes value for a int64 feature"):
+        serialize(IMAGE_FEATURES, {**{k: b"" for k in IMAGE_FEATURES}})
+    with pytest.raises(KeyError, match="differ from the feature table"):
+        serialize(IMAGE_FEATURES, {"image/encoded": b""})
+
+
+def _shard_files(out) -> list[str]:
+    return sorted(n for n in os.listdir(out) if ".tfrecord" in n)
+
+
+def _rewritten_by_tensorflow(path: str, compression: str = "") -> bytes:
+    """The shard as TensorFlow would write it: every record parsed, re-serialized deterministically, re-framed."""
+    records = tf.data.TFRecordDataset(path, compression_type=compression).as_numpy_iterator()
+    return _tf_file([tf.train.Example.FromString(r).SerializeToString(deterministic=True) for r in records])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_image_shards_are_what_tensorflow_writes(tmp_path, workers):
+    make_tree(tmp_path / "src", per_class=5)
+    manifest = convert_images(str(tmp_path / "src"), str(tmp_path / "out"), ConvertOptions(num_shards=2),
+                              workers=workers, progress=False)
+    for shard in manifest.splits["train"].shards:
+        path = tmp_path / "out" / shard.file
+        data = path.read_bytes()
+        assert data == _rewritten_by_tensorflow(str(path))
+        assert (shard.bytes, shard.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_episode_and_gzip_shards_are_what_tensorflow_writes(tmp_path):
+    rng = np.random.default_rng(0)
+    save_episodes(tmp_path / "src", {f"e{i}.npz": {"obs": rng.normal(size=(20 + 7 * i, 3)).astype(np.float32),
+                                                   "act": rng.integers(-5, 5, size=(20 + 7 * i,))} for i in range(5)})
+    options = ConvertOptions(num_shards=2, compression="gzip", on_error="fail")
+    manifest = convert_episodes(str(tmp_path / "src"), str(tmp_path / "out"), options, workers=0, progress=False)
+    for shard in manifest.splits["train"].shards:
+        data = (tmp_path / "out" / shard.file).read_bytes()
+        assert gzip.decompress(data) == _rewritten_by_tensorflow(str(tmp_path / "out" / shard.file), "GZIP")
+        assert (shard.bytes, shard.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+
+
+def test_shard_writer_index_offsets_and_hash(tmp_path):
+    records = [os.urandom(n) for n in (0, 10, 5000, 3)]
+    with ShardWriter(str(tmp_path), "train-00000-of-00001.tfrecord", index=True) as writer:
+        for r in records:
+            writer.append(*frame_records([[r]]))
+    data = (tmp_path / "train-00000-of-00001.tfrecord").read_bytes()
+    assert data == _tf_file(records)
+    offsets = [0, 16, 42, 5058]
+    lines = (tmp_path / "train-00000-of-00001.idx").read_text()
+    assert lines == "".join(f"{o} {len(r) + 16}\n" for o, r in zip(offsets, records))
+    assert writer.info.sha256 == hashlib.sha256(data).hexdigest() and writer.info.records == 4
+
+
+def test_a_failed_shard_leaves_no_file_and_stops_its_hashing_thread(tmp_path):
+    with pytest.raises(RuntimeError, match="boom"):
+        with ShardWriter(str(tmp_path), "train-00000-of-00001.tfrecord") as writer:
+            writer.append(*frame_records([[b"abc"]]))
+            raise RuntimeError("boom")
+    assert os.listdir(tmp_path) == [] and not writer._hasher._thread.is_alive()
+
+
+def test_hashing_thread_matches_hashlib_whatever_the_sizes_and_backlog():
+    rng = random.Random(1)
+    chunks = [rng.randbytes(rng.choice([0, 1, 100, 4096, 70_000])) for _ in range(300)]
+    hasher = Sha256Thread(max_pending=10_000)  # smaller than some chunks: update must still go through
+    for chunk in chunks:
+        hasher.update(chunk)
+    assert hasher.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
+
+
+def test_a_symlink_planted_under_the_temporary_name_is_not_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / ".tmp-train-00000-of-00001.tfrecord")
+    with pytest.raises(OSError):
+        with ShardWriter(str(out), "train-00000-of-00001.tfrecord") as writer:
+            writer.append(*frame_records([[b"abc"]]))
+    assert victim.read_text() == "keep me"
