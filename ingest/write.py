@@ -7,6 +7,8 @@ records already framed (``format/tfrecord.py``), so a shard is bytes appended in
 plan order: local files with plain writes, URLs (``gs://``) through ``tf.io.gfile``.
 The shard's SHA-256 is computed on a thread beside the writes, from the same
 bytes, so it costs the writing loop nothing and the file is never read back.
+That thread is the parent's ceiling: one shard is hashed at a time, at ~2 GB/s
+with SHA-NI (~22,000 images of 83 KB a second, ``benchmarks/ingest.py``).
 """
 
 from __future__ import annotations
