@@ -14,7 +14,7 @@ $(BIN)/python:
 # setuptools warns (in a box) that a folder named like a package may shadow it; it cannot here, as the root
 # holds no `tfshard/` folder. PYTHONWARNINGS reaches pip's build subprocess and keeps the install quiet.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e .
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e ".[preview]"
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python

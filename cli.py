@@ -419,6 +419,65 @@ def _bench_windows(out: str, info, split: str, window: int | None, shift: int, b
                    f"{timed.examples / timed.seconds:,.0f} windows/s, {timed.batches / timed.seconds:,.1f} batches/s")
 
 
+@app.command(name="tfds")
+def tfds_metadata(out: str = typer.Argument(..., help="A dataset folder (uncompressed shards).")) -> None:
+    """Write TFDS metadata next to dataset.json, so tfds.builder_from_directory(OUT) opens the dataset."""
+    try:
+        _load_tensorflow()
+        from .ingest.tfds_metadata import write_tfds_metadata
+
+        written = write_tfds_metadata(out)
+        typer.echo(f"{out}: wrote {', '.join(written)}; open it with tfds.builder_from_directory({out!r})")
+    except ImportError as e:
+        _fail(ValueError(str(e)))
+    except _errors() as e:
+        _fail(e)
+
+
+def _save_image(image, path: str) -> None:
+    """Writes a PIL image to ``path`` (PNG, or JPEG by the extension) under a temporary name, then renames it."""
+    formats = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in formats:
+        raise ValueError(f"{path}: --output must end in .png, .jpg or .jpeg (got {extension or 'no extension'})")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{path}: folder {folder} does not exist; create it or choose another --output")
+    temp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    try:
+        image.save(temp, formats[extension])
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.remove(temp)
+
+
+@app.command()
+def preview(
+    out: str = typer.Argument(..., help="A dataset folder."),
+    output: str = typer.Option(..., "--output", "-o", help="The picture to write: FILE.png (or .jpg)."),
+    split: str = typer.Option("train", help="Split to show."),
+    n: Optional[int] = typer.Option(None, "-n", help="Images per class (default 8) or episodes (default 3)."),
+    augmented: bool = typer.Option(False, "--augmented", help="Images: what training sees (random crop and flip)."),
+    seed: int = typer.Option(0, help="Images with --augmented: seed of the crops and flips."),
+    tile: int = typer.Option(128, help="Images: tile size in pixels."),
+    length: Optional[int] = typer.Option(None, help="Episodes: window length drawn (default: a quarter, at most 64)."),
+    shift: Optional[int] = typer.Option(None, help="Episodes: steps between window starts (default: length / 2)."),
+) -> None:
+    """Draw a dataset: a contact sheet (a row per class) or episodes over time with their windows."""
+    try:
+        _load_tensorflow()
+        from .readers.preview import preview as draw
+
+        image = draw(out, split, n, augmented=augmented, seed=seed, tile=tile, length=length, shift=shift)
+        _save_image(image, output)
+        typer.echo(f"{output}: {image.width}x{image.height} preview of {out} [{split}]")
+    except ImportError as e:
+        _fail(ValueError(str(e)))
+    except _errors() as e:
+        _fail(e)
+
+
 @app.command()
 def demo(
     folder: str = typer.Argument("tfshard-demo", help="Where to put the demo's images and dataset."),
@@ -460,6 +519,16 @@ def demo(
         typer.echo(f"readers.windows({out_ep!r}, length=128, shift=16, batch_size=32, features='obs', targets=8): "
                    f"x {tuple(x.shape)}, y {tuple(y.shape)} (the next 8 steps); {count:,} windows per epoch, "
                    f"gathered from one resident array on {default_device()}")
+        from .readers.preview import preview as draw
+
+        for dataset, name in ((out, "images-preview.png"), (out_ep, "episodes-preview.png")):
+            path = os.path.join(folder, name)
+            try:
+                _save_image(draw(dataset, length=128, shift=16), path)
+            except ImportError as e:  # episode plots need the preview extra (make demo installs it)
+                typer.echo(f"preview: {path} not drawn: {e}")
+                continue
+            typer.echo(f"preview: {path} (tfshard preview {dataset} -o {path})")
         typer.echo(f"next: tfshard info {out}; tfshard bench {out}; tfshard bench {out_ep} --window 128 --shift 16")
     except _errors() as e:
         _fail(e)

@@ -17,6 +17,8 @@ COMPRESSIONS = (None, "gzip")
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(?P<gz>\.gz)?$")
 INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.idx$")
+TFDS_FILES = ("dataset_info.json", "features.json")  # TFDS metadata beside dataset.json (`tfshard tfds OUT`)
+TFDS_LABELS_NAME = re.compile(r"^[A-Za-z0-9_.]+\.labels\.txt$")  # a TFDS ClassLabel's names
 
 
 def shard_file_name(split: str, index: int, num_shards: int, compression: str | None = None) -> str:
@@ -35,9 +37,15 @@ def is_shard_name(name: Any) -> bool:
     return isinstance(name, str) and SHARD_NAME.match(name) is not None
 
 
+def is_tfds_name(name: Any) -> bool:
+    """A TFDS metadata file name tfshard writes in OUT (``dataset_info.json``, ``features.json``, ``*.labels.txt``)."""
+    return isinstance(name, str) and (name in TFDS_FILES or TFDS_LABELS_NAME.match(name) is not None)
+
+
 def is_output_name(name: Any) -> bool:
-    """A file name tfshard writes in OUT: a shard, an index file or the manifest (never a path)."""
-    return is_shard_name(name) or (isinstance(name, str) and INDEX_NAME.match(name) is not None) or name == MANIFEST_NAME
+    """A file name tfshard writes in OUT: a shard, an index file, the manifest or TFDS metadata (never a path)."""
+    return (is_shard_name(name) or (isinstance(name, str) and INDEX_NAME.match(name) is not None)
+            or name == MANIFEST_NAME or is_tfds_name(name))
 
 
 def tf_compression_type(compression: str | None) -> str:

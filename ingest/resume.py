@@ -159,7 +159,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.
     """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done."""
     import tensorflow as tf
 
-    from ..format.names import LOCK_NAME
+    from ..format.names import LOCK_NAME, is_tfds_name
     from ..format.dataset import load_manifest
     from ..format.storage import join
     from .write import write_text_atomic
@@ -215,6 +215,8 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.
         raise OutputExistsError(
             f"{out}: output folder holds {what}; pass --overwrite to replace it, or choose another folder"
         )
+    # TFDS metadata (`tfshard tfds OUT`) describes the old shards: it goes with them.
+    old_files += sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out) if is_tfds_name(n.rstrip("/")))
     # Record what goes before removing anything: a run killed midway finishes the removal when rerun.
     log.info("%s: --overwrite: removing %d files of the previous dataset", out, len(old_files))
     tf.io.gfile.makedirs(state_path)

@@ -5,6 +5,7 @@
     info = readers.info("photos-tfr")                           # class names, counts, steps per epoch
     ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64)  # resident sliding windows
     mw = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64)  # gathered in the model's step
+    readers.preview("photos-tfr").save("sheet.png")             # a contact sheet (episodes: plots, with matplotlib)
 
 Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
@@ -18,7 +19,8 @@ from .files import DatasetInfo, info
 from .images import images
 from .in_model import ModelWindows, WindowGather, model_windows
 from .normalize import normalization
+from .preview import preview
 from .windows import resident_windows, windows
 
 __all__ = ["DatasetInfo", "ModelWindows", "WindowGather", "episodes", "images", "info", "model_windows",
-           "normalization", "resident_windows", "windows"]
+           "normalization", "preview", "resident_windows", "windows"]

@@ -3,6 +3,8 @@
 import json
 import os
 
+from PIL import Image
+
 from tfshard.ingest import ConvertOptions, convert_images
 
 
@@ -59,6 +61,11 @@ def test_demo_converts_verifies_and_reports_rejections(tmp_path, cli):
     manifest = json.loads((tmp_path / "demo" / "images-tfrecord" / "dataset.json").read_text())
     assert manifest["splits"]["train"]["records"] == 3 * 24 + 4  # 4 odd-but-good files converted or passed
     assert manifest["options"]["converted_images"] == 3  # PNG content, CMYK, EXIF rotation
+    for name in ("images-preview.png", "episodes-preview.png"):  # both previews, and where they are
+        path = tmp_path / "demo" / name
+        assert f"preview: {path} (tfshard preview" in result.output
+        with Image.open(path) as picture:
+            assert picture.format == "PNG" and len(picture.getcolors(2**24)) > 50
     again = cli("demo", tmp_path / "demo", "--workers", "0")  # rerun: same inputs, nothing to redo
     assert again.exit_code == 0, again.output
 

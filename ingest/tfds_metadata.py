@@ -1,0 +1,118 @@
+"""TFDS metadata beside ``dataset.json``, so ``tfds.builder_from_directory(OUT)`` opens a tfshard dataset.
+
+The records stay as they are: TFDS reads a ``FeaturesDict`` whose keys are the
+records' own keys (``image/encoded``, ``image/class/label``, ...; TFDS joins nested
+names with ``/``, so a flat key with a ``/`` is the same ``tf.train.Example`` key),
+and finds the shards through a file name template (``{SPLIT}-{SHARD_X_OF_Y}.tfrecord``).
+tensorflow-datasets' own ``DatasetInfo.write_to_directory`` writes the files: ``dataset_info.json``, ``features.json`` and, for images, the class names
+(``image.class.label.labels.txt``). Needs the ``tfds`` extra.
+
+    write_tfds_metadata("photos-tfr")
+    builder = tfds.builder_from_directory("photos-tfr")
+    ds = builder.as_dataset(split="train", as_supervised=True)  # (image uint8 [H, W, 3], label)
+
+What TFDS cannot express is refused with the reason: gzip shards (its TFRecord reader
+opens files uncompressed) and, for episodes, dtypes ``tf.io.decode_raw`` does not read
+(bool) or features with no elements per step. An episode longer than the chunk size is
+several records, and TFDS yields those chunks as they are (``episode/chunk`` of
+``episode/chunks``); ``readers.episodes`` joins them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+import numpy as np
+
+from ..format.names import TEMP_PREFIX, is_tfds_name
+from ..format.records import DATA_PREFIX, EPISODE_FEATURES, IMAGE_FEATURES, data_features
+from ..format.storage import join
+
+SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.tfrecord
+_TEMP_FOLDER = TEMP_PREFIX + "tfds"
+_INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
+
+
+def _scalar(tfds, spec: dict):
+    return tfds.features.Scalar(np.int64) if spec["dtype"] == "int64" else tfds.features.Text()
+
+
+def tfds_features(manifest):
+    """The ``tfds.features.FeaturesDict`` of a manifest's records, keyed by the records' own keys."""
+    import tensorflow_datasets as tfds
+
+    if manifest.kind == "images":
+        features = {key: _scalar(tfds, spec) for key, spec in IMAGE_FEATURES.items()}
+        features["image/encoded"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
+        features["image/class/label"] = tfds.features.ClassLabel(names=list(manifest.class_names))
+        return tfds.features.FeaturesDict(features)
+    features = {key: _scalar(tfds, spec) for key, spec in EPISODE_FEATURES.items()}
+    for name, spec in data_features(manifest.features).items():
+        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
+        if dtype.kind == "b" or 0 in shape:
+            what = "bool values" if dtype.kind == "b" else f"no elements per step (shape {list(shape)})"
+            raise ValueError(f"feature {name!r}: TFDS cannot decode raw bytes of {what}; read it with "
+                             "readers.episodes or readers.windows instead")
+        features[f"{DATA_PREFIX}{name}"] = tfds.features.Tensor(shape=(None, *shape), dtype=dtype,
+                                                                 encoding=tfds.features.Encoding.BYTES)
+    return tfds.features.FeaturesDict(features)
+
+
+def write_tfds_metadata(out: str) -> list[str]:
+    """Writes TFDS's metadata for the dataset in ``out`` next to its ``dataset.json``; returns the files written.
+
+    Holds OUT's lock (no conversion can be writing), writes into a temporary folder inside OUT and moves
+    each file into place, so no partial file sits under a final name. Running it again rewrites the
+    same files; a new conversion into OUT with ``--overwrite`` removes them.
+
+    Raises:
+      ValueError: gzip shards, or an episode feature TFDS cannot decode (the message says why).
+      ImportError: tensorflow-datasets is not installed (the message says how to install it).
+    """
+    import tensorflow as tf
+
+    from ..format.dataset import load_manifest
+    from .lock import output_lock
+
+    manifest = load_manifest(out)
+    if manifest.compression is not None:
+        raise ValueError(f"{out}: gzip shards; TFDS opens TFRecord files uncompressed only, so it cannot read them: "
+                         "convert again without --compression to open the dataset from TFDS")
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError as e:
+        raise ImportError(f"TFDS metadata needs tensorflow-datasets ({e}); {_INSTALL}") from None
+    try:
+        features = tfds_features(manifest)
+    except ValueError as e:
+        raise ValueError(f"{out}: {e}") from None
+    template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE, dataset_name=f"tfshard_{manifest.kind}",
+                                             filetype_suffix="tfrecord")
+    splits = [tfds.core.SplitInfo(name=name, shard_lengths=[s.records for s in split.shards], num_bytes=split.bytes,
+                                  filename_template=template) for name, split in manifest.splits.items()]
+    supervised = ("image/encoded", "image/class/label") if manifest.kind == "images" else None
+    with output_lock(out):
+        temp = join(out, _TEMP_FOLDER)
+        if tf.io.gfile.exists(temp):
+            tf.io.gfile.rmtree(temp)
+        tf.io.gfile.makedirs(temp)
+        try:
+            info = tfds.core.DatasetInfo(
+                builder=tfds.core.dataset_info.DatasetIdentity(name=template.dataset_name, version=tfds.core.Version(
+                    "1.0.0"), data_dir=out, module_name=""),
+                features=features, supervised_keys=supervised,
+                description=f"tfshard {manifest.kind} dataset (dataset.json fingerprint {manifest.fingerprint})",
+            )
+            info.set_file_format(tfds.core.FileFormat.TFRECORD)
+            info.set_splits(tfds.core.SplitDict(splits))
+            info.write_to_directory(temp)  # what tfds.folder_dataset.write_metadata does, minus its shard search
+            written = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(temp))
+            unexpected = [n for n in written if not is_tfds_name(n)]
+            if unexpected:
+                raise RuntimeError(f"{out}: tensorflow-datasets wrote {unexpected[0]!r}, a file tfshard does not know; "
+                                   "nothing was moved into OUT")
+            for name in written:
+                tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
+        finally:
+            tf.io.gfile.rmtree(temp)
+    return [posixpath.basename(n) for n in written]
