@@ -443,12 +443,16 @@ def _save_image(image, path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"{path}: folder {folder} does not exist; create it or choose another --output")
-    temp = os.path.join(folder, f".tmp-{os.getpid()}-{os.path.basename(path)}")
+    import tempfile
+
+    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=extension, dir=folder)  # a new file, never followed
     try:
-        image.save(temp, formats[extension])
+        with os.fdopen(handle, "wb") as f:
+            image.save(f, formats[extension])
+        os.chmod(temp, 0o644)
         os.replace(temp, path)
     finally:
-        if os.path.exists(temp):
+        if os.path.lexists(temp):
             os.remove(temp)
 
 

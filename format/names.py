@@ -17,8 +17,8 @@ COMPRESSIONS = (None, "gzip")
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(?P<gz>\.gz)?$")
 INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.idx$")
-TFDS_FILES = ("dataset_info.json", "features.json")  # TFDS metadata beside dataset.json (`tfshard tfds OUT`)
-TFDS_LABELS_NAME = re.compile(r"^[A-Za-z0-9_.]+\.labels\.txt$")  # a TFDS ClassLabel's names
+# TFDS metadata beside dataset.json (`tfshard tfds OUT`); the last holds the class names of image/class/label.
+TFDS_FILES = ("dataset_info.json", "features.json", "image.class.label.labels.txt")
 
 
 def shard_file_name(split: str, index: int, num_shards: int, compression: str | None = None) -> str:
@@ -38,8 +38,8 @@ def is_shard_name(name: Any) -> bool:
 
 
 def is_tfds_name(name: Any) -> bool:
-    """A TFDS metadata file name tfshard writes in OUT (``dataset_info.json``, ``features.json``, ``*.labels.txt``)."""
-    return isinstance(name, str) and (name in TFDS_FILES or TFDS_LABELS_NAME.match(name) is not None)
+    """A TFDS metadata file name tfshard writes in OUT (``TFDS_FILES``)."""
+    return isinstance(name, str) and name in TFDS_FILES
 
 
 def is_output_name(name: Any) -> bool:

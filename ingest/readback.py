@@ -169,25 +169,23 @@ def verify(out: str) -> manifest_lib.Manifest:
 
 def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """TFDS metadata (``tfshard tfds OUT``), when present, must describe these very shards."""
-    import json
-
     from ..format.dataset import read_small_file
     from ..format.storage import join
 
     path = join(out, "dataset_info.json")
     fix = f"run `tfshard tfds {out}` again (or remove the TFDS files)"
     try:
-        info = json.loads(read_small_file(path, "TFDS metadata"))
+        info = manifest_lib.parse_json(read_small_file(path, "TFDS metadata"), path)
     except FileNotFoundError:
         return []
-    except ValueError as e:  # not a regular file, too large, not JSON
+    except ValueError as e:  # not a regular file, too large, not UTF-8 JSON, nested absurdly deep
         return [f"{path}: not TFDS metadata tfshard wrote ({str(e)[:120]}); {fix}"]
     try:
         lengths = {s["name"]: [int(n) for n in s["shardLengths"]] for s in info["splits"]}
         ours = manifest.fingerprint in info.get("description", "")
     except (KeyError, TypeError, ValueError):
         return [f"{path}: not TFDS metadata tfshard wrote (no splits with shard lengths); {fix}"]
-    expected = {name: [s.records for s in split.shards] for name, split in manifest.splits.items()}
+    expected = {name: [s.records for s in split.shards] for name, split in manifest.splits.items() if split.records}
     if lengths != expected or not ours:
         return [f"{path}: TFDS metadata of another dataset (its splits or fingerprint differ from dataset.json); {fix}"]
     return []

@@ -13,14 +13,18 @@ tensorflow-datasets' own ``DatasetInfo.write_to_directory`` writes the files: ``
 
 What TFDS cannot express is refused with the reason: gzip shards (its TFRecord reader
 opens files uncompressed) and, for episodes, dtypes ``tf.io.decode_raw`` does not read
-(bool) or features with no elements per step. An episode longer than the chunk size is
+(uint32) or features with no elements per step. A split with no records is left out
+(TFDS refuses an empty split for the whole builder). An episode longer than the chunk size is
 several records, and TFDS yields those chunks as they are (``episode/chunk`` of
 ``episode/chunks``); ``readers.episodes`` joins them.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import posixpath
+import shutil
 
 import numpy as np
 
@@ -30,11 +34,26 @@ from ..format.storage import join
 
 SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.tfrecord
 _TEMP_FOLDER = TEMP_PREFIX + "tfds"
+log = logging.getLogger(__name__)
 _INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
 
 
 def _scalar(tfds, spec: dict):
     return tfds.features.Scalar(np.int64) if spec["dtype"] == "int64" else tfds.features.Text()
+
+
+def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
+    """Why TFDS's raw-bytes ``Tensor`` feature cannot read one of our episode features, or None: its own decode
+    (``tf.io.decode_raw``, a reshape to ``[-1, *shape]``) is run on an empty value."""
+    import tensorflow as tf
+
+    if 0 in shape:
+        return f"no elements per step (shape {list(shape)}): the reshape cannot infer the steps"
+    try:
+        feature.decode_example(tf.constant(b""))
+    except (TypeError, ValueError, tf.errors.InvalidArgumentError):
+        return f"{dtype.name} values (tf.io.decode_raw does not read {dtype.name})"
+    return None
 
 
 def tfds_features(manifest):
@@ -49,13 +68,39 @@ def tfds_features(manifest):
     features = {key: _scalar(tfds, spec) for key, spec in EPISODE_FEATURES.items()}
     for name, spec in data_features(manifest.features).items():
         dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
-        if dtype.kind == "b" or 0 in shape:
-            what = "bool values" if dtype.kind == "b" else f"no elements per step (shape {list(shape)})"
-            raise ValueError(f"feature {name!r}: TFDS cannot decode raw bytes of {what}; read it with "
+        feature = tfds.features.Tensor(shape=(None, *shape), dtype=dtype, encoding=tfds.features.Encoding.BYTES)
+        problem = _raw_bytes_problem(feature, dtype, shape)
+        if problem:
+            raise ValueError(f"feature {name!r}: TFDS cannot decode raw bytes of {problem}; read it with "
                              "readers.episodes or readers.windows instead")
-        features[f"{DATA_PREFIX}{name}"] = tfds.features.Tensor(shape=(None, *shape), dtype=dtype,
-                                                                 encoding=tfds.features.Encoding.BYTES)
+        features[f"{DATA_PREFIX}{name}"] = feature
     return tfds.features.FeaturesDict(features)
+
+
+def _remove_temp_folder(path: str) -> None:
+    """Removes what sits at our temporary name: a link or a file itself (never what a link points to), or a folder."""
+    import tensorflow as tf
+
+    if "://" in path:
+        if tf.io.gfile.exists(path):
+            tf.io.gfile.rmtree(path)
+    elif os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        os.unlink(path)
+    elif os.path.isdir(path):
+        shutil.rmtree(path)  # refuses to follow a symlink swapped in meanwhile
+
+
+def _fresh_temp_folder(out: str) -> str:
+    """``OUT/.tmp-tfds``, new and empty: whatever a killed run (or anyone) left there goes first."""
+    import tensorflow as tf
+
+    temp = join(out, _TEMP_FOLDER)
+    _remove_temp_folder(temp)
+    if "://" in temp:
+        tf.io.gfile.makedirs(temp)
+    else:
+        os.mkdir(temp, 0o755)  # fails rather than reuse anything created in between
+    return temp
 
 
 def write_tfds_metadata(out: str) -> list[str]:
@@ -88,14 +133,15 @@ def write_tfds_metadata(out: str) -> list[str]:
         raise ValueError(f"{out}: {e}") from None
     template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE, dataset_name=f"tfshard_{manifest.kind}",
                                              filetype_suffix="tfrecord")
+    empty = [name for name, split in manifest.splits.items() if not split.records]
+    if empty:  # TFDS refuses a split of no examples ("corresponds to no data"), for every split of the builder
+        log.warning("%s: split(s) %s hold no records; left out of the TFDS metadata", out, ", ".join(empty))
     splits = [tfds.core.SplitInfo(name=name, shard_lengths=[s.records for s in split.shards], num_bytes=split.bytes,
-                                  filename_template=template) for name, split in manifest.splits.items()]
+                                  filename_template=template)
+              for name, split in manifest.splits.items() if split.records]
     supervised = ("image/encoded", "image/class/label") if manifest.kind == "images" else None
     with output_lock(out):
-        temp = join(out, _TEMP_FOLDER)
-        if tf.io.gfile.exists(temp):
-            tf.io.gfile.rmtree(temp)
-        tf.io.gfile.makedirs(temp)
+        temp = _fresh_temp_folder(out)
         try:
             info = tfds.core.DatasetInfo(
                 builder=tfds.core.dataset_info.DatasetIdentity(name=template.dataset_name, version=tfds.core.Version(
@@ -114,5 +160,5 @@ def write_tfds_metadata(out: str) -> list[str]:
             for name in written:
                 tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
         finally:
-            tf.io.gfile.rmtree(temp)
+            _remove_temp_folder(temp)
     return [posixpath.basename(n) for n in written]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -46,7 +47,9 @@ def tile_box(row: int, column: int, tile: int) -> tuple[int, int, int, int]:
 
 
 def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
-    """``text`` cut (with …) to ``width`` pixels."""
+    """``text`` on one line (a control character, such as a newline in a file name, becomes "?"), cut (with …)
+    to ``width`` pixels."""
+    text = re.sub(r"[\x00-\x1f\x7f]", "?", text)
     if draw.textlength(text, font=font) <= width:
         return text
     while text and draw.textlength(text + "…", font=font) > width:
@@ -133,10 +136,13 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
     dataset = files_lib.info(path)
     if dataset.manifest.kind != "episodes":
         raise ValueError(f"{path}: not an episodes dataset (kind {dataset.manifest.kind!r}); use the image sheet for it")
-    if episodes < 1:
-        raise ValueError(f"{path}: episodes must be at least 1 (got {episodes})")
+    for what, value in (("episodes", episodes), ("length", length), ("shift", shift)):
+        if value is not None and value < 1:
+            raise ValueError(f"{path}: {what} must be at least 1 (got {value})")
     info = files_lib.split_info(dataset, split)
     shown = [{k: v.numpy() for k, v in e.items()} for e in read_episodes(path, split).take(episodes)]
+    if not shown:
+        raise ValueError(f"{path}: split {split!r} holds no episodes to draw; pass another --split")
     names = sorted(shown[0])
     steps = len(next(iter(shown[0].values())))
     length = length or max(1, min(64, steps // 4))
@@ -177,6 +183,8 @@ def preview(path: str, split: str = "train", n: int | None = None, *, augmented:
             tile: int = 128, length: int | None = None, shift: int | None = None) -> Image.Image:
     """A picture of a tfshard dataset, as a ``PIL.Image``: ``image_sheet`` for images (``n`` per class, default 8),
     ``episode_plot`` for episodes (``n`` episodes, default 3; ``length``/``shift`` of the windows drawn)."""
+    if n is not None and n < 1:
+        raise ValueError(f"{path}: n must be at least 1 (got {n})")
     kind = files_lib.info(path).manifest.kind
     if kind == "images":
         return image_sheet(path, split, n or 8, tile=tile, augmented=augmented, seed=seed)

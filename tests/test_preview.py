@@ -122,3 +122,10 @@ def test_kind_specific_drawings_refuse_the_other_kind(solid_dataset, episode_dat
         image_sheet(episode_dataset)
     with pytest.raises(ValueError, match=f"{solid_dataset}: not an episodes dataset"):
         episode_plot(solid_dataset)
+
+
+@pytest.mark.parametrize("bad", [{"n": 0}, {"length": 0}, {"shift": -2}])
+def test_counts_below_one_are_refused_naming_the_dataset(episode_dataset, bad):
+    (what, value), = bad.items()
+    with pytest.raises(ValueError, match=f"{episode_dataset}: {what} must be at least 1 \\(got {value}\\)"):
+        readers.preview(episode_dataset, **bad)

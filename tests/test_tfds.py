@@ -63,10 +63,13 @@ def test_tfds_yields_the_readers_images_labels_and_names(images_out, cli):
 
 def test_episodes_from_tfds_equal_readers_episodes_and_chunks_stay_chunks(tmp_path):
     episodes = random_episodes([40, 25, 60], width=3)
-    save_episodes(tmp_path / "src", {f"e{i}.npz": {"obs": e, "step": np.arange(len(e), dtype=np.int16)}
+    save_episodes(tmp_path / "src", {f"e{i}.npz": {"obs": e, "step": np.arange(len(e), dtype=np.int16),
+                                                   "done": np.arange(len(e)) == len(e) - 1,
+                                                   "z": (e[:, :2] + 1j * e[:, 1:]).astype(np.complex64),
+                                                   "big": np.full(len(e), 2**64 - 1 - len(e), np.uint64)}
                                      for i, e in enumerate(episodes)})
     out = tmp_path / "out"
-    convert_episode_tree(tmp_path / "src", out, episode=EpisodeOptions(max_record_bytes=30 * 14))  # 30 steps a record
+    convert_episode_tree(tmp_path / "src", out, episode=EpisodeOptions(max_record_bytes=30 * 39))  # 30 steps a record
     write_tfds_metadata(str(out))
     builder = tfds.builder_from_directory(str(out))
     chunks = list(builder.as_dataset(split="train").as_numpy_iterator())
@@ -78,7 +81,7 @@ def test_episodes_from_tfds_equal_readers_episodes_and_chunks_stay_chunks(tmp_pa
         parts.append(chunk)
     for keys, episode in readers.episodes(str(out), with_keys=True).as_numpy_iterator():
         parts = joined[int(keys["episode"])]
-        for name in ("obs", "step"):
+        for name in ("obs", "step", "done", "z", "big"):
             assert np.array_equal(np.concatenate([p[f"data/{name}"] for p in parts]), episode[name])
 
 
@@ -90,10 +93,15 @@ def test_what_tfds_cannot_read_is_refused_with_the_reason(tmp_path, cli):
     result = cli("tfds", gz)
     assert result.exit_code == 1
     assert f"error: {gz}: gzip shards; TFDS opens TFRecord files uncompressed only" in result.output
-    save_episodes(tmp_path / "bool", {"e.npz": {"done": np.zeros(5, bool), "x": np.ones((5, 2), np.float32)}})
-    convert_episode_tree(tmp_path / "bool", tmp_path / "bool-out")
-    with pytest.raises(ValueError, match="feature 'done': TFDS cannot decode raw bytes of bool values"):
-        write_tfds_metadata(str(tmp_path / "bool-out"))
+    save_episodes(tmp_path / "u32", {"e.npz": {"count": np.zeros(5, np.uint32), "x": np.ones((5, 2), np.float32)}})
+    convert_episode_tree(tmp_path / "u32", tmp_path / "u32-out")
+    with pytest.raises(ValueError, match=r"u32-out: feature 'count': TFDS cannot decode raw bytes of uint32 values "
+                                         r"\(tf.io.decode_raw does not read uint32\)"):
+        write_tfds_metadata(str(tmp_path / "u32-out"))
+    save_episodes(tmp_path / "empty", {"e.npz": {"none": np.zeros((5, 0), np.float32), "x": np.ones(5, np.int8)}})
+    convert_episode_tree(tmp_path / "empty", tmp_path / "empty-out")
+    with pytest.raises(ValueError, match=r"feature 'none': TFDS cannot decode raw bytes of no elements per step"):
+        write_tfds_metadata(str(tmp_path / "empty-out"))
     assert not {"dataset_info.json", "features.json"} & set(os.listdir(gz))  # nothing written when refused
 
 
