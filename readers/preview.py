@@ -62,13 +62,15 @@ def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[i
     paths = [s.path for s in files_lib.check_shards(dataset, split, files_lib.pipeline_shards(dataset, split))]
     records = tf.data.TFRecordDataset(paths, compression_type=tf_compression_type(dataset.manifest.compression))
     spec = parse_spec(IMAGE_FEATURES, _PREVIEW_KEYS)
+    counts = files_lib.split_info(dataset, split).class_counts
+    wanted = {label: min(per_class, counts.get(dataset.manifest.class_names[label], 0)) for label in classes}
     found: dict[int, list] = {label: [] for label in classes}
-    missing = len(classes)
-    for parsed in records.map(lambda r: tf.io.parse_single_example(r, spec)):
+    missing = sum(wanted.values())  # stop as soon as every class has what the split holds of it: no full pass
+    for parsed in records.map(lambda r: tf.io.parse_single_example(r, spec)) if missing else ():
         label = int(parsed["image/class/label"])
-        if label in found and len(found[label]) < per_class:
+        if label in found and len(found[label]) < wanted[label]:
             found[label].append((parsed["image/encoded"], parsed["image/filename"].numpy().decode("utf-8", "replace")))
-            missing -= len(found[label]) == per_class
+            missing -= 1
             if not missing:
                 break
     return found
