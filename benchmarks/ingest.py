@@ -20,9 +20,7 @@ start-up and shard hashing included). Runs are repeated and interleaved; the tab
 shows the best and worst, the CPU-seconds of the best run (benchmark process and
 its workers), the CPU of the converting process alone per image, and the share of
 the CPUs that other processes took meanwhile: on a shared machine, over ~10% means
-the wall-clock figures are low. TensorFlow is imported before any timing (inside
-``main``: a main module that imports TensorFlow at its top would be imported by
-every worker, which costs seconds per run). tfshard's forkserver starts once
+the wall-clock figures are low. TensorFlow is imported before any timing. tfshard's forkserver starts once
 per process, so only the first tfshard run pays for it. Every input is read once
 first (warm cache). The goals of issue 14 are printed beside the ratios.
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -31,6 +33,27 @@ def _ignore_ctrl_c() -> None:
     """Workers leave Ctrl-C to the parent, which stops them: a terminal's SIGINT reaches the whole process group,
     and a worker dying of it mid-task would print its own traceback and can wedge the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _main_kept_from_children(keep_out: bool):
+    """While worker processes start, hides the caller's ``__main__`` from multiprocessing, which otherwise
+    imports the calling script (or ``-m`` module) in every worker. A script that imports TensorFlow at its
+    top would load it in each worker: seconds per conversion and ~500 MB per worker (measured: 3.0 s vs
+    0.03 s to start 2 workers). Only used when the mapped function lives in a module of its own."""
+    main = sys.modules.get("__main__")
+    if not keep_out or main is None:
+        yield
+        return
+    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if key in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__file__", None)
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
 
 
 def _map_chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
@@ -81,11 +104,13 @@ def ordered_map(
     if workers == 0:
         yield from map(fn, items)
         return
+    module = getattr(fn, "func", fn).__module__  # fn may be a partial
+    keep_main_out = module != "__main__"
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         # Import the worker's module once in the server, so each worker forks ready instead of paying
         # ~0.2 CPU-s for numpy/PIL imports (no effect once this process's forkserver is running).
-        context.set_forkserver_preload(["__main__", getattr(fn, "func", fn).__module__])  # fn may be a partial
+        context.set_forkserver_preload([module] if keep_main_out else ["__main__", module])
     else:
         context = multiprocessing.get_context("spawn")
     chunks = _chunks(items, size_of, chunk_items)
@@ -101,7 +126,9 @@ def ordered_map(
                         exhausted = True
                         break
                     chunk, chunk_bytes = nxt
-                    pending.append((pool.submit(_map_chunk, fn, chunk), chunk_bytes))
+                    with _main_kept_from_children(keep_main_out):  # workers start inside submit()
+                        future = pool.submit(_map_chunk, fn, chunk)
+                    pending.append((future, chunk_bytes))
                     pending_bytes += chunk_bytes
                 if not pending:
                     return

@@ -37,3 +37,36 @@ def test_input_is_consumed_lazily_within_the_byte_budget():
 def test_negative_workers_is_refused():
     with pytest.raises(ValueError, match="workers"):
         list(ordered_map(_square, [1], workers=-1))
+
+
+def test_workers_never_run_a_calling_script_that_imports_tensorflow(tmp_path):
+    """multiprocessing imports the caller's script in every worker; one that imports TensorFlow at its top (and has
+    no ``if __name__ == "__main__"`` guard) would load it in each worker and convert again from each. The workers
+    start with the script hidden: they hold no TensorFlow, and the conversion runs once."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "probe.py").write_text("import sys\n\ndef has_tensorflow(_):\n    return 'tensorflow' in sys.modules\n")
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys\n"
+        "import tensorflow as tf\n"
+        "import numpy as np\n"
+        "from PIL import Image\n"
+        "from probe import has_tensorflow\n"
+        "from tfshard.ingest import convert_images\n"
+        "from tfshard.ingest.parallel import ordered_map\n"
+        f"src, out = {str(tmp_path / 'src')!r}, {str(tmp_path / 'out')!r}\n"
+        "for i in range(4):\n"
+        "    os.makedirs(os.path.join(src, f'c{i % 2}'), exist_ok=True)\n"
+        "    Image.fromarray(np.full((8, 8, 3), 40 * i, np.uint8)).save(os.path.join(src, f'c{i % 2}', f'{i}.jpg'))\n"
+        "print('workers with TensorFlow:', sum(ordered_map(has_tensorflow, range(8), workers=2, chunk_items=1)))\n"
+        "print('records:', convert_images(src, out, workers=2, progress=False).total_records)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["workers with TensorFlow: 0", "records: 4"], done.stdout
