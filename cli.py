@@ -81,12 +81,13 @@ def _load_tensorflow() -> None:
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    """What a command reports as one line: bad input, OS errors (a full disk) and TensorFlow's op errors."""
+    """What a command reports as one line: bad input, OS errors (a full disk), a missing optional extra (the
+    message says what to install) and TensorFlow's op errors."""
     if "tensorflow" in sys.modules:
         import tensorflow as tf
 
-        return ValueError, OSError, tf.errors.OpError
-    return ValueError, OSError
+        return ValueError, OSError, ImportError, tf.errors.OpError
+    return ValueError, OSError, ImportError
 
 
 def _fail(error: BaseException) -> None:
@@ -428,8 +429,6 @@ def tfds_metadata(out: str = typer.Argument(..., help="A dataset folder (uncompr
 
         written = write_tfds_metadata(out)
         typer.echo(f"{out}: wrote {', '.join(written)}; open it with tfds.builder_from_directory({out!r})")
-    except ImportError as e:
-        _fail(ValueError(str(e)))
     except _errors() as e:
         _fail(e)
 
@@ -476,8 +475,6 @@ def preview(
         image = draw(out, split, n, augmented=augmented, seed=seed, tile=tile, length=length, shift=shift)
         _save_image(image, output)
         typer.echo(f"{output}: {image.width}x{image.height} preview of {out} [{split}]")
-    except ImportError as e:
-        _fail(ValueError(str(e)))
     except _errors() as e:
         _fail(e)
 

@@ -196,11 +196,16 @@ def run_naive(src: str, out: str) -> None:
             writer.write(example.SerializeToString())
 
 
-def run_copy(src: str, out: str) -> None:
+def copy_into_one_file(paths: list[str], out: str) -> None:
+    """Reads every file and writes all the bytes into ``out/all.bin``: the I/O floor of a conversion."""
     os.makedirs(out)
     with open(os.path.join(out, "all.bin"), "wb") as sink:
-        for path, _, _ in list_images(src):
+        for path in paths:
             sink.write(_read(path))
+
+
+def run_copy(src: str, out: str) -> None:
+    copy_into_one_file([path for path, _, _ in list_images(src)], out)
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -331,11 +336,7 @@ def run_tfshard_episodes(src: str, out: str, workers: int | None) -> None:
 
 
 def run_copy_episodes(src: str, out: str) -> None:
-    """Reads every episode file and writes all the bytes into one file: reading + writing the same bytes."""
-    os.makedirs(out)
-    with open(os.path.join(out, "all.bin"), "wb") as sink:
-        for name in sorted(os.listdir(src)):
-            sink.write(_read(os.path.join(src, name)))
+    copy_into_one_file([os.path.join(src, name) for name in sorted(os.listdir(src))], out)
 
 
 def validation_decode_ms(src: str, limit: int = 300) -> tuple[float, float]:

@@ -171,6 +171,7 @@ def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """TFDS metadata (``tfshard tfds OUT``), when present, must describe these very shards."""
     from ..format.dataset import read_small_file
     from ..format.storage import join
+    from .tfds_metadata import tfds_shard_lengths
 
     path = join(out, "dataset_info.json")
     fix = f"run `tfshard tfds {out}` again (or remove the TFDS files)"
@@ -185,7 +186,6 @@ def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
         ours = manifest.fingerprint in info.get("description", "")
     except (KeyError, TypeError, ValueError):
         return [f"{path}: not TFDS metadata tfshard wrote (no splits with shard lengths); {fix}"]
-    expected = {name: [s.records for s in split.shards] for name, split in manifest.splits.items() if split.records}
-    if lengths != expected or not ours:
+    if lengths != tfds_shard_lengths(manifest) or not ours:
         return [f"{path}: TFDS metadata of another dataset (its splits or fingerprint differ from dataset.json); {fix}"]
     return []

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import posixpath
 import shutil
 
 import numpy as np
@@ -40,6 +39,12 @@ _INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')
 
 def _scalar(tfds, spec: dict):
     return tfds.features.Scalar(np.int64) if spec["dtype"] == "int64" else tfds.features.Text()
+
+
+def tfds_shard_lengths(manifest) -> dict[str, list[int]]:
+    """Split → records per shard, as the TFDS metadata lists them: splits with no records are left out (TFDS
+    refuses a split of no examples, "corresponds to no data", for every split of the builder)."""
+    return {name: [s.records for s in split.shards] for name, split in manifest.splits.items() if split.records}
 
 
 def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
@@ -133,12 +138,12 @@ def write_tfds_metadata(out: str) -> list[str]:
         raise ValueError(f"{out}: {e}") from None
     template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE, dataset_name=f"tfshard_{manifest.kind}",
                                              filetype_suffix="tfrecord")
-    empty = [name for name, split in manifest.splits.items() if not split.records]
-    if empty:  # TFDS refuses a split of no examples ("corresponds to no data"), for every split of the builder
+    lengths = tfds_shard_lengths(manifest)
+    empty = [name for name in manifest.splits if name not in lengths]
+    if empty:
         log.warning("%s: split(s) %s hold no records; left out of the TFDS metadata", out, ", ".join(empty))
-    splits = [tfds.core.SplitInfo(name=name, shard_lengths=[s.records for s in split.shards], num_bytes=split.bytes,
-                                  filename_template=template)
-              for name, split in manifest.splits.items() if split.records]
+    splits = [tfds.core.SplitInfo(name=name, shard_lengths=shards, num_bytes=manifest.splits[name].bytes,
+                                  filename_template=template) for name, shards in lengths.items()]
     supervised = ("image/encoded", "image/class/label") if manifest.kind == "images" else None
     with output_lock(out):
         temp = _fresh_temp_folder(out)
@@ -161,4 +166,4 @@ def write_tfds_metadata(out: str) -> list[str]:
                 tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
         finally:
             _remove_temp_folder(temp)
-    return [posixpath.basename(n) for n in written]
+    return written

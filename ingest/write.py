@@ -49,6 +49,7 @@ class Sha256Thread:
     """SHA-256 of a stream of bytes, computed on its own thread (``hashlib`` releases the GIL on large buffers).
 
     At most ``max_pending`` bytes wait to be hashed; ``update`` blocks beyond that, so memory stays bounded.
+    Small buffers (hashlib holds the GIL for them) are joined and handed over in batches.
 
     Example:
       hasher = Sha256Thread()
@@ -61,6 +62,7 @@ class Sha256Thread:
         self._queue: collections.deque[bytes] = collections.deque()
         self._pending = 0
         self._max_pending = max_pending
+        self._small: list[bytes] = []
         self._done = False
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="tfshard-sha256", daemon=True)
@@ -81,6 +83,21 @@ class Sha256Thread:
                 self._changed.notify_all()
 
     def update(self, data: bytes) -> None:
+        if len(data) < _HASH_INLINE_BYTES:
+            self._small.append(data)
+            if len(self._small) < 64:
+                return
+            data = self._flush_small()
+        elif self._small:
+            self._hand_over(self._flush_small())
+        self._hand_over(data)
+
+    def _flush_small(self) -> bytes:
+        joined = b"".join(self._small)
+        self._small.clear()
+        return joined
+
+    def _hand_over(self, data: bytes) -> None:
         with self._changed:
             while self._pending and self._pending + len(data) > self._max_pending:
                 self._changed.wait()
@@ -90,6 +107,8 @@ class Sha256Thread:
 
     def close(self) -> None:
         """Stops the thread once everything queued is hashed."""
+        if self._small:
+            self._hand_over(self._flush_small())
         with self._changed:
             self._done = True
             self._changed.notify_all()
@@ -144,7 +163,6 @@ class ShardWriter:
         self.bytes = 0
         self.info: ShardInfo | None = None
         self._index_lines: list[str] = []
-        self._small: list[bytes] = []  # small appends, hashed together
         self._file = None
         self._hasher: Sha256Thread | None = None
 
@@ -156,16 +174,7 @@ class ShardWriter:
     def append(self, data: bytes, record_sizes: Sequence[int]) -> None:
         """Appends framed records (``data``) whose framed sizes before compression are ``record_sizes``."""
         self._file.write(data)
-        if len(data) < _HASH_INLINE_BYTES:
-            self._small.append(data)
-            if len(self._small) >= 64:
-                self._hasher.update(b"".join(self._small))
-                self._small.clear()
-        else:
-            if self._small:
-                self._hasher.update(b"".join(self._small))
-                self._small.clear()
-            self._hasher.update(data)
+        self._hasher.update(data)
         if self.index_name is not None:
             offset = self.bytes
             for size in record_sizes:
@@ -177,8 +186,6 @@ class ShardWriter:
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is None and self.compression == "gzip" and not self.bytes:
             self.append(gzip_member(b""), ())  # every input was rejected: still a gzip file (gzip -t, zcat)
-        if self._small:
-            self._hasher.update(b"".join(self._small))
         sha256 = self._hasher.hexdigest()
         try:
             self._file.close()  # flushes: a full disk may fail here
