@@ -7,9 +7,11 @@ its C++ logging has been quietened.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Optional
@@ -135,10 +137,10 @@ def _echo_lines(lines: list[str]) -> None:
 
 def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
     """The ConvertOptions both conversion commands share, plus the kind's own (``image=`` or ``episode=``)."""
-    from .ingest import ConvertOptions, parse_size
+    from .ingest import ConvertOptions
 
     return ConvertOptions(
-        shard_bytes=parse_size(shard_size),
+        shard_bytes=shard_size,
         num_shards=num_shards,
         min_shards=min_shards,
         compression=None if compression is Compression.none else compression.value,
@@ -168,16 +170,35 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
     return manifest
 
 
-def _interrupted(out: str) -> None:
-    """Ctrl-C during a conversion: one line on stderr, exit 130 (128 + SIGINT), as shells expect."""
-    typer.echo(f"{out}: interrupted; run the same command again to resume (committed shards are kept)", err=True)
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what Slurm, Kubernetes and ``kill`` send), raised in the main thread to stop like Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """For the block, SIGTERM stops the command as Ctrl-C does: the work stops cleanly, resumable."""
+    def terminate(signum, frame):
+        raise _Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(out: str, error: KeyboardInterrupt) -> None:
+    """Ctrl-C or SIGTERM during a conversion: one line on stderr, exit 128 + the signal number, as shells expect."""
+    terminated = isinstance(error, _Terminated)
+    how = "terminated (SIGTERM)" if terminated else "interrupted"
+    typer.echo(f"{out}: {how}; run the same command again to resume (committed shards are kept)", err=True)
     if _state["debug"]:
-        raise KeyboardInterrupt
-    raise typer.Exit(130)
-
-
-def _run_conversion(convert, src, out, options, workers, overwrite, quiet, runner) -> None:
-    _convert_and_report(convert, src, out, options, quiet, workers=workers, overwrite=overwrite, runner=runner)
+        raise error
+    raise typer.Exit(128 + (signal.SIGTERM if terminated else signal.SIGINT))
 
 
 @app.command()
@@ -213,11 +234,13 @@ def images(
         image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    image=image)
-        _run_conversion(convert_images, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
+        with _sigterm_as_interrupt():
+            _convert_and_report(convert_images, src, out, options, quiet, workers=workers, overwrite=overwrite,
+                                runner=_runner(runner, beam_options))
     except _errors() as e:
         _fail(e)
-    except KeyboardInterrupt:
-        _interrupted(out)
+    except KeyboardInterrupt as e:
+        _interrupted(out, e)
 
 
 class OnNan(str, enum.Enum):
@@ -237,7 +260,8 @@ def episodes(
     seed: int = typer.Option(0, help="Seed of the write-time shuffle of episode order."),
     shuffle: bool = typer.Option(True, "--shuffle/--no-shuffle", help="Shuffle episode order at write time."),
     on_nan: OnNan = typer.Option(OnNan.fail, help="NaN/inf: fail (name file and index), skip the episode, or keep."),
-    max_record_size: str = typer.Option("64MiB", help="Longer episodes are split into chunk records of this size."),
+    max_record_bytes: str = typer.Option("64MiB", "--max-record-bytes", "--max-record-size",
+                                         help="Longer episodes are split into chunk records of this size."),
     max_episode_bytes: str = typer.Option(
         "1GiB", help="Reject episodes whose headers declare more data (memory: a worker holds ~2 copies of one)."
     ),
@@ -254,17 +278,19 @@ def episodes(
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
     try:
         _load_tensorflow()
-        from .ingest import EpisodeOptions, convert_episodes, parse_size
+        from .ingest import EpisodeOptions, convert_episodes
 
-        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=parse_size(max_record_size),
-                                 max_episode_bytes=parse_size(max_episode_bytes))
+        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
+                                 max_episode_bytes=max_episode_bytes)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    episode=episode)
-        _run_conversion(convert_episodes, src, out, options, workers, overwrite, quiet, _runner(runner, beam_options))
+        with _sigterm_as_interrupt():
+            _convert_and_report(convert_episodes, src, out, options, quiet, workers=workers, overwrite=overwrite,
+                                runner=_runner(runner, beam_options))
     except _errors() as e:
         _fail(e)
-    except KeyboardInterrupt:
-        _interrupted(out)
+    except KeyboardInterrupt as e:
+        _interrupted(out, e)
 
 
 @app.command()
@@ -331,7 +357,10 @@ def bench(
     import shutil
     import tempfile
 
+    temp = None
     try:
+        if epochs < 1:
+            raise ValueError(f"--epochs: must be at least 1 (got {epochs}); pass the number of epochs to time")
         _load_tensorflow()
         from . import readers
         from .readers.bench import time_epochs
@@ -346,27 +375,34 @@ def bench(
                                  " pass a larger --limit or leave it out")
             if src is not None and not os.path.isdir(src):
                 raise FileNotFoundError(f"{src}: --src is not a folder; pass the source folder of the conversion")
-            _bench_compare(out, split, batch_size, (image_size, image_size), src, limit)
+            with _sigterm_as_interrupt():
+                _bench_compare(out, split, batch_size, (image_size, image_size), src, limit)
             return
         expected = info.num_records(split)
         temp = tempfile.mkdtemp(prefix="tfshard-bench-cache-") if cache is None else None
         chosen = None if cache == "none" else (temp or cache)
-        ds = readers.images(
-            out, split, batch_size=batch_size, image_size=(image_size, image_size), training=training, seed=0,
-            cache=chosen, drop_remainder=False, ignore_errors=ignore_errors,
-        )
-        typer.echo(f"{out} [{split}]: {expected:,} records, batch {batch_size}, {image_size}x{image_size}, "
-                   f"{'training' if training else 'eval'}, cache={chosen or 'none'}")
-        for timed in time_epochs(ds, epochs):
-            note = " (fills the cache)" if timed.epoch == 1 and chosen else (" (cached)" if chosen else "")
-            skipped = f", {expected - timed.examples:,} records skipped" if timed.examples != expected else ""
-            typer.echo(f"  epoch {timed.epoch}{note}: {timed.examples:,} images in {timed.seconds:.2f} s: "
-                       f"{timed.examples / timed.seconds:,.0f} img/s, {timed.batches / timed.seconds:,.1f} batches/s"
-                       f"{skipped}")
-        if temp:
-            shutil.rmtree(temp, ignore_errors=True)
+        with _sigterm_as_interrupt():
+            ds = readers.images(
+                out, split, batch_size=batch_size, image_size=(image_size, image_size), training=training, seed=0,
+                cache=chosen, drop_remainder=False, ignore_errors=ignore_errors,
+            )
+            typer.echo(f"{out} [{split}]: {expected:,} records, batch {batch_size}, {image_size}x{image_size}, "
+                       f"{'training' if training else 'eval'}, cache={chosen or 'none'}")
+            for timed in time_epochs(ds, epochs):
+                note = " (fills the cache)" if timed.epoch == 1 and chosen else (" (cached)" if chosen else "")
+                skipped = f", {expected - timed.examples:,} records skipped" if timed.examples != expected else ""
+                typer.echo(f"  epoch {timed.epoch}{note}: {timed.examples:,} images in {timed.seconds:.2f} s: "
+                           f"{timed.examples / timed.seconds:,.0f} img/s, {timed.batches / timed.seconds:,.1f} "
+                           f"batches/s{skipped}")
     except _errors() as e:
         _fail(e)
+    except KeyboardInterrupt as e:
+        typer.echo(f"{out}: bench {'terminated (SIGTERM)' if isinstance(e, _Terminated) else 'interrupted'}",
+                   err=True)
+        raise typer.Exit(128 + (signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT))
+    finally:
+        if temp:  # its temporary cache goes however the run ends
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def _bench_compare(out: str, split: str, batch_size: int, size: tuple[int, int], src: str | None,
@@ -462,8 +498,8 @@ def preview(
     split: str = typer.Option("train", help="Split to show."),
     n: Optional[int] = typer.Option(None, "-n", help="Images per class (default 8) or episodes (default 3)."),
     augmented: bool = typer.Option(False, "--augmented", help="Images: what training sees (random crop and flip)."),
-    seed: int = typer.Option(0, help="Images with --augmented: seed of the crops and flips."),
-    tile: int = typer.Option(128, help="Images: tile size in pixels."),
+    seed: Optional[int] = typer.Option(None, help="Images with --augmented: seed of the crops and flips (default 0)."),
+    tile: Optional[int] = typer.Option(None, help="Images: tile size in pixels, 16 to 1024 (default 128)."),
     length: Optional[int] = typer.Option(None, help="Episodes: window length drawn (default: a quarter, at most 64)."),
     shift: Optional[int] = typer.Option(None, help="Episodes: steps between window starts (default: length / 2)."),
 ) -> None:
@@ -472,7 +508,9 @@ def preview(
         _load_tensorflow()
         from .readers.preview import preview as draw
 
-        image = draw(out, split, n, augmented=augmented, seed=seed, tile=tile, length=length, shift=shift)
+        # None is "not given", so an option of the other kind of dataset is refused rather than ignored.
+        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile, length=length,
+                     shift=shift)
         _save_image(image, output)
         typer.echo(f"{output}: {image.width}x{image.height} preview of {out} [{split}]")
     except _errors() as e:
@@ -522,10 +560,11 @@ def demo(
                    f"gathered from one resident array on {default_device()}")
         from .readers.preview import preview as draw
 
-        for dataset, name in ((out, "images-preview.png"), (out_ep, "episodes-preview.png")):
+        drawings = ((out, "images-preview.png", {}), (out_ep, "episodes-preview.png", {"length": 128, "shift": 16}))
+        for dataset, name, options in drawings:  # length/shift only for episodes: preview refuses them for images
             path = os.path.join(folder, name)
             try:
-                _save_image(draw(dataset, length=128, shift=16), path)
+                _save_image(draw(dataset, **options), path)
             except ImportError as e:  # episode plots need the preview extra (make demo installs it)
                 typer.echo(f"preview: {path} not drawn: {e}")
                 continue
@@ -620,9 +659,41 @@ def global_flags_first(args: list[str]) -> list[str]:
     return flags + [a for a in args[:end] if a not in _GLOBAL_FLAGS] + args[end:]
 
 
+def _click():
+    """The click typer runs on: vendored as ``typer._click`` since typer 0.22, the ``click`` package before."""
+    import importlib
+
+    return getattr(typer, "_click", None) or importlib.import_module("click")
+
+
+EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
+              130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
+
+
 def main(args: list[str] | None = None) -> None:
-    """The ``tfshard`` command (``python -m tfshard``)."""
-    app(args=global_flags_first(sys.argv[1:] if args is None else list(args)), prog_name="tfshard")
+    """The ``tfshard`` command (``python -m tfshard``); exits with one of ``EXIT_CODES``.
+
+    Usage errors are one line too (``error: ...``, exit 2), not the boxed panel typer draws by default.
+    """
+    errors = _click().exceptions
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=global_flags_first(sys.argv[1:] if args is None else list(args)),
+                            prog_name="tfshard", standalone_mode=False)
+    except errors.NoArgsIsHelpError as e:
+        typer.echo(e.format_message())
+        code = 2
+    except errors.UsageError as e:
+        hint = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
+        typer.echo(f"error: {' '.join(e.format_message().split())}{hint}", err=True)
+        code = 2
+    except errors.ClickException as e:
+        typer.echo(f"error: {' '.join(e.format_message().split())}", err=True)
+        code = e.exit_code
+    except errors.Abort:
+        typer.echo("error: aborted", err=True)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

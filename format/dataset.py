@@ -73,8 +73,8 @@ def _no_manifest(out: str, path: str) -> FileNotFoundError:
     return FileNotFoundError(f"{path}: no manifest; {out} is not a tfshard dataset (got {shown!r}); {hint}")
 
 
-def load_manifest(out: str) -> manifest_lib.Manifest:
-    """Reads and validates ``out/dataset.json``.
+def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
+    """Reads and validates ``out/dataset.json`` (``consistency``: see ``manifest.manifest_from_dict``).
 
     Raises:
       FileNotFoundError: ``out`` does not exist, or holds no manifest; the message says which, and whether
@@ -101,6 +101,6 @@ def load_manifest(out: str) -> manifest_lib.Manifest:
         data = read_small_file(path, "manifest")
     except NotRegularFileError as e:
         raise manifest_lib.ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
-    return manifest_lib.from_json(data, path)
+    return manifest_lib.from_json(data, path, consistency)
 
 

@@ -22,7 +22,12 @@ FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 1 << 30  # checked before a manifest or state file is read into memory
 KINDS = ("images", "episodes")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_DTYPE = re.compile(r"^(string|int64|[<>|=][biufc]\d{1,2})$")
+# Every episode data dtype the readers decode (tf.io.decode_raw, plus a bitcast for <u4/<u8), spelt as the
+# writer spells it: little-endian, '|' for one byte. Plain strings, so the scan checks inputs against them without
+# TensorFlow; anything else (float128 '<f16', complex256 '<c32', big-endian) converts but no reader can load.
+EPISODE_DTYPES = frozenset({"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8",
+                            "<f2", "<f4", "<f8", "<c8", "<c16"})
+_DTYPES = frozenset({"string", "int64"}) | EPISODE_DTYPES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,8 +235,9 @@ def _check_features(check: _Checker, features: Any) -> None:
     for key, spec in check.mapping(features, "features").items():
         where = f"features[{key!r}]"
         check.keys(check.mapping(spec, where), where, {"dtype", "shape"}, {"description"})
-        if not (isinstance(spec["dtype"], str) and _DTYPE.match(spec["dtype"])):
-            check.fail(f"{where}.dtype", "must be a numeric dtype such as '<f4', or 'string'/'int64'", spec["dtype"])
+        if not (isinstance(spec["dtype"], str) and spec["dtype"] in _DTYPES):
+            check.fail(f"{where}.dtype", f"must be 'string', 'int64' or a dtype the readers decode "
+                       f"({', '.join(sorted(EPISODE_DTYPES))})", spec["dtype"])
         for i, dim in enumerate(check.sequence(spec["shape"], f"{where}.shape")):
             check.count(dim, f"{where}.shape[{i}]")
 
@@ -253,7 +259,31 @@ def _episodes_from(check: _Checker, episodes: Any, where: str, shards: int) -> l
     return parsed
 
 
-def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str) -> SplitInfo:
+def _split_totals(check: _Checker, where: str, raw: dict, shards: list[ShardInfo]) -> None:
+    # Readers take steps_per_epoch from the split's records: a total its own shards contradict is refused here.
+    for total in ("records", "bytes"):
+        held = sum(getattr(s, total) for s in shards)
+        if raw[total] != held:
+            check.fail(f"{where}.{total}", f"must equal the sum of its {len(shards)} shards' {total}, {held}",
+                       raw[total])
+
+
+def _class_counts(check: _Checker, where: str, counts: dict, class_names: list[str], records: int,
+                  consistency: bool) -> None:
+    for key, value in counts.items():
+        check.count(value, f"{where}[{key!r}]")
+    if not consistency:
+        return
+    if set(counts) != set(class_names):
+        missing, extra = sorted(set(class_names) - set(counts)), sorted(set(counts) - set(class_names))
+        check.fail(where, f"must name exactly the class_names (lacks {missing[:3]!r}, names {extra[:3]!r} "
+                   "that are not classes)", sorted(counts))
+    if sum(counts.values()) != records:
+        check.fail(where, f"must sum to the split's {records} records", sum(counts.values()))
+
+
+def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str, class_names: list[str],
+                     consistency: bool = True) -> SplitInfo:
     where = f"splits[{name!r}]"
     split_type = SPLIT_TYPES[kind]
     own = {f.name for f in dataclasses.fields(split_type)}
@@ -274,12 +304,14 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
         if got != expected:
             check.fail(f"{at}.file", f"must be shard {i} of {len(shards)} of split {name!r}", info.file)
         parsed.append(info)
-    check.count(raw["records"], f"{where}.records")  # totals that disagree with the shards: `verify` names the shard
+    check.count(raw["records"], f"{where}.records")
     check.count(raw["bytes"], f"{where}.bytes")
+    if consistency:
+        _split_totals(check, where, raw, parsed)
     fields = {"shards": parsed, "records": raw["records"], "bytes": raw["bytes"]}
     if kind == "images":
-        for key, value in check.mapping(raw.get("class_counts", {}), f"{where}.class_counts").items():
-            check.count(value, f"{where}.class_counts[{key!r}]")
+        counts = check.mapping(raw.get("class_counts", {}), f"{where}.class_counts")
+        _class_counts(check, f"{where}.class_counts", counts, class_names, raw["records"], consistency)
         check.numbers(raw.get("pixel_mean"), f"{where}.pixel_mean")
         check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
         return ImageSplitInfo(**fields, class_counts=raw.get("class_counts", {}), pixel_mean=raw.get("pixel_mean"),
@@ -296,8 +328,16 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
                             feature_std=raw.get("feature_std"))
 
 
-def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME) -> Manifest:
+def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:
     """A validated ``Manifest`` from parsed JSON: every field's type, every shard name, every count that adds up.
+
+    Args:
+      raw: the parsed JSON.
+      source: the file named in error messages.
+      consistency: also check the fields against each other: each split's ``records`` and ``bytes`` are the sums
+        of its shards', its ``class_counts`` name exactly the ``class_names`` and sum to its ``records``. Readers
+        need them; ``verify`` (which weighs them against the shards themselves, to name the field that lies) and
+        ``--overwrite`` (which only needs the file list) pass False.
 
     Raises:
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
@@ -317,8 +357,12 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME) -> Manifest:
     if raw["compression"] not in (None, "gzip"):
         check.fail("compression", "must be null or 'gzip'", raw["compression"])
     _check_features(check, raw["features"])
+    seen: set[str] = set()
     for i, name in enumerate(check.sequence(raw["class_names"], "class_names")):
         check.text(name, f"class_names[{i}]")
+        if consistency and name in seen:
+            check.fail(f"class_names[{i}]", "names a class a second time", name)
+        seen.add(name)
     check.mapping(raw["options"], "options")
     for i, item in enumerate(check.sequence(raw["rejected"], "rejected")):
         check.keys(check.mapping(item, f"rejected[{i}]"), f"rejected[{i}]", {"path", "reason"})
@@ -332,18 +376,21 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME) -> Manifest:
     for name, split in check.mapping(raw["splits"], "splits").items():
         if not SPLIT_NAME.match(name):
             check.fail("splits", "split names must be letters, digits or _", name)
-        splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"])
+        splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"], raw["class_names"],
+                                        consistency)
     return Manifest(**{**raw, "splits": splits})
 
 
-def from_json(text: str | bytes, source: str = MANIFEST_NAME) -> Manifest:
+def from_json(text: str | bytes, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:
     """Parses and validates ``dataset.json`` text; ``source`` names the file in error messages.
+
+    ``consistency``: see ``manifest_from_dict``.
 
     Raises:
       ManifestError (a ValueError): not valid JSON, or not a tfshard manifest of a supported version;
         the message names the field.
     """
-    return manifest_from_dict(parse_json(text, source), source)
+    return manifest_from_dict(parse_json(text, source), source, consistency)
 
 
 def fingerprint(payload: Any) -> str:

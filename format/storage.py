@@ -84,6 +84,22 @@ def stat_regular(path: str) -> tuple[int, int]:
     return st.st_size, st.st_mtime_ns
 
 
+def file_identity(path: str) -> tuple:
+    """What tells this file apart from one put in its place: size and mtime, and locally the inode and ctime
+    (a rename or rewrite changes them; gs:// gives size and mtime only). Follows symlinks.
+
+    Raises:
+      FileNotFoundError: nothing is there.
+      NotRegularFileError: a folder, FIFO, device or socket.
+    """
+    if "://" in path:
+        return stat_regular(path)
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFileError(f"{path}: {file_kind(st.st_mode)}, not a regular file")
+    return st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino, st.st_ctime_ns
+
+
 def file_sha256(path: str, max_bytes: int | None = None) -> tuple[str, int]:
     """Returns the sha256 hex digest and the size in bytes of a regular file.
 

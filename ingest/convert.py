@@ -29,8 +29,9 @@ from .images import ImageOptions
 from .kind import Kind
 from .parallel import default_workers, ordered_map
 from ..format.names import COMPRESSIONS, STATE_DIR, index_file_name
-from .plan import DEFAULT_SHARD_BYTES, ShardSpec, plan_split, shuffled_order
-from .resume import RunStatus, ShardResult, committed_results, prepare_output, record_commit  # noqa: F401  (RunStatus: part of this module's API)
+from .plan import DEFAULT_SHARD_BYTES, ShardSpec, parse_size, plan_split, shuffled_order
+from .resume import (RunStatus, ShardResult, committed_results, complete_dataset, prepare_output,  # noqa: F401
+                     record_commit)  # (RunStatus: part of this module's API)
 from .scan import Rejection
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class ConvertOptions:
     """Everything that decides what a conversion writes.
 
     Attributes:
-      shard_bytes: target shard size in bytes (planned from input file sizes).
+      shard_bytes: target shard size in bytes (planned from input file sizes), or a size such as ``"64MiB"``.
       num_shards: exact shards per split; wins over ``shard_bytes``.
       min_shards: at least this many shards per split (one per reader worker).
       compression: None or ``"gzip"``.
@@ -67,8 +68,7 @@ class ConvertOptions:
     episode: EpisodeOptions = EpisodeOptions()
 
     def __post_init__(self):
-        if self.shard_bytes <= 0:
-            raise ValueError(f"shard_bytes: must be positive (got {self.shard_bytes!r}); e.g. 128MiB")
+        object.__setattr__(self, "shard_bytes", parse_size(self.shard_bytes, "shard_bytes"))  # "64MiB" as the CLI takes
         if self.num_shards is not None and self.num_shards < 1:
             raise ValueError(f"num_shards: must be at least 1 (got {self.num_shards!r}); or leave it unset")
         if self.min_shards < 1:
@@ -106,7 +106,15 @@ def _plan(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[Sha
                 compression=options.compression,
             )
         except ValueError as e:
-            raise InputError(f"{job.src}: split {split!r}: {e}") from e
+            found, asked = len(ordered[split]), max(options.num_shards or 0, options.min_shards)
+            if asked <= found:
+                raise InputError(f"{job.src}: split {split!r}: {e}") from e
+            raise InputError(
+                f"{job.src}: split {split!r}: {asked} shards asked for (got num_shards={options.num_shards!r}, "
+                f"min_shards={options.min_shards!r}) but only {found} {job.unit} inputs were found, counted before "
+                f"validation (the scan rejected {len(job.rejected)} in all); ask for at most {found} shards, fewer "
+                "if some inputs are rejected"
+            ) from e
     if not specs:
         raise InputError(f"{job.src}: {job.nothing_found}")
     return ordered, specs
@@ -211,6 +219,8 @@ def _assemble(
 
 
 def _check_folders(src: str, out: str) -> None:
+    if not out:
+        raise InputError(f"output folder: an empty path (got {out!r}); pass the folder to write (created if missing)")
     if "://" not in out and "://" not in src:
         src_real, out_real = os.path.realpath(src), os.path.realpath(out)
         if out_real == src_real or out_real.startswith(src_real + os.sep):
@@ -246,6 +256,10 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
     fingerprint = _fingerprint(job, ordered, options)
     check_output_folder(out)
     check_bucket(out)
+    if not overwrite:  # found without the lock, which a read-only OUT could not give
+        existing = complete_dataset(out, fingerprint)
+        if existing is not None:
+            return _already_complete(out, existing, on_status or (lambda status: None))
     tf.io.gfile.makedirs(out)
     try:
         with output_lock(out):
@@ -274,17 +288,16 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
 
     from ..format.names import TEMP_PREFIX
 
+    from .renumber import undo_unfinished_renumbering
     from .write import remove_if_exists, write_text_atomic
 
     planned = [s.file_name for s in specs]
     if options.index:
         planned += [index_file_name(n) for n in planned]
-    existing = prepare_output(out, fingerprint, overwrite)
+    existing = prepare_output(out, fingerprint, overwrite, planned + [manifest_lib.MANIFEST_NAME])
     if existing is not None:
-        log.info("%s: already complete for these inputs and options; nothing to do", out)
-        shards = sum(len(split.shards) for split in existing.splits.values())
-        on_status(RunStatus(True, shards, shards, existing.total_records, existing.total_bytes))
-        return existing
+        return _already_complete(out, existing, on_status)
+    undo_unfinished_renumbering(out)  # before plan.json forgets the renamed files' names
     state = join(out, STATE_DIR)
     write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
     for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
@@ -307,10 +320,52 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
             raise RuntimeError(
                 f"{out}: the runner finished without committing {len(missing)} shard(s), e.g. {missing[0]}"
             )
+    specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned)
     manifest = _assemble(job, specs, results, options, fingerprint)
     write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
     tf.io.gfile.rmtree(state)
     return manifest
+
+
+def _already_complete(out: str, existing: manifest_lib.Manifest, on_status) -> manifest_lib.Manifest:
+    log.info("%s: already complete for these inputs and options; nothing to do", out)
+    shards = sum(len(split.shards) for split in existing.splits.values())
+    on_status(RunStatus(True, shards, shards, existing.total_records, existing.total_bytes))
+    return existing
+
+
+def _close_gaps(job: Kind, out: str, specs: list[ShardSpec], results: dict[str, ShardResult], options,
+                fingerprint: str, planned: list[str]) -> tuple[list[ShardSpec], dict[str, ShardResult]]:
+    """Drops shards that hold no record (every input rejected) and renumbers the rest (``ingest/renumber.py``)."""
+    from .renumber import apply_renumbering, check_requested_shards, plan_renumbering
+
+    records = {name: result.info.records for name, result in results.items()}
+    renumbering = plan_renumbering(specs, records, compression=options.compression, index=options.index)
+    if not renumbering.dropped:
+        return specs, results
+    check_requested_shards(job.src, renumbering, specs, records, num_shards=options.num_shards,
+                           min_shards=options.min_shards, unit=job.unit)
+    if not renumbering.specs:
+        first = next(r for result in results.values() for r in result.rejected)
+        raise InputError(f"{job.src}: every input was rejected, e.g. {first['path']}: {first['reason']}; "
+                         "no dataset is written")
+    for split in dict.fromkeys(s.split for s in specs):
+        if not any(s.split == split for s in renumbering.specs):
+            log.warning("%s: split %r: every input was rejected; it is left out", job.src, split)
+    apply_renumbering(out, renumbering, fingerprint, planned)
+    renamed = {}
+    for spec in renumbering.specs:
+        result = results[renumbering.planned_names[spec.file_name]]
+        index_name = index_file_name(spec.file_name) if result.info.index_file else None
+        info = dataclasses.replace(result.info, file=spec.file_name, index_file=index_name)
+        renamed[spec.file_name] = dataclasses.replace(result, info=info)
+    # The dropped shards' rejections still belong in the manifest.
+    kept = set(renumbering.planned_names.values())
+    lost = [r for name, result in results.items() if name not in kept for r in result.rejected]
+    if lost:
+        first = renumbering.specs[0].file_name
+        renamed[first] = dataclasses.replace(renamed[first], rejected=renamed[first].rejected + lost)
+    return renumbering.specs, renamed
 
 
 def _convert(make_job, default_on_error: str, src: str, out: str, options: ConvertOptions, **run):

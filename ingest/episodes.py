@@ -19,13 +19,19 @@ import zipfile
 import numpy as np
 
 from .errors import InputError
+from .plan import parse_size
+from ..format.manifest import EPISODE_DTYPES
 from ..format.storage import NotRegularFileError, open_regular
-from .scan import Rejection, SourceFile, SourceTree, not_regular_problem, split_folders, stat_problem
+from .scan import (Rejection, SourceFile, SourceTree, check_source_folder, not_regular_problem, split_folders,
+                   stat_problem)
 
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
 ON_NAN = ("fail", "skip", "keep")
-NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex: what tf.io.decode_raw (+ bitcast) reads back
+NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex; of these only EPISODE_DTYPES can be read back
+# Each feature is a record key, a manifest entry and a decode op in every reader, and each member costs a header
+# parse at scan time: an .npz of more arrays than this is no plausible episode, and is refused unread.
+MAX_FEATURES = 1024
 DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
 DEFAULT_MAX_EPISODE_BYTES = 2**30
 EMPTY_EPISODE = "empty episode (0 time steps); left out"
@@ -67,10 +73,8 @@ class EpisodeOptions:
     def __post_init__(self):
         if self.on_nan not in ON_NAN:
             raise ValueError(f"on_nan: must be one of {ON_NAN} (got {self.on_nan!r})")
-        if self.max_record_bytes < 1:
-            raise ValueError(f"max_record_bytes: must be positive (got {self.max_record_bytes!r})")
-        if self.max_episode_bytes < 1:
-            raise ValueError(f"max_episode_bytes: must be positive (got {self.max_episode_bytes!r})")
+        for name in ("max_record_bytes", "max_episode_bytes"):  # byte counts, or sizes such as "64MiB"
+            object.__setattr__(self, name, parse_size(getattr(self, name), name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -168,23 +172,29 @@ def _read_header(f, available: int, where: str) -> tuple[np.dtype, tuple[int, ..
     return dtype, shape, bool(fortran)
 
 
-def _members(path: str, size: int) -> list[_Member]:
-    """The arrays of a .npy/.npz file from their headers, reading no data; ambiguous .npz names are refused."""
+def _members(path: str, size: int, max_features: int = MAX_FEATURES) -> list[_Member]:
+    """The arrays of a .npy/.npz file from their headers, reading no data; ambiguous .npz names are refused, and so
+    is an .npz of more than ``max_features`` arrays (before any of their headers is read)."""
     if path.lower().endswith(".npy"):
         with open_regular(path) as f:
             dtype, shape, _ = _read_header(f, size, "")
             return [_Member(None, dtype, shape)]
     with open_regular(path) as f, zipfile.ZipFile(f) as archive:
         names = archive.namelist()
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        stems = [n[: -len(".npy")] for n in names if n.endswith(".npy")]
-        clashes = sorted(set(stems) & set(names))
+        counts = collections.Counter(names)  # one pass: names.count(n) per name made the scan quadratic in members
+        duplicates = sorted(n for n, c in counts.items() if c > 1)
+        arrays = sorted(n for n in counts if n.endswith(".npy"))
+        clashes = sorted({n[: -len(".npy")] for n in arrays} & counts.keys())
         if duplicates or clashes:
-            which = duplicates or [f"{n!r} and {n + '.npy'!r}" for n in clashes]
-            raise _BadFile(f"ambiguous member names in the .npz ({', '.join(map(str, which))} both name one array); "
-                           "re-export it with one member per array")
+            which = duplicates[:10] or [f"{n!r} and {n + '.npy'!r}" for n in clashes[:10]]
+            more = f" and {len(duplicates or clashes) - 10:,} more" if len(duplicates or clashes) > 10 else ""
+            raise _BadFile(f"ambiguous member names in the .npz ({', '.join(map(str, which))}{more} both name one "
+                           "array); re-export it with one member per array")
+        if len(arrays) > max_features:
+            raise _BadFile(f"the .npz holds {len(arrays):,} arrays, over the limit of {max_features:,} features per "
+                           "episode; stack arrays that share a shape into one feature")
         found = []
-        for member in sorted(n for n in names if n.endswith(".npy")):
+        for member in arrays:
             info = archive.getinfo(member)
             with archive.open(info) as stream:
                 dtype, shape, _ = _read_header(stream, info.file_size, f"member {member!r}: ")
@@ -212,13 +222,18 @@ def _describe(schema: Schema) -> str:
     return ", ".join(f"{name}: {spec.dtype}{list(spec.shape)}" for name, spec in sorted(schema.items()))
 
 
-def read_episode_header(file: SourceFile, max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES) -> EpisodeSource | Rejection:
+def read_episode_header(file: SourceFile, max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES,
+                        max_features: int = MAX_FEATURES) -> EpisodeSource | Rejection:
     """Schema and length of one episode from its headers; a Rejection for unreadable or unusable files.
 
-    Every size a header declares is checked against the file before any data is loaded.
+    Every size a header declares is checked against the file before any data is loaded; every dtype against
+    what the readers can decode (``EPISODE_DTYPES``). An ``.npz`` of more than ``max_features`` arrays
+    (default ``MAX_FEATURES``, 1024) is refused before any header is read, so a scan is linear in members.
+
+        read_episode_header(SourceFile.of(p, "ep.npy", "train", -1, os.stat(p)))  # EpisodeSource(..., length=7)
     """
     try:
-        members = _members(file.path, file.size)
+        members = _members(file.path, file.size, max_features)
     except _READ_ERRORS as e:
         return Rejection(file.relpath, f"{_problem(e)}; re-export it")
     if not members:
@@ -241,9 +256,15 @@ def read_episode_header(file: SourceFile, max_episode_bytes: int = DEFAULT_MAX_E
             return Rejection(
                 file.relpath, f"feature {name!r} has dtype {dtype.str} (not numeric); save bool, int, float or complex arrays"
             )
+        little = dtype.newbyteorder("<").str if dtype.byteorder != "|" else dtype.str
+        if little not in EPISODE_DTYPES:  # e.g. float128: it would convert and verify, then no reader could load it
+            return Rejection(
+                file.relpath, f"feature {name!r} has dtype {dtype.str} ({dtype.name}), which TensorFlow cannot hold; "
+                "cast it to bool, (u)int8-64, float16/32/64 or complex64/128 and re-export it"
+            )
         if not shape:
             return Rejection(file.relpath, f"feature {name!r} is a scalar; every feature needs a time axis (axis 0)")
-        schema[name] = FeatureSpec(dtype.newbyteorder("<").str if dtype.byteorder != "|" else dtype.str, shape[1:])
+        schema[name] = FeatureSpec(little, shape[1:])
         lengths.add(shape[0])
     if len(lengths) != 1:
         detail = ", ".join(f"{n}: {s[0]}" for n, (_, s) in sorted(header.items()))
@@ -287,8 +308,7 @@ def scan_episode_files(root: str) -> SourceTree:
       FileNotFoundError: ``root`` does not exist.
       InputError: split and other folders mixed, episode files beside split folders, or no episode file at all.
     """
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"{root}: source folder not found; pass a folder of .npy/.npz episodes")
+    check_source_folder(root, ".npy/.npz episodes")
     top = sorted(e for e in os.listdir(root) if not e.startswith("."))
     top_dirs = [e for e in top if os.path.isdir(os.path.join(root, e))]
     top_episodes = [e for e in top if e not in top_dirs and e.lower().endswith(EPISODE_EXTENSIONS)]

@@ -5,7 +5,12 @@ from the file's content, never its name. A JPEG that TensorFlow's
 ``decode_jpeg``/``decode_and_crop_jpeg`` can read as it is (RGB or grayscale, no
 EXIF rotation to apply, within ``max_side``) passes through byte for byte;
 everything else (PNG named .jpg, TIFF, CMYK, palette, alpha, 16-bit or float,
-rotated) is converted to a baseline JPEG.
+rotated) is converted to a baseline JPEG. Grayscale content stays 1-channel at
+any bit depth unless ``rgb``.
+
+With ``validate``, JPEG content is decoded by libjpeg-turbo through simplejpeg,
+which stops at libjpeg's first warning: PIL's decoder only warns, and carries on,
+on entropy-coded data that is cut short or garbled.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import io
 import re
 
 import numpy as np
+import simplejpeg
 from PIL import Image, ImageOps
 
 from ..format.storage import NotRegularFileError, open_regular
@@ -38,7 +44,8 @@ class ImageOptions:
       max_pixels: reject images with more pixels than this (decompression bombs).
       validate: decode every image in full to catch truncation and corruption.
         JPEGs are decoded at 1/8 scale (libjpeg's DCT scaling), which still reads
-        every entropy-coded byte; off, only the header is read.
+        every entropy-coded byte, and any libjpeg warning about corrupt data
+        rejects the file; off, only the header is read.
     """
 
     quality: int = DEFAULT_QUALITY
@@ -140,6 +147,37 @@ class _ChangedSinceScan(ValueError):
     pass
 
 
+class _CorruptJpeg(ValueError):
+    """libjpeg's warning about the file's data, which PIL would have decoded past."""
+
+
+_JPEG_FORMATS = ("JPEG", "MPO")  # Pillow opens a JPEG with a multi-picture index (MPO) as "MPO"
+_COLORSPACES = {"L": "GRAY", "CMYK": "CMYK"}  # simplejpeg's output for a PIL mode; "RGB" for the rest
+# libjpeg's warnings about the entropy-coded data (jerror.h: JWRN_HIT_MARKER, JWRN_EXTRANEOUS_DATA,
+# JWRN_HUFF_BAD_CODE, JWRN_MUST_RESYNC, ...; JWRN_JPEG_EOF is the premature end).
+_DATA_WARNINGS = ("Corrupt JPEG data", "Premature end of JPEG file")
+
+
+def _decode_jpeg_scaled(data: bytes, mode: str) -> np.ndarray | None:
+    """The JPEG decoded at 1/8 scale (``[h, w, bands]``, the pixels PIL's ``draft`` decode gives), stopping at
+    libjpeg's first warning.
+
+    Returns None when TurboJPEG declines a file that libjpeg itself reads: chroma sampling factors its API has no
+    name for (PIL and TensorFlow decode those), or a warning that is not about the data (an unknown JFIF
+    revision, non-sequential SOS parameters). PIL's decode then decides, as it did before this check.
+
+    Raises:
+      _CorruptJpeg: libjpeg reported cut-short or garbled entropy-coded data.
+    """
+    try:
+        return simplejpeg.decode_jpeg(data, colorspace=_COLORSPACES.get(mode, "RGB"), strict=True,
+                                      min_height=1, min_width=1)
+    except ValueError as e:
+        if str(e).startswith(_DATA_WARNINGS):
+            raise _CorruptJpeg(str(e)) from e
+        return None
+
+
 def _read(source: SourceFile) -> bytes:
     """The file's bytes, never more than its size at scan time (a file that grew is refused, not read on)."""
     with open_regular(source.path) as f:
@@ -161,13 +199,29 @@ def _own_pixel_cap():
         Image.MAX_IMAGE_PIXELS = saved
 
 
-def _to_8bit(image: Image.Image, rgb: bool) -> Image.Image:
-    """Any PIL mode to 'RGB' or 'L'; alpha is dropped, 16/32-bit and float scaled to 8 bits (not clipped)."""
+def _gray_as_rgba(data: bytes) -> bool:
+    """Whether the file is a 16-bit gray+alpha PNG, which Pillow (no 16-bit LA mode) opens as 'RGBA' with R=G=B
+    from each sample's high byte. IHDR is the first chunk: bit depth at byte 24, colour type (4: gray+alpha) at 25."""
+    return data.startswith(b"\x89PNG\r\n\x1a\n") and data[24:26] == b"\x10\x04"
+
+
+def _to_8bit(image: Image.Image, rgb: bool, *, gray: bool = False, full_scale: float | None = None) -> Image.Image:
+    """Any PIL mode to 'RGB' or 'L'; alpha is dropped, 16/32-bit and float scaled to 8 bits (not clipped).
+
+    Args:
+      gray: the content is grayscale though PIL holds it as 'RGBA' (``_gray_as_rgba``): it stays 1-channel.
+      full_scale: white in mode 'I' when the format fixes it (Pillow rescales PGM/PPM to 65535); None: guessed
+        from the values.
+    """
+    if gray and image.mode == "RGBA":
+        image = image.getchannel("R")  # v >> 8 of the 16-bit gray: within 1 level of the rounding below
     if image.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         array = np.asarray(image, dtype=np.float64)
         if image.mode == "F":
             peak = 1.0
-        elif image.mode == "I":  # 32-bit container of unknown range: PNG 16-bit lands here too
+        elif image.mode == "I" and full_scale is not None:
+            peak = full_scale
+        elif image.mode == "I":  # 32-bit TIFF or 16-bit signed TIFF: a container of unknown range
             peak = 65535.0 if array.max(initial=0) > 255 else 255.0
         else:
             peak = 65535.0
@@ -210,6 +264,9 @@ def _decode_problem(error: Exception, data: bytes) -> str:
         if data.startswith(_SIGNATURES):
             return "truncated or corrupt header (the file starts like an image); re-download or re-export the file"
         return "not an image (no known image format in the file content); remove it or replace it with the real image"
+    if isinstance(error, _CorruptJpeg):
+        problem = "truncated image data" if str(error).startswith("Premature end") else "corrupt JPEG data"
+        return f"{problem} ({error}); re-download or re-export the file"
     if isinstance(error, OSError) and "truncated" in str(error):
         return f"truncated image data ({error}); re-download or re-export the file"
     return f"corrupt image data ({type(error).__name__}: {error}); re-download or re-export the file"
@@ -230,16 +287,23 @@ def _passthrough(source: SourceFile, data: bytes, image: Image.Image, options: I
     width, height = image.size  # before draft(), which shrinks size
     pixels = PixelSums()
     if options.validate:
-        image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; every entropy-coded byte is still decoded
-        image.load()
-        pixels = PixelSums.of(image)
+        scaled = _decode_jpeg_scaled(data, image.mode)
+        if scaled is None:
+            image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; every entropy-coded byte is still decoded
+            image.load()
+            pixels = PixelSums.of(image)
+        else:
+            pixels = PixelSums.of(Image.fromarray(scaled[..., 0] if scaled.shape[-1] == 1 else scaled))
     return PreparedImage(source, data, height, width, _channels(image), None, pixels)
 
 
-def _convert(source: SourceFile, image: Image.Image, reason: str, options: ImageOptions) -> PreparedImage:
+def _convert(source: SourceFile, data: bytes, image: Image.Image, reason: str, options: ImageOptions) -> PreparedImage:
+    if options.validate and image.format in _JPEG_FORMATS:
+        _decode_jpeg_scaled(data, image.mode)  # PIL would convert garbled data without a word
+    gray, full_scale = _gray_as_rgba(data), (65535.0 if image.format == "PPM" else None)
     image.seek(0)  # first frame of a GIF/WebP animation
     image.load()
-    image = _to_8bit(ImageOps.exif_transpose(image), options.rgb)
+    image = _to_8bit(ImageOps.exif_transpose(image), options.rgb, gray=gray, full_scale=full_scale)
     if options.max_side is not None and max(image.size) > options.max_side:
         image.thumbnail((options.max_side, options.max_side), Image.Resampling.LANCZOS)
     out = io.BytesIO()
@@ -276,6 +340,6 @@ def prepare_image(source: SourceFile, options: ImageOptions) -> PreparedImage | 
         reason = _conversion_reason(image, options)
         if reason is None:
             return _passthrough(source, data, image, options)
-        return _convert(source, image, reason, options)
+        return _convert(source, data, image, reason, options)
     except (OSError, ValueError, SyntaxError) as e:  # PIL's decode errors; UnidentifiedImageError is an OSError
         return Rejection(source.relpath, _decode_problem(e, data))

@@ -212,7 +212,7 @@ class EpisodeJob:
     def stats_from_dict(self, raw: dict, records: int) -> EpisodeShardStats:
         """Statistics from a commit record, checked against the shard's record count and the episode schema."""
         stats = EpisodeShardStats.from_dict(raw)
-        if not 1 <= len(stats.episodes) <= records:
+        if len(stats.episodes) > records or (records and not stats.episodes):  # 0 and 0: every input rejected
             raise ValueError(f"{len(stats.episodes)} episodes in a shard of {records} records")
         steps = 0
         for episode in stats.episodes:

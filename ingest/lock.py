@@ -72,6 +72,10 @@ def _local_lock(out: str, path: str) -> Iterator[None]:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0),
                          0o644)
         except OSError as e:
+            if not os.path.lexists(path):  # nothing planted: the folder itself refuses a new file
+                raise OutputExistsError(
+                    f"{out}: cannot write into the output folder ({e.strerror}); a conversion writes its shards and "
+                    "its lock there: make the folder writable, or choose another folder") from None
             raise OutputExistsError(
                 f"{path}: cannot be the lock file ({e.strerror}: a symlink, folder or FIFO is there); remove it and "
                 "run again") from None

@@ -15,7 +15,11 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+
+from ..format.owners import process_start
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,10 +33,41 @@ def default_workers() -> int:
         return os.cpu_count() or 1
 
 
-def _ignore_ctrl_c() -> None:
-    """Workers leave Ctrl-C to the parent, which stops them: a terminal's SIGINT reaches the whole process group,
-    and a worker dying of it mid-task would print its own traceback and can wedge the pool."""
+_PARENT_POLL_S = 0.5
+
+
+def _parent_gone(pid: int, start: str | None) -> bool:
+    if start is not None:
+        return process_start(pid) != start  # gone, or its pid reused by another process
+    try:  # no /proc (macOS): the pid alone
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def _watch_parent(pid: int, start: str | None) -> None:
+    while not _parent_gone(pid, start):
+        time.sleep(_PARENT_POLL_S)
+    os._exit(1)
+
+
+def _start_worker(parent_pid: int, parent_start: str | None) -> None:
+    """Runs first in every worker process.
+
+    Ctrl-C and SIGTERM are the parent's to handle: it stops the workers (a terminal's SIGINT, or Slurm's SIGTERM,
+    reaches the whole process group, and a worker dying of it mid-task would print its own traceback and wedge the
+    pool). And a worker exits within a second once the parent is gone, however it died: with ``forkserver`` a worker
+    is the server's child, not ours, and it holds both the server's liveness pipe and its own task queue open, so
+    after a ``kill -9`` of the parent the server, the workers and the resource tracker would all wait forever,
+    holding the caller's stdout and stderr (``subprocess.run(capture_output=True)`` never returned).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent_pid, parent_start), name="tfshard-parent-watch",
+                     daemon=True).start()
 
 
 @contextlib.contextmanager
@@ -54,6 +89,21 @@ def _main_kept_from_children(keep_out: bool):
         main.__dict__.pop("__file__", None)
         main.__dict__.pop("__spec__", None)
         main.__dict__.update(saved)
+
+
+@contextlib.contextmanager
+def _stop_signals_held_from_children():
+    """While the forkserver and the workers start, blocks SIGINT and SIGTERM in this thread: a child inherits the
+    mask, so a signal sent to the whole process group (a terminal's Ctrl-C, Slurm's scancel) never kills the
+    forkserver, whose death ``concurrent.futures`` takes for every worker's (a broken pool and a traceback instead
+    of a clean stop). This process still gets the signals: its other threads take them, and Python runs the
+    handler in the main thread as usual."""
+    stops = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _map_chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
@@ -116,7 +166,11 @@ def ordered_map(
     chunks = _chunks(items, size_of, chunk_items)
     pending: collections.deque = collections.deque()
     pending_bytes = 0
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_ctrl_c) as pool:
+    me = os.getpid()
+    with _stop_signals_held_from_children():  # the queues start the resource tracker
+        pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
+                                                      initargs=(me, process_start(me)))
+    with pool:
         try:
             exhausted = False
             while True:
@@ -126,7 +180,8 @@ def ordered_map(
                         exhausted = True
                         break
                     chunk, chunk_bytes = nxt
-                    with _main_kept_from_children(keep_main_out):  # workers start inside submit()
+                    # workers (and the forkserver) start inside submit()
+                    with _main_kept_from_children(keep_main_out), _stop_signals_held_from_children():
                         future = pool.submit(_map_chunk, fn, chunk)
                     pending.append((future, chunk_bytes))
                     pending_bytes += chunk_bytes

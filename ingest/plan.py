@@ -30,7 +30,7 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
-def parse_size(text: str | int) -> int:
+def parse_size(text: str | int, name: str = "shard size") -> int:
     """Parses a byte size such as ``"64MiB"``, ``"1GB"`` or ``"500000"``.
 
     Decimal units (kB, MB, GB) are powers of 1000, binary units (KiB, MiB, GiB)
@@ -42,6 +42,8 @@ def parse_size(text: str | int) -> int:
     Raises:
       ValueError: the text is not a positive size with a known unit.
     """
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise TypeError(f"{name}: a byte count or a size such as '64MiB' (got {text!r})")
     if isinstance(text, int):
         value = text
     else:
@@ -49,12 +51,12 @@ def parse_size(text: str | int) -> int:
         unit = match.group(2).lower() if match else None
         if match is None or unit not in _UNITS:
             raise ValueError(
-                f"shard size: not a size (got {text!r}); write a number with an optional unit, "
+                f"{name}: not a size (got {text!r}); write a number with an optional unit, "
                 "e.g. 64MiB, 1GB or 500000"
             )
         value = int(float(match.group(1)) * _UNITS[unit])
     if value <= 0:
-        raise ValueError(f"shard size: must be positive (got {text!r}); e.g. 128MiB")
+        raise ValueError(f"{name}: must be positive (got {text!r}); e.g. 128MiB")
     return value
 
 

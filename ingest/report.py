@@ -11,8 +11,11 @@ import json
 from ..format.records import data_features
 
 
-def _short_list(values: list[float], limit: int = 6) -> str:
-    shown = ", ".join(f"{v:.4g}" for v in values[:limit])
+def _short_list(values: list[float | None] | None, limit: int = 6) -> str:
+    """``[0.1, n/a, 2]``: a null (a statistic that was not finite, e.g. NaN kept with --on-nan keep) shows as n/a."""
+    if values is None:
+        return "n/a"
+    shown = ", ".join("n/a" if v is None else f"{v:.4g}" for v in values[:limit])
     return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)} values)" if len(values) > limit else f"[{shown}]"
 
 

@@ -155,11 +155,55 @@ def finish_pending_removal(out: str) -> None:
     tf.io.gfile.rmtree(join(out, STATE_DIR))
 
 
-def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.Manifest | None:
-    """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done."""
+def _ours_tfds_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
+    """TFDS metadata beside a dataset that ``tfshard tfds`` wrote for it (its description names the dataset's
+    fingerprint); metadata of anything else is not ours to remove."""
+    from ..format.dataset import read_small_file
+    from ..format.names import TFDS_FILES
+    from ..format.storage import join
+
+    try:
+        info = manifest_lib.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
+        ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))
+    except (OSError, ValueError):
+        return []
+    if not ours:
+        return []
     import tensorflow as tf
 
-    from ..format.names import LOCK_NAME, is_tfds_name
+    present = {n.rstrip("/") for n in tf.io.gfile.listdir(out)}
+    return [name for name in TFDS_FILES if name in present]
+
+
+def complete_dataset(out: str, fingerprint: str) -> manifest_lib.Manifest | None:
+    """The manifest when OUT already holds this very dataset, intact and with no conversion state; else None.
+
+    Reads only, so a finished dataset on a read-only folder is found complete without taking the lock.
+    """
+    import tensorflow as tf
+
+    from ..format.dataset import load_manifest
+    from ..format.storage import join
+
+    try:
+        if tf.io.gfile.exists(join(out, STATE_DIR)) or not tf.io.gfile.exists(join(out, manifest_lib.MANIFEST_NAME)):
+            return None
+        manifest = load_manifest(out)
+    except (OSError, ValueError, tf.errors.OpError):
+        return None  # the locked path looks again and says what is wrong
+    return manifest if manifest.fingerprint == fingerprint and not damaged_files(out, manifest) else None
+
+
+def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[str]) -> manifest_lib.Manifest | None:
+    """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done.
+
+    ``--overwrite`` removes only the files of a tfshard dataset (those its manifest or its unfinished plan lists,
+    and TFDS metadata written for it) and never replaces a file tfshard did not write: a ``planned`` output name
+    that exists in OUT and belongs to no tfshard dataset is refused, with or without ``--overwrite``.
+    """
+    import tensorflow as tf
+
+    from ..format.names import LOCK_NAME
     from ..format.dataset import load_manifest
     from ..format.storage import join
     from .write import write_text_atomic
@@ -172,7 +216,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.
     old_files: list[str] = []
     if tf.io.gfile.exists(manifest_path):
         try:
-            old = load_manifest(out)
+            old = load_manifest(out, consistency=False)  # totals that lie must not stop --overwrite
         except ValueError as e:
             raise OutputExistsError(
                 f"{out}: output folder holds a {manifest_lib.MANIFEST_NAME} tfshard cannot read ({e}); "
@@ -199,6 +243,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.
             for name in (shard.file, shard.index_file)
             if name is not None
         ]
+        old_files += _ours_tfds_files(out, old)  # they describe the old shards: they go with them
     elif tf.io.gfile.exists(plan_path):
         old_plan = read_state(plan_path)
         old_files = files_to_remove(old_plan, plan_path)
@@ -206,17 +251,22 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.
             return None
         what = "an unfinished conversion of other inputs or options"
     else:
-        leftovers = [n for n in tf.io.gfile.listdir(out) if n.rstrip("/") not in (STATE_DIR, LOCK_NAME)]
-        if not leftovers:
-            tf.io.gfile.makedirs(state_path)
-            return None
-        what = f"{len(leftovers)} files that tfshard did not write (e.g. {sorted(leftovers)[0]!r})"
+        leftovers = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out))
+        leftovers = [n for n in leftovers if n not in (STATE_DIR, LOCK_NAME)]
+        _refuse_taken_names(out, planned, leftovers, old_files)
+        if leftovers and not overwrite:
+            raise OutputExistsError(
+                f"{out}: output folder holds {len(leftovers)} files that tfshard did not write (e.g. {leftovers[0]!r}); "
+                "pass --overwrite to write the dataset beside them (no file of theirs is removed or replaced), "
+                "or choose another folder"
+            )
+        tf.io.gfile.makedirs(state_path)
+        return None
     if not overwrite:
         raise OutputExistsError(
             f"{out}: output folder holds {what}; pass --overwrite to replace it, or choose another folder"
         )
-    # TFDS metadata (`tfshard tfds OUT`) describes the old shards: it goes with them.
-    old_files += sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out) if is_tfds_name(n.rstrip("/")))
+    _refuse_taken_names(out, planned, sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out)), old_files)
     # Record what goes before removing anything: a run killed midway finishes the removal when rerun.
     log.info("%s: --overwrite: removing %d files of the previous dataset", out, len(old_files))
     tf.io.gfile.makedirs(state_path)
@@ -225,6 +275,19 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool) -> manifest_lib.
     tf.io.gfile.rmtree(state_path)
     tf.io.gfile.makedirs(state_path)
     return None
+
+
+def _refuse_taken_names(out: str, planned: list[str], present: list[str], ours: list[str]) -> None:
+    """A file this run would write exists in OUT and is no file of a tfshard dataset there: refused, so another
+    tool's dataset (say TFDS's ``train-00000-of-00001.tfrecord``) is never replaced, with or without --overwrite."""
+    taken = sorted(set(planned) & set(present) - set(ours))
+    if taken:
+        shown = taken[:3] + ([f"... {len(taken) - 3} more"] if len(taken) > 3 else [])
+        raise OutputExistsError(
+            f"{out}: holds {len(taken)} file(s) named like this dataset's outputs that tfshard did not write "
+            f"(got {shown!r}); nothing was removed or replaced, even with --overwrite: choose another folder, "
+            "or move those files away"
+        )
 
 
 def committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dict[str, ShardResult]:

@@ -190,6 +190,21 @@ def split_folders(root: str, folders: Sequence[str], inputs_beside: Sequence[str
     return splits
 
 
+def check_source_folder(root: str, layout: str) -> None:
+    """SRC must be an existing folder; ``layout`` says what belongs in it, for the fix.
+
+    Raises:
+      FileNotFoundError: nothing at ``root`` (or an empty path).
+      NotADirectoryError: a file there.
+    """
+    if not root:
+        raise FileNotFoundError(f"source folder: an empty path (got {root!r}); pass a folder of {layout}")
+    if os.path.exists(root) and not os.path.isdir(root):
+        raise NotADirectoryError(f"{root}: a file, not a folder; pass the folder that holds it ({layout})")
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{root}: source folder not found; pass a folder of {layout}")
+
+
 def scan_image_folders(root: str) -> SourceTree:
     """Scans ``root/<class>/<files>`` or ``root/<split>/<class>/<files>``.
 
@@ -201,8 +216,7 @@ def scan_image_folders(root: str) -> SourceTree:
       FileNotFoundError: ``root`` does not exist.
       InputError: the tree mixes split and other folders, or holds no class folder.
     """
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"{root}: source folder not found; pass a folder of class folders (SRC/<class>/<image>)")
+    check_source_folder(root, "class folders (SRC/<class>/<image>)")
     tree = SourceTree(root=root, class_names=[], files={}, rejected=[])
     listing = _list_dir(root)
     top = [e for e in listing if not e.name.startswith(".")]

@@ -12,11 +12,12 @@ tensorflow-datasets' own ``DatasetInfo.write_to_directory`` writes the files: ``
     ds = builder.as_dataset(split="train", as_supervised=True)  # (image uint8 [H, W, 3], label)
 
 What TFDS cannot express is refused with the reason: gzip shards (its TFRecord reader
-opens files uncompressed) and, for episodes, dtypes ``tf.io.decode_raw`` does not read
-(uint32) or features with no elements per step. A split with no records is left out
-(TFDS refuses an empty split for the whole builder). An episode longer than the chunk size is
-several records, and TFDS yields those chunks as they are (``episode/chunk`` of
-``episode/chunks``); ``readers.episodes`` joins them.
+opens files uncompressed), class names its labels file cannot hold (one name per line, each
+stripped: TFDS reads back the metadata it wrote before anything moves into OUT) and, for
+episodes, dtypes ``tf.io.decode_raw`` does not read (uint32) or features with no elements per step.
+A split with no records is left out (TFDS refuses an empty split for the whole builder). An
+episode longer than the chunk size is several records, and TFDS yields those chunks as they are
+(``episode/chunk`` of ``episode/chunks``); ``readers.episodes`` joins them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import shutil
 
 import numpy as np
 
-from ..format.names import TEMP_PREFIX, is_tfds_name
+from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name
 from ..format.records import DATA_PREFIX, EPISODE_FEATURES, IMAGE_FEATURES, data_features
 from ..format.storage import join
 
@@ -35,6 +36,8 @@ SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.t
 _TEMP_FOLDER = TEMP_PREFIX + "tfds"
 log = logging.getLogger(__name__)
 _INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
+LABELS_FILE = TFDS_FILES[-1]  # image.class.label.labels.txt: the class names of image/class/label
+_LABEL = "image/class/label"
 
 
 def _scalar(tfds, spec: dict):
@@ -45,6 +48,43 @@ def tfds_shard_lengths(manifest) -> dict[str, list[int]]:
     """Split → records per shard, as the TFDS metadata lists them: splits with no records are left out (TFDS
     refuses a split of no examples, "corresponds to no data", for every split of the builder)."""
     return {name: [s.records for s in split.shards] for name, split in manifest.splits.items() if split.records}
+
+
+def tfds_label_names(text: str) -> list[str]:
+    """The label names tensorflow-datasets reads from the text of a labels file: one per line, each stripped,
+    blank lines dropped (``ClassLabel.load_metadata``). Here so that ``verify`` needs no tensorflow-datasets.
+
+        tfds_label_names(" padded \\nbe\\nta\\n")  # ['padded', 'be', 'ta']
+    """
+    return [name.strip() for name in text.split("\n") if name.strip()]
+
+
+def _shown(name: str) -> str:
+    """``repr`` with its spaces as ``\\x20``: the name's surrounding spaces are the point, and a one-line error
+    message may have its runs of spaces collapsed (the CLI does)."""
+    return repr(name).replace(" ", "\\x20")
+
+
+def _unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None) -> ValueError | None:
+    """A class name TFDS does not hold as it is, as the error that refuses it (``theirs``: the names TFDS read back,
+    None before writing): the first name that differs is the culprit, every one before it came back whole."""
+    for i, name in enumerate(class_names):
+        if theirs is None:
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError:
+                why = f"its labels file {LABELS_FILE} is UTF-8 text and this folder name is not valid UTF-8"
+                break
+        elif i >= len(theirs) or theirs[i] != name:
+            got = f"as {_shown(theirs[i])}" if i < len(theirs) else "as no name"
+            why = (f"its labels file {LABELS_FILE} holds one name per line, each stripped of surrounding whitespace, "
+                   f"so TFDS reads label {i} back {got}")
+            break
+    else:
+        return None
+    return ValueError(f"{out}: TFDS cannot hold class name {_shown(name)}: {why} (got class_names[{i}] = "
+                      f"{_shown(name)}); rename the class folder (UTF-8, no line breaks, no leading or trailing "
+                      "whitespace) and convert again")
 
 
 def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
@@ -116,7 +156,8 @@ def write_tfds_metadata(out: str) -> list[str]:
     same files; a new conversion into OUT with ``--overwrite`` removes them.
 
     Raises:
-      ValueError: gzip shards, or an episode feature TFDS cannot decode (the message says why).
+      ValueError: gzip shards, a class name TFDS's labels file cannot hold, or an episode feature TFDS cannot
+        decode (the message says why); nothing is moved into OUT.
       ImportError: tensorflow-datasets is not installed (the message says how to install it).
     """
     import tensorflow as tf
@@ -136,6 +177,9 @@ def write_tfds_metadata(out: str) -> list[str]:
         features = tfds_features(manifest)
     except ValueError as e:
         raise ValueError(f"{out}: {e}") from None
+    unlabelled = _unlabelled_class(out, manifest.class_names, None)
+    if unlabelled is not None:
+        raise unlabelled
     template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE, dataset_name=f"tfshard_{manifest.kind}",
                                              filetype_suffix="tfrecord")
     lengths = tfds_shard_lengths(manifest)
@@ -157,6 +201,11 @@ def write_tfds_metadata(out: str) -> list[str]:
             info.set_file_format(tfds.core.FileFormat.TFRECORD)
             info.set_splits(tfds.core.SplitDict(splits))
             info.write_to_directory(temp)  # what tfds.folder_dataset.write_metadata does, minus its shard search
+            if manifest.kind == "images":  # what TFDS itself reads back, not a guess at its rules
+                theirs = tfds.builder_from_directory(temp).info.features[_LABEL].names
+                unlabelled = _unlabelled_class(out, manifest.class_names, list(theirs))
+                if unlabelled is not None:
+                    raise unlabelled
             written = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(temp))
             unexpected = [n for n in written if not is_tfds_name(n)]
             if unexpected:

@@ -17,6 +17,8 @@ from ..format.manifest import EpisodeInfo
 from ..format.names import tf_compression_type
 from ..format.records import data_features, episode_parse_spec
 from . import files as files_lib
+from .arguments import check_reading
+from .guard import ShardGuard, checkpointable
 from .layout import Concatenated
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -170,27 +172,53 @@ def episodes(
       ep = next(iter(readers.episodes("runs-tfr")))
       {k: v.shape for k, v in ep.items()}  # {'action': [5120], 'obs': [5120, 3]}
     """
+    read_buffer_bytes, num_parallel_reads = check_reading(path, read_buffer_bytes=read_buffer_bytes,
+                                                          num_parallel_reads=num_parallel_reads)
     dataset = files_lib.info(path)
-    schema = select_features(dataset, features)
+    return stream_episodes(dataset, split, select_features(dataset, features), shuffle_files=shuffle_files, seed=seed,
+                           input_context=input_context, num_parallel_reads=num_parallel_reads,
+                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys)
+
+
+def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *, shuffle_files: bool,
+                    seed: int | None, input_context, num_parallel_reads: int | None, read_buffer_bytes: int,
+                    with_keys: bool, local: bool = True) -> tf.data.Dataset:
+    """``readers.episodes`` of checked arguments.
+
+    ``local``: the pipeline runs in this process, so its reads are guarded (``readers/guard.py``) and its length is
+    known; False for tf.data service workers, which cannot run the guard's Python and each read a share of the files.
+    """
+    path = dataset.path
     chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context)
-    paths = [s.path for s in files_lib.check_shards(dataset, split, chosen)]
+    shards = files_lib.check_shards(dataset, split, chosen)
     spec = episode_parse_spec(schema)
     compression = tf_compression_type(dataset.manifest.compression)
     decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
                              _manifest_length(files_lib.split_info(dataset, split).episodes), with_keys)
+    checks = ShardGuard(shards, strict=True)
 
-    def read_one(shard):
-        records = tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
+    def open_records(shard):
+        return tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
+
+    def read_one(index, shard):  # chunks are joined per shard, so a join never sees another episode's chunk
+        records = checks.read(index, shard, open_records) if local else open_records(shard)
         return _join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema))
 
-    files = tf.data.Dataset.from_tensor_slices(paths)
+    files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     if shuffle_files:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-        joined = files.interleave(read_one, cycle_length=num_parallel_reads or min(len(paths), 16),
+        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
+        joined = files.interleave(read_one, cycle_length=num_parallel_reads or min(len(shards), 16),
                                   num_parallel_calls=AUTOTUNE, deterministic=False)
     else:
         joined = files.flat_map(read_one)
-    return joined.map(decode, num_parallel_calls=AUTOTUNE, deterministic=not shuffle_files)
+    # Every episode is checked against the manifest as it is decoded, so its count is exact: Keras then ends an
+    # epoch on it instead of warning that the input "ran out of data".
+    mine = set(chosen)
+    count = sum(e.shard in mine for e in files_lib.split_info(dataset, split).episodes)
+    joined = joined.map(decode, num_parallel_calls=AUTOTUNE, deterministic=not shuffle_files)
+    if not local:
+        return joined
+    return checkpointable(joined.apply(tf.data.experimental.assert_cardinality(count)))
 
 
 def _fix(path: str) -> str:
@@ -296,13 +324,13 @@ def load_concatenated(
     """
     info = files_lib.split_info(dataset, split)
     chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
-    paths = [s.path for s in files_lib.check_shards(dataset, split, list(chosen))]
+    shards = files_lib.check_shards(dataset, split, list(chosen))
     wanted = set(chosen)
     episodes = sorted((e for e in info.episodes if e.shard in wanted), key=lambda e: e.id)
     layout = Concatenated({}, [e.length for e in episodes], [e.id for e in episodes], row)
     placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, layout, schema, chosen)
     records = files_lib.interleave_records(
-        paths, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
+        shards, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
     )
     spec = episode_parse_spec(schema)

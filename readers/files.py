@@ -17,7 +17,9 @@ import tensorflow as tf
 from ..format.manifest import Manifest, ShardInfo
 from ..format.dataset import load_manifest
 from ..format.names import tf_compression_type
-from ..format.storage import NotRegularFileError, join, stat_regular
+from ..format.records import data_features
+from ..format.storage import NotRegularFileError, file_identity, join
+from .guard import ShardGuard, checkpointable
 from .starts import window_count
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,16 @@ class DatasetInfo:
 
     path: str
     manifest: Manifest
+
+    def __repr__(self) -> str:
+        """A line, not the whole manifest: ``DatasetInfo('photos-tfr': images, 5 classes, train 3,670 records
+        in 2 shards, val 500 records in 1 shard)``."""
+        kind = self.manifest.kind
+        what = f"{len(self.manifest.class_names)} classes" if kind == "images" else \
+            f"{len(data_features(self.manifest.features))} features"
+        splits = ", ".join(f"{name} {split.records:,} records in {len(split.shards)} shard"
+                           f"{'' if len(split.shards) == 1 else 's'}" for name, split in self.manifest.splits.items())
+        return f"DatasetInfo({self.path!r}: {kind}, {what}, {splits})"
 
     @property
     def class_names(self) -> list[str]:
@@ -120,20 +132,31 @@ def shard_files(
 
 @dataclasses.dataclass(frozen=True)
 class ShardFile:
-    """A shard as found when a pipeline was built: its manifest entry, path, and the stat made then."""
+    """A shard as found when a pipeline was built: its manifest entry, path, and the stat made then.
+
+    ``identity`` (``format.storage.file_identity``: size, mtime, and locally inode and ctime) is what the
+    pipeline checks again each time it opens the file (``readers/guard.py``).
+    """
 
     path: str
     info: ShardInfo
-    size: int
-    mtime_ns: int
+    identity: tuple
+
+    @property
+    def size(self) -> int:
+        return self.identity[0]
+
+    @property
+    def mtime_ns(self) -> int:
+        return self.identity[1]
 
 
-def _stat_all(paths: list[str]) -> list[tuple[tuple[int, int] | None, Exception | None]]:
-    """``(stat_regular(path), None)`` or ``(None, the error)`` per path, in order, several at a time."""
+def _stat_all(paths: list[str]) -> list[tuple[tuple | None, Exception | None]]:
+    """``(file_identity(path), None)`` or ``(None, the error)`` per path, in order, several at a time."""
 
     def stat(path):
         try:
-            return stat_regular(path), None
+            return file_identity(path), None
         except (OSError, NotRegularFileError) as e:  # returned, so the caller raises the first one in manifest order
             return None, e
 
@@ -177,19 +200,19 @@ def check_shards(
             raise NotRegularFileError(f"{error}; a shard of split {split!r} must be a regular file: {fix}") from error
         if error is not None:
             raise error
-        size, mtime_ns = found
+        size = found[0]
         if size != info.bytes:
             message = (f"{path}: shard of split {split!r} is not the size the manifest says "
                        f"(got {size} bytes, manifest says {info.bytes}); {fix}")
             if not warn_on_size:
                 raise ValueError(message)
             log.warning("%s; reading what can be read (ignore_errors=True)", message)
-        checked.append(ShardFile(path, info, size, mtime_ns))
+        checked.append(ShardFile(path, info, found))
     return checked
 
 
 def interleave_records(
-    paths: list[str],
+    shards: list[ShardFile],
     *,
     compression: str | None,
     shuffle_files: bool,
@@ -198,36 +221,40 @@ def interleave_records(
     read_buffer_bytes: int,
     deterministic: bool | None,
     ignore_errors: bool = False,
+    guard: bool = True,
 ) -> tf.data.Dataset:
-    """Serialized records from ``paths``, read ``cycle_length`` files at a time in parallel.
+    """Serialized records of ``shards`` (as ``check_shards`` found them), read ``cycle_length`` files at a time.
 
     Files are reshuffled every epoch (seeded) when ``shuffle_files``; ``cycle_length``
     None reads up to 16 files at once (more hides network latency on gs://).
-    ``ignore_errors``: the caller skips errors; a file gone since the pipeline was
-    built then raises one error and is skipped (see ``_read_if_present``).
+    ``guard``: every epoch, a shard replaced or changed since the pipeline was built is an error naming it, or
+    with ``ignore_errors`` is logged and skipped (``readers/guard.py``); off for a tf.data service, whose workers
+    cannot run the check. ``ignore_errors``: the caller skips errors.
     """
-    if len(paths) == 1 and not ignore_errors:  # one file: no interleave stage, thread or first-batch delay
-        return tf.data.TFRecordDataset(paths[0], compression_type=tf_compression_type(compression),
-                                       buffer_size=read_buffer_bytes)
-    files = tf.data.Dataset.from_tensor_slices(paths)
-    if shuffle_files:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
     compression_type = tf_compression_type(compression)
 
-    def read(path):
+    def open_records(path):
         return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes)
 
+    paths = [s.path for s in shards]
+    if guard:
+        checks = ShardGuard(shards, strict=not ignore_errors)
+        files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
+        read = lambda index, path: checks.read(index, path, open_records)  # noqa: E731
+    else:
+        files = tf.data.Dataset.from_tensor_slices(paths)
+        read = (lambda path: _read_if_present(path, open_records)) if ignore_errors else open_records
+    if len(paths) == 1:  # one file: no interleave stage, thread or first-batch delay
+        return checkpointable(files.flat_map(read)) if guard else files.flat_map(read)
+    if shuffle_files:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
     cycle = cycle_length or min(len(paths), 16)
     # One reader thread per open file, not AUTOTUNE: threads waiting on the network use no CPU, and tf.data's
     # CPU-budgeted autotuner starts each iterator (each epoch) with little parallelism, measured on gs:// as a
     # 1.9 s first batch instead of 0.3 s (benchmarks/network.py).
-    return files.interleave(
-        (lambda path: _read_if_present(path, read)) if ignore_errors else read,
-        cycle_length=cycle,
-        block_length=1,
-        num_parallel_calls=cycle,
-        deterministic=deterministic,
-    )
+    records = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
+                               deterministic=deterministic)
+    return checkpointable(records) if guard else records
 
 
 def _read_if_present(path: tf.Tensor, read) -> tf.data.Dataset:

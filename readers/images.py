@@ -35,6 +35,8 @@ from . import augment as augment_lib
 from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
+from .arguments import (INT32_LIMIT, MAX_BATCH_SIZE, MAX_IMAGE_SIDE, MAX_SHUFFLE_BUFFER, check_count,
+                        check_reading)
 from .layout import check_start_step
 
 
@@ -142,8 +144,9 @@ def _image_size(value) -> tuple[int, int]:
     else:
         raise TypeError(f"image_size: must be an int (a square) or a (height, width) pair of ints (got {value!r}); "
                         "pass e.g. image_size=224 or image_size=(224, 160)")
-    if min(pair) < 1:
-        raise ValueError(f"image_size: sides must be positive (got {value!r}); pass e.g. image_size=224")
+    if not all(1 <= side <= MAX_IMAGE_SIDE for side in pair):
+        raise ValueError(f"image_size: sides must be in [1, {MAX_IMAGE_SIDE:,}] pixels (got {value!r}); "
+                         "pass e.g. image_size=224")
     return int(pair[0]), int(pair[1])
 
 
@@ -172,8 +175,8 @@ def _check_resume(path: str, repeat: bool, start_step, *, batch_size, seed, cach
         (cache is not None, f"cache={cache!r}: not supported yet", "drop cache to resume"),
         (ignore_errors, "ignore_errors=True: skipped records would shift every later batch", "drop ignore_errors"),
         (deterministic is False, "deterministic=False: the order must be reproducible", "drop deterministic=False"),
-        (start_step * batch_size > 2**31 - 1, f"batch_size={batch_size}: the {start_step * batch_size} records "
-         "before it are more than tf.data's skip() takes (2**31 - 1)", "pass the step count the job saved"),
+        (start_step * batch_size > INT32_LIMIT, f"batch_size={batch_size}: the {start_step * batch_size} records "
+         f"before it are more than tf.data's skip() takes ({INT32_LIMIT:,})", "pass the step count the job saved"),
     ]
     for applies, problem, fix in blockers:
         if applies:
@@ -300,11 +303,11 @@ def images(
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
       model.fit(ds, epochs=10)
     """
-    if batch_size is None or batch_size < 1:
-        raise ValueError(f"batch_size: must be a positive integer (got {batch_size!r})")
+    batch_size = check_count(batch_size, "batch_size", path, high=MAX_BATCH_SIZE)
     image_size = _image_size(image_size)
-    if shuffle_buffer < 1:
-        raise ValueError(f"shuffle_buffer: must be at least 1 (got {shuffle_buffer!r})")
+    shuffle_buffer = check_count(shuffle_buffer, "shuffle_buffer", path, high=MAX_SHUFFLE_BUFFER)
+    read_buffer_bytes, num_parallel_reads = check_reading(path, read_buffer_bytes=read_buffer_bytes,
+                                                          num_parallel_reads=num_parallel_reads)
     if not (augment is None or callable(augment) or (isinstance(augment, str) and augment in AUGMENTATIONS)):
         raise ValueError(f"augment: must be one of {sorted(AUGMENTATIONS)}, None or a callable (got {augment!r})")
     if dtype not in DTYPES:
@@ -312,12 +315,8 @@ def images(
     if dtype == "uint8" and augment == "color":
         raise ValueError("augment: 'color' jitters in float, so it needs dtype='float32' (got dtype='uint8'); "
                          "pass augment='default', or dtype='float32'")
-    if read_buffer_bytes < 1:
-        raise ValueError(f"read_buffer_bytes: must be positive (got {read_buffer_bytes!r})")
     _check_resume(path, repeat, start_step, batch_size=batch_size, seed=seed, cache=cache, service=service, ignore_errors=ignore_errors,
                   deterministic=deterministic)
-    if num_parallel_reads is not None and num_parallel_reads < 1:
-        raise ValueError(f"num_parallel_reads: must be positive or None (got {num_parallel_reads!r})")
     remote = service_lib.service_options(
         service, processing_mode, service_job_name, where="service", input_context=input_context
     )
@@ -343,7 +342,7 @@ def images(
         _check_not_empty(dataset, split, mine, batch_size, fed)
     shards = files_lib.check_shards(dataset, split, chosen, warn_on_size=ignore_errors)
     records = files_lib.interleave_records(
-        [s.path for s in shards],
+        shards,
         compression=dataset.manifest.compression,
         shuffle_files=training,
         seed=worker_seed,
@@ -351,6 +350,7 @@ def images(
         read_buffer_bytes=read_buffer_bytes,
         deterministic=deterministic,
         ignore_errors=ignore_errors,
+        guard=remote is None,
     )
     crop_after_cache = None
     # Without a cache or a service, evaluation and the default recipe (or none) finish each image in the decode

@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from . import files as files_lib
+from .arguments import check_reading
 from .layout import (Concatenated, Layout, Targets, check_not_empty, check_resume, check_window_args,
                      per_replica_text)
 from .resident import (_index_batches, _variables_on, check_batch_divides, default_device, draw_seed,
@@ -184,6 +185,7 @@ def model_windows(
       model.fit(windows.starts, epochs=10)
     """
     check_window_args(length, shift, batch_size, path)
+    read_buffer_bytes, _ = check_reading(path, read_buffer_bytes=read_buffer_bytes)
     length, shift, batch_size = int(length), int(shift), int(batch_size)
     start_step = check_resume(repeat, start_step, path, shuffle=shuffle, seed=seed)
     strategy = pick_strategy(strategy)

@@ -12,6 +12,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
+from .arguments import MAX_BATCH_SIZE, MAX_WINDOW_STEPS, check_count
 from .starts import episode_offsets
 
 Targets = Union[None, str, int]
@@ -54,9 +55,9 @@ class Layout:
 
 
 def check_window_args(length: int, shift: int, batch_size: int, where: str) -> None:
-    for name, value in (("length", length), ("shift", shift), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{where}: {name} must be a positive integer (got {name}={value!r})")
+    for name, value, high in (("length", length, MAX_WINDOW_STEPS), ("shift", shift, MAX_WINDOW_STEPS),
+                              ("batch_size", batch_size, MAX_BATCH_SIZE)):
+        check_count(value, name, where, high=high)
 
 
 def check_start_step(start_step, where: str) -> int:

@@ -5,6 +5,10 @@ writes it). Images are decoded by the reader's own functions: the evaluation
 centre crop, or with ``augmented=True`` the training crop and flip, seeded. Episode
 plots need matplotlib, an optional extra (``pip install 'tfshard[preview]'``).
 
+Sizes are bounded before anything is read: tiles of 16 to ``MAX_TILE`` pixels, at most
+``MAX_PER_CLASS`` per class, a sheet of at most ``MAX_SHEET_PIXELS``, at most ``MAX_EPISODES``
+episodes; labels are drawn by ``readers/fonts.py`` in any script a font on the machine has.
+
     readers.preview("photos-tfr").save("sheet.png")
     readers.preview("runs-tfr", length=64, shift=16).save("episodes.png")
 """
@@ -13,22 +17,32 @@ from __future__ import annotations
 
 import io
 import os
-import re
+from typing import Sequence
 
 import numpy as np
 import tensorflow as tf
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
 from ..format.names import tf_compression_type
 from ..format.records import IMAGE_FEATURES, parse_spec
 from . import files as files_lib
+from . import fonts as fonts_lib
+from .arguments import check_count
 from .images import decode_center_crop, decode_random_crop
-from .starts import window_starts
+from .layout import check_window_args
+from .starts import window_count
 
 LABEL_WIDTH = 150  # the class-name column of a contact sheet
 CAPTION_HEIGHT = 16  # the file name under each tile
 GAP = 4
 MAX_ROWS = 16  # classes shown; a sheet says how many more there are
+MIN_TILE, MAX_TILE = 16, 1024
+MAX_PER_CLASS = 64
+# 64 megapixels (192 MB of RGB) stays under Pillow's decompression-bomb limit (~89.5 megapixels), so the PNG
+# reopens without a warning, and no sheet it allows is wider than JPEG's 65,535 pixels.
+MAX_SHEET_PIXELS = 64_000_000
+MAX_EPISODES = 10  # one line each in matplotlib's ten distinct colours; also bounds what is read into memory
+MAX_PANELS = 16  # features drawn (a panel of 220 pixels each); the plot says how many more there are
 BACKGROUND, INK = (255, 255, 255), (20, 20, 20)
 _PREVIEW_KEYS = ("image/encoded", "image/class/label", "image/filename")
 _INSTALL = "pip install 'tfshard[preview]' (from a clone: pip install -e '.[preview]')"
@@ -46,15 +60,17 @@ def tile_box(row: int, column: int, tile: int) -> tuple[int, int, int, int]:
     return left, top, left + tile, top + tile
 
 
-def _fit(draw: ImageDraw.ImageDraw, text: str, font, width: int) -> str:
-    """``text`` on one line (a control character, such as a newline in a file name, becomes "?"), cut (with …)
-    to ``width`` pixels."""
-    text = re.sub(r"[\x00-\x1f\x7f]", "?", text)
-    if draw.textlength(text, font=font) <= width:
-        return text
-    while text and draw.textlength(text + "…", font=font) > width:
-        text = text[:-1]
-    return text + "…"
+def check_sheet(path: str, rows: int, per_class: int, tile: int) -> None:
+    """Refuses, before anything is read, a tile size, per-class count or sheet over the limits above."""
+    check_count(tile, "tile", path, low=MIN_TILE, high=MAX_TILE, fix="pass a --tile (pixels a side) in that range")
+    check_count(per_class, "n", path, high=MAX_PER_CLASS, fix="pass an -n (images per class) in that range")
+    width, height = sheet_size(max(rows, 1), per_class, tile)  # no classes: budgeted as one row (JPEG's width)
+    if width * height > MAX_SHEET_PIXELS:
+        raise ValueError(
+            f"{path}: {rows} rows of {per_class} tiles of {tile} pixels make a {width}x{height} sheet, "
+            f"{width * height / 1e6:.1f} megapixels, over the limit of {MAX_SHEET_PIXELS / 1e6:.0f} "
+            f"(got n={per_class}, tile={tile}); pass a smaller -n or --tile"
+        )
 
 
 def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[int], per_class: int) -> dict:
@@ -77,24 +93,41 @@ def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[i
 
 
 def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: int = 128, augmented: bool = False,
-                seed: int = 0) -> Image.Image:
+                seed: int = 0, fonts: Sequence[str] | None = None) -> Image.Image:
     """A contact sheet: a row per class (the first ``MAX_ROWS``), the first ``per_class`` images of each, captioned
     with their source file. Tiles are what ``readers.images`` yields at ``image_size=tile``: the evaluation
-    centre crop, or with ``augmented`` the training random-resized crop and flip, seeded by ``seed`` and the tile."""
+    centre crop, or with ``augmented`` the training random-resized crop and flip, seeded by ``seed`` and the tile.
+
+    Args:
+      per_class: 1 to ``MAX_PER_CLASS`` (64) images per class.
+      tile: 16 to ``MAX_TILE`` (1024) pixels a side; the whole sheet at most ``MAX_SHEET_PIXELS`` (64 megapixels),
+        so 16 classes of tiles of 1024 pixels take at most 3 a row.
+      fonts: font files (or names in the system's font folders) tried in turn for each character of the labels;
+        default ``fonts.default_fonts()``: DejaVu Sans and Last Resort from matplotlib when it is installed, and
+        common system fonts. See ``fonts.Labeller``.
+
+    Raises:
+      ValueError: another kind of dataset, a split that does not exist, or sizes out of range (before any read).
+
+    Example:
+      image_sheet("photos-tfr", per_class=4, tile=64).size  # (426, 1364) for 16 classes or more
+    """
     dataset = files_lib.info(path)
     if dataset.manifest.kind != "images":
         raise ValueError(f"{path}: not an images dataset (kind {dataset.manifest.kind!r}); use episode previews for it")
-    if per_class < 1 or tile < 16:
-        raise ValueError(f"{path}: per_class must be at least 1 and tile at least 16 pixels (got {per_class}, {tile})")
     names = dataset.manifest.class_names
     classes = list(range(min(len(names), MAX_ROWS)))
+    check_sheet(path, len(classes), per_class, tile)
+    if not isinstance(augmented, bool):
+        raise ValueError(f"{path}: augmented must be True or False (got augmented={augmented!r})")
+    check_count(seed, "seed", path, low=-(2**63), high=2**63 - 1, fix="pass a seed that fits in 64 bits")
+    labeller = fonts_lib.Labeller(fonts_lib.default_fonts() if fonts is None else fonts)
     found = _first_per_class(dataset, split, classes, per_class)
     sheet = Image.new("RGB", sheet_size(len(classes), per_class, tile), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
-    font = ImageFont.load_default()
     for row, label in enumerate(classes):
         left, top, _, _ = tile_box(row, 0, tile)
-        draw.text((GAP, top + tile // 2 - 6), _fit(draw, names[label], font, LABEL_WIDTH - 2 * GAP), fill=INK, font=font)
+        labeller.draw(draw, (GAP, top + tile // 2 - 6), names[label], LABEL_WIDTH - 2 * GAP, INK)
         for column, (encoded, filename) in enumerate(found[label]):
             if augmented:
                 pixels = decode_random_crop(encoded, tf.constant([seed, row * per_class + column], tf.int64),
@@ -103,12 +136,11 @@ def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: in
                 pixels = decode_center_crop(encoded, (tile, tile))
             box = tile_box(row, column, tile)
             sheet.paste(Image.fromarray(pixels.numpy()), box[:2])
-            caption = _fit(draw, os.path.basename(filename), font, tile)
-            draw.text((box[0], box[3] + 2), caption, fill=INK, font=font)
+            labeller.draw(draw, (box[0], box[3] + 2), os.path.basename(filename), tile, INK)
     footer = f"{path} · split {split} · {'augmented, seed ' + str(seed) if augmented else 'evaluation crop'}"
     if len(names) > len(classes):
         footer += f" · {len(names) - len(classes)} more classes not shown"
-    draw.text((GAP, sheet.height - CAPTION_HEIGHT), _fit(draw, footer, font, sheet.width - 2 * GAP), fill=INK, font=font)
+    labeller.draw(draw, (GAP, sheet.height - CAPTION_HEIGHT), footer, sheet.width - 2 * GAP, INK)
     return sheet
 
 
@@ -122,33 +154,60 @@ def _stats_text(mean, std) -> str:
     return f"mean {show(mean)}, std {show(std)}"
 
 
+def check_episode_args(path: str, split: str, episodes: int, length: int | None, shift: int | None,
+                       max_windows: int) -> tuple[int, int]:
+    """The window ``(length, shift)`` to draw, each defaulted from the first episode when None, after the checks
+    ``readers.windows(length=, shift=)`` makes, with its messages (a split with no episode that long too)."""
+    from .windows import resident_layout
+
+    check_count(episodes, "n", path, high=MAX_EPISODES, fix="pass an -n (episodes drawn, a line each) in that range")
+    check_count(max_windows, "max_windows", path, low=4, high=64, fix="pass a count of spans in that range")
+    dataset = files_lib.info(path)
+    if dataset.manifest.kind != "episodes":
+        raise ValueError(f"{path}: not an episodes dataset (kind {dataset.manifest.kind!r}); use the image sheet "
+                         "for it")
+    lengths = files_lib.split_info(dataset, split).episode_lengths
+    if not lengths:
+        raise ValueError(f"{path}: split {split!r} holds no episodes to draw; pass another --split")
+    # The given values are checked before a default is derived from them (shift from length).
+    check_window_args(1 if length is None else length, 1 if shift is None else shift, 1, path)
+    length = max(1, min(64, lengths[0] // 4)) if length is None else int(length)
+    shift = max(1, length // 2) if shift is None else int(shift)
+    resident_layout(path, split, length=length, shift=shift)  # the reader's refusals (no window at all), its words
+    return length, shift
+
+
 def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: int | None = None,
                  shift: int | None = None, max_windows: int = 12) -> Image.Image:
-    """One panel per feature with the first ``episodes`` episodes over time (the first element of each step),
-    titled with the manifest's mean and std, then one panel with the windows of the first episode as spans:
-    where ``readers.windows(length=, shift=)`` cuts it (never across its end; the first windows and the last
-    four when there are more than ``max_windows``). Needs matplotlib."""
+    """One panel per feature (the first ``MAX_PANELS``, by name) with the first ``episodes`` episodes over time
+    (the first element of each step), titled with the manifest's mean and std, then one panel with the windows of
+    the first episode as spans: where ``readers.windows(length=, shift=)`` cuts it (never across its end; the
+    first windows and the last four when there are more than ``max_windows``). Needs matplotlib.
+
+    Args:
+      episodes: 1 to ``MAX_EPISODES`` (10); only those are read.
+      length, shift: the window; default a quarter of the first episode (at most 64) and half the length.
+        Refused exactly as ``readers.windows`` refuses them; a first episode shorter than the window (while
+        others are long enough) is drawn with a line saying so.
+
+    Example:
+      episode_plot("runs-tfr", length=64, shift=16).size  # (1000, 660) for two features
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as e:
         raise ImportError(f"episode previews need matplotlib ({e}); {_INSTALL}") from None
     from .episodes import episodes as read_episodes
+    from .episodes import feature_schema
 
+    length, shift = check_episode_args(path, split, episodes, length, shift, max_windows)
     dataset = files_lib.info(path)
-    if dataset.manifest.kind != "episodes":
-        raise ValueError(f"{path}: not an episodes dataset (kind {dataset.manifest.kind!r}); use the image sheet for it")
-    for what, value in (("episodes", episodes), ("length", length), ("shift", shift)):
-        if value is not None and value < 1:
-            raise ValueError(f"{path}: {what} must be at least 1 (got {value})")
     info = files_lib.split_info(dataset, split)
-    shown = [{k: v.numpy() for k, v in e.items()} for e in read_episodes(path, split).take(episodes)]
-    if not shown:
-        raise ValueError(f"{path}: split {split!r} holds no episodes to draw; pass another --split")
-    names = sorted(shown[0])
-    steps = len(next(iter(shown[0].values())))
-    length = length or max(1, min(64, steps // 4))
-    shift = shift or max(1, length // 2)
+    every = sorted(feature_schema(dataset))
+    names = every[:MAX_PANELS]
+    shown = [{k: v.numpy() for k, v in e.items()} for e in read_episodes(path, split, features=names).take(episodes)]
+    steps = info.episode_lengths[0]
     figure = Figure(figsize=(10, 2.2 * (len(names) + 1)), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(names) + 1, 1)
@@ -162,32 +221,53 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
                      fontsize=9, loc="left")
         ax.legend(fontsize=7, loc="upper right")
     ax = axes[-1]
-    starts = window_starts([steps], length, shift) if steps >= length else np.zeros(0, np.int64)
-    ax.broken_barh([(0, steps)], (-1.2, 0.8), color="0.7")
-    shown_windows = list(range(len(starts)))
-    if len(starts) > max_windows:  # the first ones and the last few, so the end of the episode shows too
+    count = window_count([steps], length, shift)
+    shown_windows = list(range(count))
+    if count > max_windows:  # the first ones and the last few, so the end of the episode shows too
         shown_windows = shown_windows[: max_windows - 4] + shown_windows[-4:]
-    for level, k in enumerate(shown_windows):
-        ax.broken_barh([(int(starts[k]), length)], (level, 0.8), color=f"C{k % 10}")
-        ax.text(int(starts[k]) + length + 2, level + 0.4, f"#{k}", fontsize=7, va="center")
-    ax.set_xlim(0, steps)
+    if count:
+        ax.broken_barh([(0, steps)], (-1.2, 0.8), color="0.7")  # the episode, under its windows
+    else:  # not an error: the reader takes its windows from the longer episodes
+        ax.text(0.5, 0.5, f"episode 0 has {steps} steps, fewer than the window's {length}: it yields no window",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9)
+    for level, k in enumerate(shown_windows):  # window k of one episode starts at k * shift (readers/starts.py)
+        ax.broken_barh([(k * shift, length)], (level, 0.8), color=f"C{k % 10}")
+        ax.text(k * shift + length + 2, level + 0.4, f"#{k}", fontsize=7, va="center")
+    ax.set_xlim(0, max(steps, 1))
     ax.set_xlabel("time step")
     ax.set_yticks([])
-    more = f", {len(shown_windows)} shown" if len(starts) > max_windows else ""
-    ax.set_title(f"windows of episode 0 ({steps} steps): length {length}, shift {shift}, {len(starts)} windows{more}",
-                 fontsize=9, loc="left")
+    more = f", {len(shown_windows)} shown" if count > max_windows else ""
+    hidden = f"; {len(every) - len(names)} more features not shown" if len(every) > len(names) else ""
+    ax.set_title(f"windows of episode 0 ({steps} steps): length {length}, shift {shift}, {count} windows{more}"
+                 f"{hidden}", fontsize=9, loc="left")
     out = io.BytesIO()
     figure.savefig(out, format="png")
     return Image.open(io.BytesIO(out.getvalue())).convert("RGB")
 
 
-def preview(path: str, split: str = "train", n: int | None = None, *, augmented: bool = False, seed: int = 0,
-            tile: int = 128, length: int | None = None, shift: int | None = None) -> Image.Image:
-    """A picture of a tfshard dataset, as a ``PIL.Image``: ``image_sheet`` for images (``n`` per class, default 8),
-    ``episode_plot`` for episodes (``n`` episodes, default 3; ``length``/``shift`` of the windows drawn)."""
-    if n is not None and n < 1:
-        raise ValueError(f"{path}: n must be at least 1 (got {n})")
+def preview(path: str, split: str = "train", n: int | None = None, *, augmented: bool | None = None,
+            seed: int | None = None, tile: int | None = None, length: int | None = None,
+            shift: int | None = None) -> Image.Image:
+    """A picture of a tfshard dataset, as a ``PIL.Image``: ``image_sheet`` for images (``n`` per class, default 8;
+    ``tile`` default 128, ``augmented`` default False, ``seed`` default 0), ``episode_plot`` for episodes (``n``
+    episodes, default 3; ``length``/``shift`` of the windows drawn). An option of the other kind of dataset is
+    refused, not ignored: None means not given.
+
+    Raises:
+      ValueError: as ``image_sheet``/``episode_plot``, or an option that does not apply to this kind of dataset.
+
+    Example:
+      preview("photos-tfr", n=4, tile=64).save("sheet.png")
+      preview("photos-tfr", length=16)  # ValueError: "...: length (--length) applies to episode datasets, ..."
+    """
     kind = files_lib.info(path).manifest.kind
+    given = {"augmented": augmented, "seed": seed, "tile": tile, "length": length, "shift": shift}
+    other, applies = (("length", "shift"), "episode") if kind == "images" else (("augmented", "seed", "tile"), "image")
+    for name in other:
+        if given[name] is not None:
+            raise ValueError(f"{path}: {name} (--{name}) applies to {applies} datasets, and this one holds {kind} "
+                             f"(got {name}={given[name]!r}); drop it")
     if kind == "images":
-        return image_sheet(path, split, n or 8, tile=tile, augmented=augmented, seed=seed)
-    return episode_plot(path, split, n or 3, length=length, shift=shift)
+        return image_sheet(path, split, 8 if n is None else n, tile=128 if tile is None else tile,
+                           augmented=False if augmented is None else augmented, seed=0 if seed is None else seed)
+    return episode_plot(path, split, 3 if n is None else n, length=length, shift=shift)

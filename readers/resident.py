@@ -32,6 +32,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
+from .arguments import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
 from .layout import (Concatenated, Layout, Targets, check_not_empty, check_resume, check_window_args,
                      per_replica_text)
 from .starts import row_steps, window_count, window_starts
@@ -44,7 +45,6 @@ def default_device() -> str:
     return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
 
 
-_SKIP_LIMIT = 2**31 - 1  # tf.data's skip() takes a C++ int: a larger count silently wraps
 
 
 def _index_batches(
@@ -89,9 +89,9 @@ def _index_batches(
                              "in an epoch, so repeat=True would never yield one; pass a smaller batch_size or use "
                              "fewer replicas")
         first_epoch, first_batch = divmod(start_step, per_epoch)
-        if first_epoch > _SKIP_LIMIT:
+        if first_epoch > INT32_LIMIT:
             raise ValueError(f"{where}: start_step={start_step} is {first_epoch} epochs in; tf.data skips at most "
-                             f"{_SKIP_LIMIT}; pass the step count the job saved")
+                             f"{INT32_LIMIT}; pass the step count the job saved")
         seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch).enumerate()
         return rows(seeds.flat_map(lambda e, seed_pair: epoch(seed_pair).skip(
             tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-INT32_LIMIT = 2**31 - 1
+INT32_LIMIT = 2**31 - 1  # start rows fit int32 below it; tf.data's skip/take/batch counts are C++ ints
 MAX_PADDING = 1 / 64  # row_steps may pad the resident arrays by at most this share of the data
 
 

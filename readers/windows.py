@@ -22,8 +22,8 @@ import tensorflow as tf
 
 from . import files as files_lib
 from . import service as service_lib
-from .episodes import episodes as read_episodes
-from .episodes import feature_schema, load_concatenated, select_features
+from .arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading
+from .episodes import feature_schema, load_concatenated, select_features, stream_episodes
 from .layout import Layout, Targets, check_not_empty, check_resume, check_window_args
 from .resident import Source, build_resident, default_device, quiet_options, resident_windows
 from .starts import window_count
@@ -54,9 +54,9 @@ def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuf
             f"the {batch_size * fed} a step takes from it (a batch of {batch_size} for each of the {fed} replicas it "
             f"feeds; batch_size={batch_size * replicas} over {replicas} replicas)")
         check_not_empty(f"{path}: split {split!r}", count, "for this pipeline", batch_size * fed, what)
-    episodes = read_episodes(
-        path, split, features=list(gathered_schema), shuffle_files=shuffle, seed=seed, input_context=input_context,
-        read_buffer_bytes=read_buffer_bytes, with_keys=True,
+    episodes = stream_episodes(
+        dataset, split, gathered_schema, shuffle_files=shuffle, seed=seed, input_context=input_context,
+        num_parallel_reads=None, read_buffer_bytes=read_buffer_bytes, with_keys=True, local=remote is None,
     )
 
     def to_windows(keys, episode):
@@ -233,6 +233,8 @@ def windows(
     """
     where = f"{path}"
     check_window_args(length, shift, batch_size, where)
+    shuffle_buffer = check_count(shuffle_buffer, "shuffle_buffer", where, high=MAX_SHUFFLE_BUFFER)
+    read_buffer_bytes, _ = check_reading(where, read_buffer_bytes=read_buffer_bytes)
     length, shift, batch_size = int(length), int(shift), int(batch_size)  # numpy ints would mix dtypes in the graph
     if resident and input_context is not None:
         raise ValueError(f"{where}: input_context is for resident=False; resident mode shards by replica (strategy=)")

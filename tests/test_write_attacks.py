@@ -429,20 +429,22 @@ def test_nan_failure_mid_shard_leaves_no_shard_and_no_hashing_thread(tmp_path, w
     assert not _hashing_threads()
 
 
-def test_a_gzip_shard_of_only_rejected_inputs_is_still_a_gzip_file(tmp_path):
-    """Attacks 'a shard is gzip members back to back, which gzip and zcat read': a shard with no member at all."""
+def test_a_gzip_shard_whose_inputs_were_all_rejected_is_dropped_and_the_rest_stays_gzip(tmp_path):
+    """Attacks 'a shard is gzip members back to back, which gzip and zcat read' and 'no shard is empty': a planned
+    shard with no member at all."""
     size = len(write_jpeg(str(tmp_path / "src" / "b" / "0.jpg"), 0))
     write_jpeg(str(tmp_path / "src" / "b" / "1.jpg"), 1)
     os.makedirs(tmp_path / "src" / "a")
     for i in range(2):  # as large as the good ones, so the planner puts both into the first shard
         (tmp_path / "src" / "a" / f"{i}.jpg").write_bytes(b"\xff\xd8\xff" + b"x" * (size - 3))
     out = str(tmp_path / "out")
-    manifest = convert_images(str(tmp_path / "src"), out, ConvertOptions(num_shards=2, compression="gzip", seed=None,
-                              on_error="skip"), workers=0, progress=False)
-    empty = manifest.splits["train"].shards[0]
-    assert empty.records == 0 and len(manifest.rejected) == 2
-    path = os.path.join(out, empty.file)
-    assert _records(path, "GZIP") == []
+    options = ConvertOptions(shard_bytes=3 * size, compression="gzip", seed=None, on_error="skip")  # 2 planned
+    manifest = convert_images(str(tmp_path / "src"), out, options, workers=0, progress=False)
+    (shard,) = manifest.splits["train"].shards
+    assert (shard.file, shard.records, len(manifest.rejected)) == ("train-00000-of-00001.tfrecord.gz", 2, 2)
+    assert sorted(os.listdir(out)) == ["dataset.json", shard.file]
+    path = os.path.join(out, shard.file)
+    assert len(_records(path, "GZIP")) == 2
     assert _read(path)[:2] == b"\x1f\x8b"
     if shutil.which("gzip"):
         assert subprocess.run(["gzip", "-t", path], capture_output=True, check=False).returncode == 0

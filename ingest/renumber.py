@@ -1,0 +1,145 @@
+"""Shards whose every input was rejected: dropped, and the rest of their split renumbered before the manifest.
+
+The plan counts inputs before the workers validate them (planning on validated
+inputs would need a second decode of every image), so with rejected inputs a
+planned shard can come out holding no record. An empty shard would give a
+multi-worker reader an empty share of the split, so once every shard is
+committed, empty ones are removed and the others renamed to close the gaps
+(``train-00005-of-00021`` → ``train-00004-of-00017``). A shard's bytes hold no
+name, so a rename is all it takes and every sha256 stays.
+
+Crash safety: the renames are recorded first (``renumber.json`` in the state
+folder; ``plan.json`` then lists the new names too, so an ``--overwrite`` of the
+unfinished conversion removes them). A rerun puts the renamed shards back under
+their planned names before anything else, finds every shard committed, and
+renumbers again: the same files as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+
+from ..format import manifest as manifest_lib
+from ..format.names import STATE_DIR, index_file_name, shard_file_name
+from ..format.storage import join
+from .errors import InputError
+from .plan import ShardSpec
+
+log = logging.getLogger(__name__)
+
+RENUMBER = "renumber.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Renumbering:
+    """What closing the gaps left by empty shards takes.
+
+    Attributes:
+      dropped: the empty shards' files (and index files), removed.
+      renames: ``(planned name, final name)`` of every other shard (and index file) whose name changes.
+      specs: the final shard specs, in split order, with their new index, count and file name.
+      planned_names: final file name → the planned one it was written under.
+    """
+
+    dropped: list[str]
+    renames: list[tuple[str, str]]
+    specs: list[ShardSpec]
+    planned_names: dict[str, str]
+
+
+def plan_renumbering(specs: list[ShardSpec], records: dict[str, int], *, compression: str | None,
+                     index: bool) -> Renumbering:
+    """Which shards to drop (0 records) and how to rename the rest, from every shard's record count. Pure.
+
+    >>> specs = plan_split("val", [1, 1, 1], num_shards=3)   # the middle shard's input was rejected
+    >>> plan_renumbering(specs, {s.file_name: r for s, r in zip(specs, [1, 0, 1])}, compression=None,
+    ...                  index=False).renames
+    [('val-00000-of-00003.tfrecord', 'val-00000-of-00002.tfrecord'), ('val-00002-of-00003.tfrecord', ...)]
+    """
+    dropped, renames, final, planned_names = [], [], [], {}
+    for split in dict.fromkeys(s.split for s in specs):
+        mine = [s for s in specs if s.split == split]
+        kept = [s for s in mine if records[s.file_name] > 0]
+        for spec in mine:
+            if records[spec.file_name] == 0:
+                dropped += [spec.file_name] + ([index_file_name(spec.file_name)] if index else [])
+        for i, spec in enumerate(kept):
+            name = shard_file_name(split, i, len(kept), compression)
+            final.append(dataclasses.replace(spec, index=i, num_shards=len(kept), file_name=name))
+            planned_names[name] = spec.file_name
+            if name != spec.file_name:
+                renames.append((spec.file_name, name))
+                if index:
+                    renames.append((index_file_name(spec.file_name), index_file_name(name)))
+    return Renumbering(dropped, renames, final, planned_names)
+
+
+def check_requested_shards(src: str, renumbering: Renumbering, specs: list[ShardSpec], records: dict[str, int],
+                           *, num_shards: int | None, min_shards: int, unit: str) -> None:
+    """An explicit ``num_shards`` (or ``min_shards``) is a promise to the readers: fewer shards is an error.
+
+    Raises:
+      InputError: naming the split, its good records and the fix.
+    """
+    for split in dict.fromkeys(s.split for s in specs):
+        planned = sum(s.split == split for s in specs)
+        kept = sum(s.split == split for s in renumbering.specs)
+        asked = num_shards if num_shards is not None else min_shards
+        if kept == 0 or kept >= asked or kept == planned:  # a split with no good record at all is left out
+            continue
+        good = sum(records[s.file_name] for s in specs if s.split == split)
+        flag = "--num-shards" if num_shards is not None else "--min-shards"
+        raise InputError(
+            f"{src}: split {split!r}: {planned - kept} of its {planned} planned shards held only rejected inputs, "
+            f"leaving {kept} shards of {good} good {unit} records where {flag} {asked} was asked (got "
+            f"{flag.lstrip('-').replace('-', '_')}={asked}); fix or remove the rejected inputs (dataset.json is not "
+            f"written: the conversion stops here), or pass {flag} {kept} or fewer with --overwrite"
+        )
+
+
+def _record_path(out: str) -> str:
+    return join(join(out, STATE_DIR), RENUMBER)
+
+
+def apply_renumbering(out: str, renumbering: Renumbering, fingerprint: str, planned: list[str]) -> None:
+    """Removes the empty shards and renames the rest, after recording both (see the module docstring)."""
+    from .resume import remove_outputs
+    from .write import write_text_atomic
+
+    import tensorflow as tf
+
+    finals = [new for _, new in renumbering.renames]
+    write_text_atomic(join(join(out, STATE_DIR), "plan.json"),
+                      json.dumps({"fingerprint": fingerprint, "files": planned + finals}))
+    write_text_atomic(_record_path(out), json.dumps({"renames": renumbering.renames}))
+    log.warning("%s: %d planned shard(s) held only rejected inputs; dropped, and the rest renumbered (e.g. %s)",
+                out, len([n for n in renumbering.dropped if manifest_lib.is_shard_name(n)]),
+                renumbering.renames[0][1] if renumbering.renames else renumbering.dropped[0])
+    remove_outputs(out, renumbering.dropped)
+    for old, new in renumbering.renames:
+        tf.io.gfile.rename(join(out, old), join(out, new), overwrite=False)
+
+
+def undo_unfinished_renumbering(out: str) -> None:
+    """A run killed while renumbering: its renamed shards go back under their planned names (committed, kept)."""
+    import tensorflow as tf
+
+    from .resume import read_state
+
+    path = _record_path(out)
+    if not tf.io.gfile.exists(path):
+        return
+    raw = read_state(path)
+    renames = raw.get("renames") if isinstance(raw, dict) else None
+    if not isinstance(renames, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(manifest_lib.is_output_name(n) for n in pair)
+        for pair in renames
+    ):
+        raise InputError(f"{path}: not a renumbering record tfshard wrote; remove {join(out, STATE_DIR)} (or OUT) "
+                         "and run again")
+    for old, new in renames:
+        if tf.io.gfile.exists(join(out, new)) and not tf.io.gfile.exists(join(out, old)):
+            tf.io.gfile.rename(join(out, new), join(out, old), overwrite=False)
+    tf.io.gfile.remove(path)

@@ -1,0 +1,155 @@
+"""Attacks on a pipeline whose dataset is converted again while it reads: it must never mix the two datasets in one
+epoch, nor save such an epoch as a complete cache (``readers/guard.py``)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes
+from tfshard import readers
+from tfshard.ingest import ConvertOptions, convert_images
+from tfshard.readers import guard as guard_lib
+
+
+@pytest.fixture
+def two_trees(tmp_path):
+    """Two image trees with the same layout and other pixels (A's and B's labels alike), and OUT converted from A."""
+    a, b, out = str(tmp_path / "a"), str(tmp_path / "b"), str(tmp_path / "out")
+    make_tree(a, classes=("x", "y"), per_class=40, seed=0)
+    make_tree(b, classes=("x", "y"), per_class=40, seed=1000)
+    convert_images(a, out, ConvertOptions(num_shards=8), workers=0, progress=False)
+    return a, b, out
+
+
+def _reconvert(src: str, out: str) -> None:
+    convert_images(src, out, ConvertOptions(num_shards=8), workers=0, progress=False, overwrite=True)
+
+
+def _filenames(out: str) -> set[bytes]:
+    spec = {"image/filename": tf.io.FixedLenFeature([], tf.string), "image/encoded": tf.io.FixedLenFeature([], tf.string)}
+    found = set()
+    for path in readers.info(out).shard_paths("train"):
+        for record in tf.data.TFRecordDataset(path):
+            found.add(tf.io.parse_single_example(record, spec)["image/encoded"].numpy())
+    return found
+
+
+@pytest.mark.parametrize("cache", [None, "memory", "folder"])
+def test_a_reconversion_mid_epoch_fails_the_epoch_naming_a_shard_and_no_cache_is_completed(two_trees, tmp_path, cache):
+    a, b, out = two_trees
+    cache_dir = str(tmp_path / "cache") if cache == "folder" else cache
+    ds = readers.images(out, training=False, batch_size=4, image_size=16, cache=cache_dir, num_parallel_reads=2)
+    iterator = iter(ds)
+    for _ in range(5):
+        next(iterator)
+    _reconvert(b, out)
+    shard = r"out/train-\d{5}-of-00008\.tfrecord: shard (is gone|was replaced or changed)"  # gone: seen mid-rewrite
+    with pytest.raises(tf.errors.InvalidArgumentError, match=shard + r" .*build the pipeline again"):
+        for _ in iterator:
+            pass
+    if cache == "folder":
+        assert glob.glob(os.path.join(cache_dir, "*.index")) == [], "an epoch that failed was saved as a cache"
+    # A new pipeline reads B alone, and B's records.
+    assert sum(int(tf.shape(x)[0]) for x, _ in readers.images(out, training=False, batch_size=4, image_size=16)) == 80
+
+
+def test_training_pipelines_fail_too_and_never_yield_a_record_of_the_new_dataset(two_trees):
+    a, b, out = two_trees
+    old = _filenames(out)
+    ds = readers.images(out, batch_size=2, image_size=16, seed=0, num_parallel_reads=2, dtype="uint8",
+                        augment=None, shuffle_buffer=1)
+    iterator = iter(ds)
+    next(iterator)
+    _reconvert(b, out)
+    new = _filenames(out)
+    assert not old & new
+    with pytest.raises(tf.errors.InvalidArgumentError, match="shard (is gone|was replaced or changed)"):
+        for _ in iterator:
+            pass
+
+
+def test_ignore_errors_skips_a_replaced_shard_with_a_warning(two_trees, caplog):
+    a, b, out = two_trees
+    ds = readers.images(out, training=False, batch_size=1, image_size=16, ignore_errors=True, num_parallel_reads=1)
+    iterator = iter(ds)
+    next(iterator)
+    _reconvert(b, out)
+    with caplog.at_level("WARNING", logger="tfshard.readers.guard"):
+        rest = sum(1 for _ in iterator)
+    assert rest < 79  # the shards opened after the reconversion were skipped, not read
+    assert ("shard was replaced or changed" in caplog.text or "shard is gone" in caplog.text)
+    assert "ignore_errors=True" in caplog.text
+
+
+def test_a_shard_replaced_between_the_check_and_the_open_yields_none_of_its_records(two_trees, monkeypatch):
+    """The race the first check cannot close: the second, made once the file is open, must catch it before its first
+    record is handed on."""
+    a, b, out = two_trees
+    other = os.path.join(os.path.dirname(out), "other")
+    convert_images(b, other, ConvertOptions(num_shards=8), workers=0, progress=False)
+    original = guard_lib.ShardGuard.problem
+    swapped = []
+
+    def swap_right_after_the_first_check(self, index, when):
+        problem = original(self, index, when)
+        if when == "before it was opened" and index == 0 and not swapped:
+            name = os.path.basename(self.shards[0].path)
+            os.replace(os.path.join(other, name), self.shards[0].path)  # what --overwrite does, at the worst moment
+            swapped.append(name)
+        return problem
+
+    monkeypatch.setattr(guard_lib.ShardGuard, "problem", swap_right_after_the_first_check)
+    ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"shard was replaced or changed .*seen once it was opened"):
+        for _ in ds:
+            pass
+    assert swapped
+
+
+def test_a_shard_rewritten_in_place_is_caught_by_the_end_of_its_read(two_trees):
+    a, b, out = two_trees
+    ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1)
+    iterator = iter(ds)
+    next(iterator)
+    first = readers.info(out).shard_paths("train")[0]
+    with open(first, "r+b") as f:  # same inode, same size: only its mtime and ctime change
+        f.seek(0)
+        f.write(f.read(1))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"seen by the end of its read"):
+        for _ in iterator:
+            pass
+
+
+def test_windows_streamed_and_episodes_fail_the_same_way(tmp_path):
+    for name, lengths in (("a", [30, 40, 50, 60]), ("b", [31, 41, 51, 61])):
+        save_episodes(tmp_path / name, {f"e{i}.npy": e for i, e in enumerate(random_episodes(lengths, seed=len(name)))})
+    out = tmp_path / "out"
+    convert_episode_tree(tmp_path / "a", out, num_shards=4)
+    for make in (lambda: readers.episodes(str(out)),
+                 lambda: readers.windows(str(out), length=8, batch_size=1, resident=False, shuffle=False)):
+        iterator = iter(make())
+        next(iterator)
+        convert_episode_tree(tmp_path / "b", out, num_shards=4, overwrite=True)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="shard (is gone|was replaced or changed)"):
+            for _ in iterator:
+                pass
+        convert_episode_tree(tmp_path / "a", out, num_shards=4, overwrite=True)
+
+
+def test_a_guarded_pipeline_still_checkpoints_and_costs_no_epoch(two_trees, tmp_path):
+    a, b, out = two_trees
+    ds = readers.images(out, training=False, batch_size=4, image_size=16)
+    iterator = iter(ds)
+    first = next(iterator)[1].numpy()
+    saved = tf.train.Checkpoint(input=iterator).save(str(tmp_path / "ckpt" / "c"))
+    second = next(iterator)[1].numpy()
+    restored = iter(ds)
+    tf.train.Checkpoint(input=restored).restore(saved)
+    np.testing.assert_array_equal(next(restored)[1].numpy(), second)
+    assert len(first) == 4
+    assert sum(1 for _ in ds) == sum(1 for _ in ds) == 20  # every epoch whole: the checks pass on an unchanged OUT

@@ -1,0 +1,253 @@
+"""Attacks on what a conversion does to its output folder: files it never wrote, planned shards that come out empty,
+a read-only OUT, and arguments that name no folder at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from conftest import make_tree, write_jpeg
+from tfshard import readers
+from tfshard.ingest import (ConvertOptions, EpisodeOptions, InputError, OutputExistsError, VerifyError,
+                            convert_images, verify)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+STATE = ".tfshard-state"
+
+
+def _files(folder: str) -> dict[str, bytes]:
+    """Every file under ``folder`` (hidden ones too) and its bytes, by relative path."""
+    found = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                found[os.path.relpath(path, folder)] = f.read()
+    return found
+
+
+# --- --overwrite into a folder tfshard never wrote ---------------------------------------------------------------
+
+
+def _another_tools_dataset(out: str) -> dict[str, bytes]:
+    """What TFDS (or anyone) leaves in a folder: its metadata and a shard named as tfshard names its first one."""
+    os.makedirs(out)
+    files = {"features.json": b'{"type": "tfds features"}', "dataset_info.json": b'{"name": "mnist"}',
+             "train-00000-of-00001.tfrecord": b"another tool's records"}
+    for name, data in files.items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+    return files
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_folder_holding_another_tools_dataset_is_refused_and_nothing_in_it_changes(image_tree, tmp_path, cli,
+                                                                                     overwrite):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    theirs = _another_tools_dataset(out)
+    flags = ["--overwrite"] if overwrite else []
+    result = cli("images", src, out, "--num-shards", "1", "--workers", "0", "--quiet", *flags)
+    assert result.exit_code == 1, result.output
+    assert "train-00000-of-00001.tfrecord" in result.stderr and "tfshard did not write" in result.stderr
+    with pytest.raises(OutputExistsError, match="nothing was removed or replaced"):
+        convert_images(src, out, ConvertOptions(num_shards=1), workers=0, progress=False, overwrite=True)
+    assert _files(out) == theirs
+
+
+def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    theirs = _another_tools_dataset(out)
+    os.remove(os.path.join(out, "train-00000-of-00001.tfrecord"))
+    del theirs["train-00000-of-00001.tfrecord"]
+    manifest = convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
+    after = _files(out)
+    assert {name: after[name] for name in theirs} == theirs  # their dataset_info.json, features.json kept as they were
+    assert readers.info(out).num_records("train") == len(image_tree[1])
+    with pytest.raises(VerifyError, match="dataset_info.json: not TFDS metadata tfshard wrote"):
+        verify(out)  # which TFDS would take for this dataset's: verify says so
+    # A later --overwrite of our dataset removes our files only: their TFDS metadata does not name our dataset.
+    convert_images(src, out, ConvertOptions(num_shards=3), workers=0, progress=False, overwrite=True)
+    after = _files(out)
+    assert {name: after[name] for name in theirs} == theirs
+    assert manifest.splits["train"].shards[0].file not in after
+
+
+# --- planned shards whose every input was rejected ----------------------------------------------------------------
+
+
+def _tree_with_rejects(src: str, good: int = 17, bad: int = 4) -> None:
+    """``good`` JPEGs and ``bad`` text files named .jpg (rejected by the workers, not the scan), in one class."""
+    for i in range(good):
+        write_jpeg(os.path.join(src, "cat", f"good{i:02d}.jpg"), i)
+    for i in range(bad):
+        with open(os.path.join(src, "cat", f"bad{i}.jpg"), "wb") as f:
+            f.write(b"\xff\xd8\xff" + b"not a jpeg " * 40)
+
+
+def test_more_shards_than_good_records_is_refused_counting_the_good_ones(tmp_path):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    _tree_with_rejects(src)
+    with pytest.raises(InputError, match=r"of its 21 planned shards held only rejected inputs, leaving 17 shards of "
+                                         r"17 good img records where --num-shards 21 was asked.*--num-shards 17"):
+        convert_images(src, out, ConvertOptions(num_shards=21, seed=None), workers=0, progress=False)
+    assert not os.path.exists(os.path.join(out, "dataset.json"))
+    # Before validation only the inputs are known: the message says that is what it counts.
+    with pytest.raises(InputError, match=r"50 shards asked for .* but only 21 img inputs were found, counted before "
+                                         r"validation"):
+        convert_images(src, out, ConvertOptions(num_shards=50), workers=0, progress=False, overwrite=True)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_shards_that_came_out_empty_are_dropped_and_the_rest_renumbered(tmp_path, workers):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    _tree_with_rejects(src, good=6, bad=6)
+    options = ConvertOptions(shard_bytes=1, seed=None)  # one input per planned shard: 12 planned, 6 empty
+    manifest = convert_images(src, out, options, workers=workers, progress=False)
+    shards = manifest.splits["train"].shards
+    assert [s.file for s in shards] == [f"train-{i:05d}-of-00006.tfrecord" for i in range(6)]
+    assert all(s.records == 1 for s in shards) and len(manifest.rejected) == 6
+    assert sorted(n for n in os.listdir(out) if n.endswith(".tfrecord")) == [s.file for s in shards]
+    verify(out)
+    # Every multi-worker share holds records: no pipeline of 6 gets an empty file.
+    for pipeline in range(6):
+        context = tf.distribute.InputContext(num_input_pipelines=6, input_pipeline_id=pipeline)
+        labels = [int(y) for _, y in readers.images(out, batch_size=1, image_size=8, training=False,
+                                                    input_context=context).unbatch()]
+        assert len(labels) == 1
+    # The same command again finds it complete.
+    assert convert_images(src, out, options, workers=workers, progress=False) == manifest
+
+
+def test_min_shards_below_the_shards_that_stay_is_refused(tmp_path):
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    _tree_with_rejects(src, good=2, bad=2)
+    with pytest.raises(InputError, match=r"--min-shards 4"):
+        convert_images(src, out, ConvertOptions(min_shards=4, seed=None), workers=0, progress=False)
+
+
+def test_an_episode_split_of_only_skipped_episodes_is_left_out(tmp_path):
+    import numpy as np
+
+    from conftest import convert_episode_tree, save_episodes
+
+    save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32), "train/b.npy": np.ones((5, 2), np.float32),
+                                   "val/c.npy": np.full((4, 2), np.nan, np.float32),
+                                   "val/d.npy": np.full((3, 2), np.inf, np.float32)})
+    manifest = convert_episode_tree(tmp_path / "e", tmp_path / "out", episode=EpisodeOptions(on_nan="skip"),
+                                    num_shards=2)
+    assert list(manifest.splits) == ["train"] and [r["path"] for r in manifest.rejected] == ["val/c.npy", "val/d.npy"]
+    verify(str(tmp_path / "out"))
+
+
+def test_a_run_killed_while_renumbering_ends_byte_identical_when_rerun(tmp_path, monkeypatch):
+    src = str(tmp_path / "src")
+    _tree_with_rejects(src, good=6, bad=6)
+    options = ConvertOptions(shard_bytes=1, seed=None)
+    clean = str(tmp_path / "clean")
+    convert_images(src, clean, options, workers=0, progress=False)
+    out = str(tmp_path / "out")
+    rename, calls = tf.io.gfile.rename, []
+
+    def dies_on_the_third_shard_rename(old, new, overwrite=False):
+        if os.path.basename(old).startswith("train-") and not os.path.basename(old).startswith(".tmp-"):
+            calls.append(old)
+            if len(calls) == 3:
+                raise KeyboardInterrupt  # as a Ctrl-C or a kill between two renames
+        return rename(old, new, overwrite)
+
+    monkeypatch.setattr(tf.io.gfile, "rename", dies_on_the_third_shard_rename)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(src, out, options, workers=0, progress=False)
+    monkeypatch.setattr(tf.io.gfile, "rename", rename)
+    assert os.path.exists(os.path.join(out, STATE, "renumber.json")) and not os.path.exists(
+        os.path.join(out, "dataset.json"))
+    convert_images(src, out, options, workers=0, progress=False)
+    assert _files(out) == _files(clean)
+
+
+def test_overwrite_of_a_run_killed_while_renumbering_removes_its_renamed_shards(tmp_path, monkeypatch):
+    src = str(tmp_path / "src")
+    _tree_with_rejects(src, good=6, bad=6)
+    out = str(tmp_path / "out")
+    rename = tf.io.gfile.rename
+
+    def dies_after_the_first_shard_rename(old, new, overwrite=False):
+        rename(old, new, overwrite)
+        if re.match(r"train-\d{5}-of-00006", os.path.basename(new)):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.io.gfile, "rename", dies_after_the_first_shard_rename)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(src, out, ConvertOptions(shard_bytes=1, seed=None), workers=0, progress=False)
+    monkeypatch.setattr(tf.io.gfile, "rename", rename)
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
+    assert sorted(n for n in os.listdir(out) if ".tfrecord" in n) == [f"train-0000{i}-of-00002.tfrecord"
+                                                                     for i in range(2)]
+    verify(out)
+
+
+# --- a finished dataset on a read-only folder ----------------------------------------------------------------------
+
+
+def _read_only_run(out: str, args: list[str]) -> subprocess.CompletedProcess:
+    """``tfshard ARGS`` with OUT bind-mounted read-only in a private mount namespace (root ignores chmod)."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1) here")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
+    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", out, sys.executable, "-m", "tfshard", *args],
+                          cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_rerun_on_a_read_only_folder_says_complete_or_names_the_folder(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    before = _files(out)
+    done = _read_only_run(out, ["images", src, out, "--num-shards", "2", "--workers", "0"])
+    if "mount" in done.stderr and done.returncode != 0 and "tfshard" not in done.stderr:
+        pytest.skip(f"cannot bind-mount read-only here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    assert f"{out}: already complete for these inputs and options; nothing converted" in done.stdout
+    other = _read_only_run(out, ["images", src, out, "--num-shards", "3", "--workers", "0", "--overwrite"])
+    assert other.returncode == 1 and other.stderr.strip().splitlines() == [
+        f"error: {out}: cannot write into the output folder (Read-only file system); a conversion writes its shards "
+        "and its lock there: make the folder writable, or choose another folder"]
+    assert _files(out) == before
+
+
+# --- arguments that name no folder --------------------------------------------------------------------------------
+
+
+def test_a_file_as_source_and_an_empty_output_path_are_named_in_one_line(tmp_path, cli):
+    photo = str(tmp_path / "photo.jpg")
+    write_jpeg(photo, 0)
+    for command in ("images", "episodes"):
+        result = cli(command, photo, str(tmp_path / "out"), "--workers", "0")
+        assert result.exit_code == 1 and result.stderr == (
+            f"error: {photo}: a file, not a folder; pass the folder that holds it "
+            f"({'class folders (SRC/<class>/<image>)' if command == 'images' else '.npy/.npz episodes'})\n")
+    make_tree(str(tmp_path / "src"))
+    result = cli("images", str(tmp_path / "src"), "", "--workers", "0")
+    assert result.exit_code == 1 and "error: output folder: an empty path (got '')" in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["photo.jpg", "src"]
+
+
+def test_options_take_sizes_as_the_cli_does():
+    assert ConvertOptions(shard_bytes="64MiB").shard_bytes == 64 * 2**20
+    episode = EpisodeOptions(max_record_bytes="1MB", max_episode_bytes="2GiB")
+    assert (episode.max_record_bytes, episode.max_episode_bytes) == (10**6, 2 * 2**30)
+    with pytest.raises(ValueError, match=r"shard_bytes: not a size \(got '64 parsecs'\)"):
+        ConvertOptions(shard_bytes="64 parsecs")
+    with pytest.raises(TypeError, match=r"max_record_bytes: a byte count or a size"):
+        EpisodeOptions(max_record_bytes=1.5)
+    assert json.loads(json.dumps(ConvertOptions(shard_bytes="1KiB").identity("images")))["shard_bytes"] == 1024

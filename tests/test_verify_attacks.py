@@ -1,0 +1,399 @@
+"""Attacks on `tfshard verify`: a `dataset.json` that lies about what readers rely on (class names, split totals,
+class counts, episode dtypes and sources), still valid JSON, must fail verify with a problem naming the field and
+the evidence; readers refuse the totals that contradict the shards. And TFDS label names: `tfshard tfds` refuses a
+class name TFDS's labels file cannot hold, and verify names a labels file that differs from `class_names`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import convert_episode_tree, make_tree, save_episodes
+from tfshard import readers
+from tfshard.format.manifest import ManifestError
+from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, load_manifest, verify
+
+CLASSES = ("ant", "bee", "cat")
+PER_CLASS = 6
+
+
+def edit_manifest(out: str, change) -> None:
+    path = os.path.join(out, "dataset.json")
+    with open(path) as f:
+        raw = json.load(f)
+    change(raw)
+    with open(path, "w") as f:
+        json.dump(raw, f)
+
+
+def problems_of(out: str) -> list[str]:
+    with pytest.raises(VerifyError) as caught:
+        verify(out)
+    return caught.value.problems
+
+
+def assert_cli_names(cli, out: str, problems: list[str]) -> None:
+    result = cli("verify", out)
+    assert result.exit_code == 1 and "Traceback" not in result.output and "OK" not in result.stdout, result.output
+    for problem in problems:
+        assert f"error: {problem}" in result.stderr.splitlines()
+
+
+@pytest.fixture(scope="module")
+def pristine_images(tmp_path_factory):
+    root = tmp_path_factory.mktemp("images")
+    src = str(root / "src")
+    make_tree(src, classes=CLASSES, per_class=PER_CLASS)
+    out = str(root / "out")
+    convert_images(src, out, ConvertOptions(num_shards=3), workers=0, progress=False)
+    return src, out
+
+
+@pytest.fixture
+def images(pristine_images, tmp_path):
+    copy = str(tmp_path / "out")
+    shutil.copytree(pristine_images[1], copy)
+    return copy
+
+
+def _reverse_class_names(raw):
+    raw["class_names"].reverse()
+
+
+def _one_class_name(raw):
+    raw["class_names"] = raw["class_names"][:1]
+
+
+def _split_records(raw):
+    raw["splits"]["train"]["records"] = 999
+
+
+def _split_bytes(raw):
+    raw["splits"]["train"]["bytes"] += 1
+
+
+def _class_counts_moved(raw):  # still summing to the split's records: only the labels in the records tell
+    counts = raw["splits"]["train"]["class_counts"]
+    counts["ant"], counts["bee"] = counts["ant"] + 1, counts["bee"] - 1
+
+
+def _class_counts_sum(raw):
+    raw["splits"]["train"]["class_counts"]["cat"] = 99
+
+
+def _class_counts_names(raw):
+    counts = raw["splits"]["train"]["class_counts"]
+    counts["dog"] = counts.pop("cat")
+
+
+def _class_name_twice(raw):
+    raw["class_names"][1] = "ant"
+
+
+# edit -> (regexes verify's problems must match, the error readers give when they load the manifest, or None)
+IMAGE_LIES = {
+    "class_names-reversed": (_reverse_class_names, [
+        r"train-0000\d-of-00003\.tfrecord: \d of 6 records hold an image/class/text that is not class_names\[label\] "
+        r"\(first: record \d, label \d says '(ant|cat)', class_names\[\d\] is '(cat|ant)'\)"], None),
+    "class_names-one": (_one_class_name, [
+        r"dataset.json: field splits\['train'\]\.class_counts: names \['ant', 'bee', 'cat'\], "
+        r"class_names are \['ant'\]",
+        r"train-0000\d-of-00003\.tfrecord: \d of 6 records have an image/class/label past the manifest's 1 "
+        r"class_names \(first: record \d, label [12], class text '(bee|cat)'\)"],
+        r"field splits\['train'\]\.class_counts: must name exactly the class_names "
+        r"\(lacks \[\], names \['bee', 'cat'\]"),
+    "split-records": (_split_records, [
+        r"dataset.json: field splits\['train'\]\.records: 999, but its 3 shard\(s\) hold 18; rerun the conversion"],
+        r"field splits\['train'\]\.records: must equal the sum of its 3 shards' records, 18 \(got 999\)"),
+    "split-bytes": (_split_bytes, [r"dataset.json: field splits\['train'\]\.bytes: (\d+), but its 3 shard\(s\) hold "],
+                    r"field splits\['train'\]\.bytes: must equal the sum of its 3 shards' bytes"),
+    "class_counts-moved": (_class_counts_moved, [
+        r"dataset.json: field splits\['train'\]\.class_counts: say \{'ant': 7, 'bee': 5\}, the records' labels hold "
+        r"\{'ant': 6, 'bee': 6\}"], None),
+    "class_counts-sum": (_class_counts_sum, [
+        r"field splits\['train'\]\.class_counts: say \{'cat': 99\}, the records' labels hold \{'cat': 6\}"],
+        r"field splits\['train'\]\.class_counts: must sum to the split's 18 records \(got 111\)"),
+    "class_counts-names": (_class_counts_names, [
+        r"field splits\['train'\]\.class_counts: names \['ant', 'bee', 'dog'\], "
+        r"class_names are \['ant', 'bee', 'cat'\]"],
+        r"class_counts: must name exactly the class_names \(lacks \['cat'\], names \['dog'\] that are not classes\)"),
+    "class_name-twice": (_class_name_twice, [
+        r"records hold an image/class/text that is not class_names\[label\] \(first: record \d, label 1 says 'bee', "
+        r"class_names\[1\] is 'ant'\)"], r"field class_names\[1\]: names a class a second time \(got 'ant'\)"),
+}
+
+
+@pytest.mark.parametrize("lie", IMAGE_LIES, ids=IMAGE_LIES.keys())
+def test_a_manifest_that_lies_about_images_fails_verify_naming_field_and_evidence(images, cli, lie):
+    edit, expected, readers_error = IMAGE_LIES[lie]
+    edit_manifest(images, edit)
+    problems = problems_of(images)
+    for pattern in expected:
+        assert any(re.search(pattern, p) for p in problems), (pattern, problems)
+    assert all(p.endswith("--overwrite") or "--overwrite to rewrite it" in p for p in problems), problems
+    assert_cli_names(cli, images, problems)
+    if readers_error is None:  # consistent on its face: only the records show the lie
+        readers.info(images)
+    else:
+        with pytest.raises(ManifestError, match=readers_error):
+            readers.info(images)
+        result = cli("info", images)
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+
+
+def test_a_shard_entry_that_lies_is_named_at_the_shard_not_the_split(images):
+    """The shard's own entry is the liar (its file holds one record fewer): the split total, which matches the
+    files, is not blamed, though readers refuse the manifest (the entries no longer add up)."""
+    edit_manifest(images, lambda raw: raw["splits"]["train"]["shards"][1].update(records=7))
+    assert problems_of(images) == [f"{images}/train-00001-of-00003.tfrecord: 6 records, manifest says 7; rerun the "
+                                   "conversion with --overwrite to rewrite it"]
+    with pytest.raises(ManifestError, match=r"splits\['train'\]\.records: must equal the sum of its 3 shards' records"):
+        load_manifest(images)
+
+
+def test_following_verifys_advice_repairs_a_manifest_that_lies(pristine_images, images, cli):
+    src = pristine_images[0]
+    with open(os.path.join(images, "dataset.json"), "rb") as f:
+        good = f.read()
+    edit_manifest(images, _split_records)
+    with pytest.raises(VerifyError, match="rerun the conversion with --overwrite"):
+        verify(images)
+    result = cli("images", src, images, "--num-shards", 3, "--workers", 0, "--quiet", "--overwrite")
+    assert result.exit_code == 0, result.output
+    verify(images)
+    with open(os.path.join(images, "dataset.json"), "rb") as f:
+        assert f.read() == good
+
+
+def test_a_record_that_is_not_an_image_example_is_named(images):
+    """A valid TFRecord holding something else, with the manifest's sha256, size and counts made to match."""
+    import hashlib
+
+    import tensorflow as tf
+
+    path = os.path.join(images, "train-00000-of-00003.tfrecord")
+    records = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in [*records, b"\x08\x01 not an Example"]:
+            writer.write(record)
+    with open(path, "rb") as f:
+        data = f.read()
+
+    def change(raw):
+        shard = raw["splits"]["train"]["shards"][0]
+        grown = len(data) - shard["bytes"]
+        shard.update(records=shard["records"] + 1, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        raw["splits"]["train"].update(records=raw["splits"]["train"]["records"] + 1,
+                                      bytes=raw["splits"]["train"]["bytes"] + grown)
+        raw["splits"]["train"]["class_counts"]["ant"] += 1
+
+    edit_manifest(images, change)
+    problems = problems_of(images)
+    assert len(problems) == 1 and problems[0].startswith(f"{path}: record {len(records)} is not a tfshard images "
+                                                         "record ("), problems
+
+
+# Episodes: every numeric kind the converter keeps statistics of, a complex feature it keeps none of, NaNs kept,
+# values far from zero (the std comes from a difference of squares), and episodes cut into several records.
+@pytest.fixture(scope="module")
+def pristine_episodes(tmp_path_factory):
+    root = tmp_path_factory.mktemp("episodes")
+    rng = np.random.default_rng(3)
+    files = {}
+    for i, length in enumerate([40, 25, 60, 7]):
+        obs = rng.normal(size=(length, 3)).astype(np.float32)
+        obs[length // 2, 1] = np.nan if i == 0 else obs[length // 2, 1]
+        files[f"e{i}.npz"] = {
+            "obs": obs,
+            "count": rng.integers(-50, 50, size=(length, 2)).astype(np.int32),
+            "offset": (1e6 + rng.normal(size=length)).astype(np.float64),
+            "done": np.arange(length) == length - 1,
+            "big": np.full(length, 2**64 - 1 - length, np.uint64),
+            "z": (obs[:, :2] + 1j).astype(np.complex64),
+        }
+    save_episodes(root / "src", files)
+    out = root / "out"
+    # 8 steps a record (53 bytes a step): every episode but the 7-step one is several records
+    convert_episode_tree(root / "src", out, num_shards=2,
+                         episode=EpisodeOptions(on_nan="keep", max_record_bytes=8 * 53))
+    return str(out)
+
+
+@pytest.fixture
+def episodes(pristine_episodes, tmp_path):
+    copy = str(tmp_path / "out")
+    shutil.copytree(pristine_episodes, copy)
+    return copy
+
+
+def test_clean_episodes_with_nans_offsets_and_chunks_verify(episodes):
+    manifest = verify(episodes)
+    split = manifest.splits["train"]
+    assert split.records > len(split.episodes) and split.feature_mean["obs"][1] is None  # chunked; a NaN kept
+    assert "z" not in split.feature_mean and split.feature_std["offset"][0] < 2  # sd 1 around 1e6
+
+
+def _feature(name, **change):
+    def edit(raw):
+        raw["features"][f"data/{name}"].update(change)
+    return edit
+
+
+def _statistic(field, name, value):
+    def edit(raw):
+        raw["splits"]["train"][field][name][0] = value
+    return edit
+
+
+def _source(raw):
+    raw["splits"]["train"]["episodes"][1]["source"] = "e9.npz"
+
+
+EPISODE_LIES = {
+    "f4-as-i4": (_feature("obs", dtype="<i4"), r"field splits\['train'\]\.feature_mean\['obs'\]: the records of "
+                 r"features\['data/obs'\], read as its dtype '<i4', have mean .* and std .* at element 0, the manifest "
+                 r"says .* \(2 of 3 element\(s\) differ\); the dtype or the statistics are wrong"),
+    "i4-as-f4": (_feature("count", dtype="<f4"), r"feature_mean\['count'\]: the records of features\['data/count'\], "
+                 r"read as its dtype '<f4', have mean .* \(2 of 2 element\(s\) differ\)"),
+    "i4-as-u4": (_feature("count", dtype="<u4"), r"feature_mean\['count'\]: .* read as its dtype '<u4'"),
+    "f8-as-i8": (_feature("offset", dtype="<i8"), r"feature_mean\['offset'\]: .* read as its dtype '<i8'"),
+    "u8-as-f8": (_feature("big", dtype="<f8"), r"feature_mean\['big'\]: .* read as its dtype '<f8'"),
+    "i4x2-as-i8": (_feature("count", dtype="<i8", shape=[1]),
+                   r"feature_mean\['count'\]: must list 1 element\(s\) for features\['data/count'\] of shape \[1\] "
+                   r"\(got 2\)"),
+    "c8-as-f8": (_feature("z", dtype="<f8"), r"feature_mean\['z'\]: must list 2 element\(s\) for features\['data/z'\] "
+                 r"of shape \[2\] \(got None\)"),
+    "f8-as-c8": (_feature("offset", dtype="<c8"), r"feature_mean\['offset'\]: lists statistics of "
+                 r"features\['data/offset'\], whose dtype '<c8' tfshard keeps none of"),
+    "mean-moved": (_statistic("feature_mean", "offset", 1e6 + 100), r"feature_mean\['offset'\]: .* at element 0, "
+                   r"the manifest says 1000100.0 and"),
+    "std-moved": (_statistic("feature_std", "obs", 2.0), r"feature_mean\['obs'\]: .* the manifest says .* and 2.0"),
+    "source": (_source, r"train-0000\d-of-00002\.tfrecord: episode (\d) \(e9\.npz\) comes from 'e\1\.npz' in its "
+               r"records, the manifest says 'e9\.npz'"),
+}
+
+
+@pytest.mark.parametrize("lie", EPISODE_LIES, ids=EPISODE_LIES.keys())
+def test_a_manifest_that_lies_about_episodes_fails_verify_naming_field_and_evidence(episodes, cli, lie):
+    edit, expected = EPISODE_LIES[lie]
+    edit_manifest(episodes, edit)
+    problems = problems_of(episodes)
+    assert len(problems) == 1 and re.search(expected, problems[0]), (expected, problems)  # one per lie, not per chunk
+    assert_cli_names(cli, episodes, problems)
+
+
+def test_statistics_rounded_the_other_way_still_verify(episodes):
+    """The tolerance absorbs the manifest's rounding: every mean and std one unit off in its 7th significant digit
+    (as sums added in another order could round), yet a unit in the 6th is caught."""
+    def nudge(digit):
+        def edit(raw):
+            for field in ("feature_mean", "feature_std"):
+                for values in raw["splits"]["train"][field].values():
+                    values[:] = [v if not v else float(f"{v + 10 ** (math.floor(math.log10(abs(v))) - digit):.7g}")
+                                 for v in values]
+        return edit
+
+    edit_manifest(episodes, nudge(6))
+    verify(episodes)
+    edit_manifest(episodes, nudge(5))
+    assert len(problems_of(episodes)) == 5  # every feature with statistics
+
+
+# TFDS: names its one-name-a-line, stripped labels file cannot hold are refused; the rest come back exactly.
+def _images_named(tmp_path, classes) -> str:
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    make_tree(src, classes=classes, per_class=2)
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    return out
+
+
+UNLABELLABLE = {  # classes -> (the name refused, what TFDS reads at its label)
+    "newline-space-blank": (("alpha", "be\nta", "gamma", " padded ", "   "), r"'\x20\x20\x20'",
+                            "label 0 back as 'padded'"),
+    "newline": (("alpha", "be\nta", "gamma"), r"'be\nta'", "label 1 back as 'be'"),
+    "trailing-tab": (("a", "b\t"), r"'b\t'", "label 1 back as 'b'"),
+    "no-break-space": (("a", "\xa0b"), r"'\xa0b'", "label 1 back as 'b'"),
+    "blank-last": (("a", "b", "\u3000"), r"'\u3000'", "label 2 back as no name"),
+    "not-utf8": (("a", "b\udcff"), r"'b\udcff'", "is UTF-8 text and this folder name is not valid UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", UNLABELLABLE, ids=UNLABELLABLE.keys())
+def test_tfds_refuses_a_class_name_its_labels_file_cannot_hold(tmp_path, cli, case):
+    pytest.importorskip("tensorflow_datasets")
+    from tfshard.ingest.tfds_metadata import write_tfds_metadata
+
+    classes, name, why = UNLABELLABLE[case]
+    out = _images_named(tmp_path, classes)
+    before = sorted(os.listdir(out))
+    with pytest.raises(ValueError) as caught:
+        write_tfds_metadata(out)
+    message = str(caught.value)
+    assert message.startswith(f"{out}: TFDS cannot hold class name {name}: "), message
+    assert why in message and "image.class.label.labels.txt" in message and "rename the class folder" in message
+    result = cli("tfds", out)
+    assert result.exit_code == 1 and result.stderr == f"error: {message}\n", result.output  # one line, as it is
+    assert sorted(os.listdir(out)) == before  # nothing written into OUT
+    verify(out)
+
+
+def test_tfds_reads_back_exactly_the_class_names_it_can_hold(tmp_path):
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from tfshard.ingest.tfds_metadata import write_tfds_metadata
+
+    classes = ("a b", "émeu", "x\u2028y", "#1", "日本")
+    out = _images_named(tmp_path, classes)
+    write_tfds_metadata(out)
+    names = load_manifest(out).class_names
+    assert tfds.builder_from_directory(out).info.features["image/class/label"].names == names == sorted(classes)
+    verify(out)
+
+
+def test_tfds_label_names_read_labels_files_as_tensorflow_datasets_does(tmp_path):
+    """verify's reading of the labels file (no tensorflow-datasets needed) against tensorflow-datasets' own."""
+    tfds = pytest.importorskip("tensorflow_datasets")
+    from tfshard.ingest.tfds_metadata import tfds_label_names
+
+    texts = ["a\nb\n", "   \n padded \nalpha\nbe\nta\n", "a\r\nb\r\n", "\n\na\n\n", "x\u2028y\n\xa0z\u3000\n", "a"]
+    for i, text in enumerate(texts):
+        with open(tmp_path / f"f{i}.labels.txt", "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        feature = tfds.features.ClassLabel()
+        feature.load_metadata(str(tmp_path), f"f{i}")
+        assert tfds_label_names(text) == feature.names, text
+
+
+@pytest.fixture
+def images_with_tfds(images):
+    pytest.importorskip("tensorflow_datasets")
+    from tfshard.ingest.tfds_metadata import write_tfds_metadata
+
+    write_tfds_metadata(images)
+    verify(images)
+    return images, os.path.join(images, "image.class.label.labels.txt")
+
+
+def test_verify_names_tfds_label_names_that_differ_from_class_names(images_with_tfds, cli):
+    out, labels = images_with_tfds
+    with open(labels, "w") as f:
+        f.write(" ant \n\nbee\ncat\n")  # what TFDS reads as ['ant', 'bee', 'cat']: the same names
+    verify(out)
+    with open(labels, "w") as f:
+        f.write("cat\nbee\nant\n")
+    fix = f"run `tfshard tfds {out}` again (or remove the TFDS files)"
+    problems = problems_of(out)
+    assert problems == [f"{labels}: TFDS reads label 0 as 'cat' (3 names), dataset.json's class_names[0] is 'ant' "
+                        f"(3 names); {fix}"]
+    assert_cli_names(cli, out, problems)
+    with open(labels, "w") as f:
+        f.write("ant\nbe\ne\ncat\n")
+    assert problems_of(out) == [f"{labels}: TFDS reads label 1 as 'be' (4 names), dataset.json's class_names[1] is "
+                                f"'bee' (3 names); {fix}"]
+    os.remove(labels)
+    assert problems_of(out) == [f"{labels}: missing, so TFDS has no names for image/class/label; {fix}"]
