@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean docs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,3 +35,7 @@ bench: $(VENV)/.installed
 
 clean:
 	rm -rf tfshard-demo .pytest_cache
+
+# The generated reference pages (docs/reference/cli.md, api.md); tests/test_docs.py checks they are current.
+docs: $(VENV)/.installed
+	$(BIN)/python docs/make_reference.py

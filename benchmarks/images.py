@@ -144,10 +144,9 @@ def main() -> None:
         parser.error("--batch-size and --repeats must be at least 1, --images at least --batch-size")
 
     import tensorflow as tf  # imported before timing, so no method pays for it
-
     from tfshard.ingest import ConvertOptions, convert_images
-    from tfshard.readers import bench
     from tfshard.readers.images import images as read_images  # readers.images; this spelling never yields the module
+    from tfshard.tools import bench
 
     src = bench_ingest.image_set(args.data_dir, args.images)
     total_bytes = bench_ingest.warm(src)

@@ -51,7 +51,6 @@ import threading
 import time
 import typing
 
-
 import numpy as np
 from PIL import Image, ImageDraw
 
@@ -161,7 +160,7 @@ class PeakRSS:
                 continue
             self.parent, self.total = max(self.parent, parent), max(self.total, parent + rss)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
         self._thread.start()
         return self
 
@@ -283,9 +282,10 @@ def parent_alone(src: str, out: str, repeats: int) -> tuple[float, float]:
     """Seconds per record of the parent's part of a conversion alone (``write_shard``: append the framed
     bytes, hash, count statistics, commit), on records the workers' function made beforehand in memory.
     Returns (best wall-clock, CPU of this process including the hashing thread) per record."""
-    from tfshard.ingest.convert import ConvertOptions, write_shard
+    from tfshard.ingest import ConvertOptions
     from tfshard.ingest.jobs import ImageJob
     from tfshard.ingest.plan import plan_split
+    from tfshard.ingest.write import write_shard
 
     options = ConvertOptions(on_error="skip")
     job = ImageJob(src, options)
@@ -457,7 +457,7 @@ def main() -> None:
         print(f"{count:>8} {count / run.seconds:7.0f} {max(x.peak.parent for x in r) / 2**20:12.0f} MiB "
               f"{max(x.peak.total for x in r) / 2**20:11.0f} MiB {run.other:10.0%}")
     if len(scaling) == 2:
-        small, large = (min((x.seconds for x in r)) for r in scaling.values())
+        small, large = (min(x.seconds for x in r) for r in scaling.values())
         change = (args.images / small) / (args.scale_images / large)
         print(f"img/s at {args.images} / at {args.scale_images}: {change:.2f} (goal: within 0.8-1.2: "
               f"{'met' if 0.8 <= change <= 1.2 else 'missed'})")

@@ -104,7 +104,6 @@ class PeakRSS:
 def _contenders(paths: list[str], kind: str) -> dict:
     """label → a function that builds the dataset; ``kind``: "basic", "full" (with variations) or "cache"."""
     import tensorflow as tf
-
     from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, interleave_records
 
     def tfshard(cycle_length=None, read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES):
@@ -169,7 +168,6 @@ def reader_process(args) -> None:
 def _write_dataset(shards: int, records_per_shard: int) -> tuple[float, dict]:
     """Writes the benchmark's episodes to gs://bench/ds with tfshard (no added latency); returns seconds, requests."""
     import numpy as np
-
     from tfshard.ingest import ConvertOptions, convert_episodes
 
     with tempfile.TemporaryDirectory(prefix="tfshard-net-") as src:

@@ -177,7 +177,7 @@ def reference_windows(episodes: list, shape: Shape) -> np.ndarray:
 
 
 def resident_dataset(data: Data, shape: Shape, drop_remainder: bool, **kwargs):
-    from tfshard.readers.windows import windows  # readers.windows; this spelling never yields the module
+    from tfshard.readers.windows.dataset import windows  # readers.windows; this spelling never yields the module
 
     return windows(data.tfr, length=shape.length, shift=shape.shift, batch_size=shape.batch, features="data",
                    seed=shape.seed, drop_remainder=drop_remainder, **kwargs)
@@ -315,7 +315,7 @@ def timeseries(data: Data, shape: Shape, drop_remainder: bool):
 
 
 def _starts(data: Data, shape: Shape) -> np.ndarray:
-    from tfshard.readers.starts import window_starts
+    from tfshard.readers.windows.starts import window_starts
 
     return window_starts([len(e) for e in data.episodes], shape.length, shape.shift)
 
@@ -562,9 +562,8 @@ def machine_facts() -> str:
 def compare(shape: Shape, settings: Settings) -> list[Target]:
     """Everything for one channel count, printed as it goes; returns the issue's ratios measured."""
     import tensorflow as tf
-
     from tfshard.ingest import convert_episodes
-    from tfshard.readers.starts import window_count, window_starts
+    from tfshard.readers.windows.starts import window_count, window_starts
 
     count, repeats = settings.episodes, settings.repeats
     print()

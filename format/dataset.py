@@ -11,7 +11,7 @@ import os
 
 from . import manifest as manifest_lib
 from .names import LOCK_NAME, STATE_DIR
-from .storage import NotRegularFileError, join, open_for_reading, stat_regular
+from .storage import NotRegularFileError, gfile, is_url, join, open_for_reading, stat_regular
 
 
 def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
@@ -35,10 +35,8 @@ def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST
 
 def check_output_folder(out: str) -> None:
     """OUT, when it exists, must be a folder (a file there gives one clear error, not a traceback later)."""
-    import tensorflow as tf
-
-    if "://" in out:
-        if tf.io.gfile.exists(out) and not tf.io.gfile.isdir(out):
+    if is_url(out):
+        if gfile().exists(out) and not gfile().isdir(out):
             raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
         return
     if os.path.exists(out) and not os.path.isdir(out):
@@ -50,9 +48,7 @@ _CONVERT = "tfshard images|episodes SRC OUT"
 
 def _no_manifest(out: str, path: str) -> FileNotFoundError:
     """What is at ``out`` instead of a dataset, and what to do about it (its folder exists, its manifest does not)."""
-    import tensorflow as tf
-
-    names = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out))
+    names = sorted(n.rstrip("/") for n in gfile().listdir(out))
     if STATE_DIR in names:
         return FileNotFoundError(
             f"{path}: no manifest; a conversion into {out} has not finished (it holds {STATE_DIR}/ but no "
@@ -82,20 +78,18 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
       NotADirectoryError: ``out`` is a file.
       ValueError: the manifest is not a valid tfshard manifest (the message names the field).
     """
-    import tensorflow as tf
-
-    if "://" not in out and os.path.basename(out) == manifest_lib.MANIFEST_NAME and os.path.isfile(out):
+    if not is_url(out) and os.path.basename(out) == manifest_lib.MANIFEST_NAME and os.path.isfile(out):
         raise NotADirectoryError(
             f"{out}: the manifest file, not its dataset folder; pass the folder that holds it "
             f"({os.path.dirname(out) or '.'})"
         )
     check_output_folder(out)
-    if not tf.io.gfile.exists(out):
+    if not gfile().exists(out):
         raise FileNotFoundError(
             f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
         )
     path = join(out, manifest_lib.MANIFEST_NAME)
-    if not tf.io.gfile.exists(path):
+    if not gfile().exists(path):
         raise _no_manifest(out, path)
     try:
         data = read_small_file(path, "manifest")

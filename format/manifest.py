@@ -30,6 +30,15 @@ EPISODE_DTYPES = frozenset({"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u
 _DTYPES = frozenset({"string", "int64"}) | EPISODE_DTYPES
 
 
+def check_format_version(version: Any, source: str) -> None:
+    """Raises ``ManifestError`` unless ``version`` is the one this tfshard reads and writes."""
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise ManifestError(
+            f"{source}: format_version {version!r} is not supported (this tfshard reads {FORMAT_VERSION}); "
+            "upgrade tfshard or rewrite the dataset"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardInfo:
     """One written shard, as recorded when it was committed."""
@@ -109,11 +118,7 @@ class Manifest:
     ignored_files: list[str] = dataclasses.field(default_factory=list)
 
     def __post_init__(self):
-        if self.format_version != FORMAT_VERSION:
-            raise ValueError(
-                f"{MANIFEST_NAME}: format_version {self.format_version!r} is not supported (this tfshard reads "
-                f"{FORMAT_VERSION}); upgrade tfshard or rewrite the dataset"
-            )
+        check_format_version(self.format_version, MANIFEST_NAME)
 
     @property
     def total_records(self) -> int:
@@ -153,6 +158,16 @@ def parse_json(text: str | bytes, source: str) -> Any:
 _REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
 
 
+def is_count(value: Any, low: int = 0, high: float = math.inf) -> bool:
+    """An int (not a bool) in ``[low, high]``: what every count in a manifest or state file must be."""
+    return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
+
+
+def is_finite_number(value: Any) -> bool:
+    """An int or float (not a bool) that is finite: what every statistic in a manifest or state file must be."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
 class _Checker:
     """Type checks of untrusted JSON, each failing with the file and the field's path in the message."""
 
@@ -173,7 +188,7 @@ class _Checker:
 
     def count(self, value: Any, where: str, low: int = 0) -> int:
         self.of(value, int, where, "an integer")
-        if value < low:
+        if not is_count(value, low):
             self.fail(where, f"must be at least {low}", value)
         return value
 
@@ -192,7 +207,7 @@ class _Checker:
         for i, v in enumerate(self.sequence(value, where)):
             if v is None and nullable:
                 continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if not is_finite_number(v):
                 self.fail(f"{where}[{i}]", "must be a finite number", v)
 
     def keys(self, value: dict, where: str, required: set, optional: set = frozenset()) -> None:
@@ -204,10 +219,6 @@ class _Checker:
             self.fail(where, f"has unknown keys {', '.join(unknown)}", sorted(value))
 
 
-_SHARD_KEYS = {f.name for f in dataclasses.fields(ShardInfo)}
-# Fields of the other kind that manifests written before the split types were separated carry, empty.
-_LEGACY_EMPTY = {"class_counts": {}, "pixel_mean": None, "pixel_std": None, "episodes": None, "feature_mean": None,
-                 "feature_std": None}
 _MANIFEST_KEYS = {f.name for f in dataclasses.fields(Manifest)}
 
 
@@ -287,10 +298,7 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
     where = f"splits[{name!r}]"
     split_type = SPLIT_TYPES[kind]
     own = {f.name for f in dataclasses.fields(split_type)}
-    check.keys(check.mapping(raw, where), where, {"shards", "records", "bytes"}, own | set(_LEGACY_EMPTY))
-    for key in set(raw) - own:  # the other kind's fields, from an older writer: accepted only when empty
-        if raw[key] != _LEGACY_EMPTY[key] and not (key == "episodes" and raw[key] == []):
-            check.fail(f"{where}.{key}", f"is not a field of an {kind!r} split", raw[key])
+    check.keys(check.mapping(raw, where), where, {"shards", "records", "bytes"}, own)
     shards = check.sequence(raw["shards"], f"{where}.shards")
     if not shards:
         check.fail(f"{where}.shards", "must list at least one shard", shards)
@@ -345,12 +353,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
     check = _Checker(source)
     optional = {"format_version", "ignored_files"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
-    version = raw.get("format_version", FORMAT_VERSION)
-    if version != FORMAT_VERSION or isinstance(version, bool):
-        raise ManifestError(
-            f"{source}: format_version {version!r} is not supported (this tfshard reads {FORMAT_VERSION}); "
-            "upgrade tfshard or rewrite the dataset"
-        )
+    check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
         check.fail("kind", f"must be one of {KINDS}", raw["kind"])
     check.text(raw["fingerprint"], "fingerprint")

@@ -7,7 +7,8 @@ imports it only when called.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .tfrecord import example_parts
 
@@ -51,9 +52,16 @@ def data_features(features: dict[str, Any]) -> dict[str, dict]:
     return {key[len(DATA_PREFIX):]: spec for key, spec in features.items() if key.startswith(DATA_PREFIX)}
 
 
+def _tensorflow():
+    """TensorFlow, imported only by the parse specs: the workers use the tables and ``serialize`` without it."""
+    import tensorflow as tf
+
+    return tf
+
+
 def parse_spec(table: dict[str, Any], keys: Iterable[str] | None = None) -> dict:
     """``tf.io.parse_*example`` spec for ``keys`` (default: all) of a feature table; raw episode data is bytes."""
-    import tensorflow as tf
+    tf = _tensorflow()
 
     def dtype(spec):
         return tf.int64 if spec["dtype"] == "int64" else tf.string
@@ -63,8 +71,7 @@ def parse_spec(table: dict[str, Any], keys: Iterable[str] | None = None) -> dict
 
 def episode_parse_spec(names: Iterable[str]) -> dict:
     """The spec of every ``episode/*`` key plus ``data/<name>`` (raw bytes) for each of ``names``."""
-    import tensorflow as tf
-
+    tf = _tensorflow()
     return {**parse_spec(EPISODE_FEATURES), **{f"{DATA_PREFIX}{n}": tf.io.FixedLenFeature([], tf.string) for n in names}}
 
 

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterable, Sequence, Union
+from collections.abc import Iterable, Sequence
+from typing import Union
 
 import google_crc32c
 

@@ -13,15 +13,16 @@ _EXPORTS = {
     "convert_images": ".convert",
     "convert_episodes": ".convert",
     "EpisodeOptions": ".episodes",
-    "ConvertOptions": ".convert",
+    "ConvertOptions": ".options",
     "ImageOptions": ".images",
     "parse_size": ".plan",
-    "verify": ".readback",
-    "load_manifest": ".readback",
+    # A finished dataset's checks live with the other tools; these names stay here for the code that uses them.
+    "verify": "..tools.verify",
+    "VerifyError": "..tools.verify",
+    "load_manifest": "..format.dataset",
     "Manifest": "..format.manifest",
     "InputError": ".errors",
     "OutputExistsError": ".errors",
-    "VerifyError": ".errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,10 +1,10 @@
 """Writing the planned shards on Apache Beam (DirectRunner, Dataflow, Flink, Spark…), for datasets too big for one box.
 
 Only the shard writing moves: the driver scans, plans, checks the output folder
-and resumes exactly as a local run does (``ingest.convert.run_job``), then
+and resumes exactly as a local run does (``ingest.engine.run_job``), then
 hands Beam the shards still to do. In the pipeline every input is prepared by
 the same picklable ``prepare`` the local workers run, grouped by shard, put
-back in plan order, and written by the same ``write_shard`` — so the records,
+back in plan order, and written by the same ``write.write_shard`` — so the records,
 the shard files and the manifest are byte for byte those of a local run. Each
 shard is committed atomically by the worker that writes it (temporary name,
 rename) with its commit record; the driver writes ``dataset.json`` last, once
@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from .errors import InputError
+from .resume import record_commit
+from .write import write_shard
 
 
 def _prepare(task: tuple[int, int, Any], prepare) -> tuple[int, tuple[int, Any, Any]]:
@@ -34,9 +37,6 @@ class _WriteShard:
         self.job, self.out, self.todo, self.options = job, out, todo, options
 
     def __call__(self, element: tuple[int, Iterable[tuple[int, Any, Any]]]) -> Iterable[str]:
-        from .convert import write_shard
-        from .resume import record_commit
-
         shard, entries = element
         spec = self.todo[shard]
         ordered = sorted(entries, key=lambda entry: entry[0])

@@ -18,12 +18,19 @@ import zipfile
 
 import numpy as np
 
-from .errors import InputError
-from .plan import parse_size
 from ..format.manifest import EPISODE_DTYPES
 from ..format.storage import NotRegularFileError, open_regular
-from .scan import (Rejection, SourceFile, SourceTree, check_source_folder, not_regular_problem, split_folders,
-                   stat_problem)
+from .errors import InputError
+from .plan import parse_size
+from .scan import (
+    Rejection,
+    SourceFile,
+    SourceTree,
+    check_source_folder,
+    not_regular_problem,
+    split_folders,
+    stat_problem,
+)
 
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
@@ -95,7 +102,7 @@ class FeatureSums:
     sums: tuple = ()
     squares: tuple = ()
 
-    def __add__(self, other: "FeatureSums") -> "FeatureSums":
+    def __add__(self, other: FeatureSums) -> FeatureSums:
         if not self.count:
             return other
         if not other.count:
@@ -341,7 +348,7 @@ def scan_episode_files(root: str) -> SourceTree:
     return tree
 
 
-def _sums(array: np.ndarray) -> tuple[FeatureSums, bool]:
+def feature_sums(array: np.ndarray) -> tuple[FeatureSums, bool]:
     """Float64 sums and sums of squares per trailing element, and whether they are all finite (then so is every
     value: a NaN or inf always reaches them, and a float32 square cannot overflow float64)."""
     values = array.astype(np.float64, copy=False).reshape(array.shape[0], -1)
@@ -402,7 +409,7 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
             block = np.ascontiguousarray(arrays[name][start:stop], dtype=np.dtype(spec.dtype))  # little-endian
             finite = block.dtype.kind not in "fc"
             if block.dtype.kind in "biuf":
-                block_sums, finite = _sums(block)
+                block_sums, finite = feature_sums(block)
                 sums[name] = sums.get(name, FeatureSums()) + block_sums
             if options.on_nan != "keep" and not finite:  # look for the value only when the sums say there is one
                 bad = ~np.isfinite(block)

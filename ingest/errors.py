@@ -7,11 +7,3 @@ class InputError(ValueError):
 
 class OutputExistsError(InputError):
     """The output folder already holds something this run must not overwrite."""
-
-
-class VerifyError(ValueError):
-    """A written dataset does not match its manifest; ``problems`` lists every finding."""
-
-    def __init__(self, message: str, problems: list[str]):
-        super().__init__(message)
-        self.problems = problems

@@ -4,13 +4,14 @@ A worker reads and checks one input (``prepare_image``, ``prepare_episode``),
 builds its ``tf.train.Example`` records with the keys ``tfshard.format.records``
 declares, frames them as TFRecord bytes (gzip-compressed, one member per input,
 when asked) and sends the parent an ``EncodedItem``. The parent only appends its
-bytes to the shard and adds its statistics (``ingest/convert.py``).
+bytes to the shard and adds its statistics (``ingest/write.py``'s ``write_shard``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..format.records import DATA_PREFIX, IMAGE_FEATURES, serialize
 from ..format.tfrecord import frame_records, gzip_member

@@ -1,4 +1,4 @@
-"""What each kind of input brings to the shared conversion engine in ``ingest/convert.py``.
+"""What each kind of input brings to the shared conversion engine in ``ingest/engine.py``.
 
 A job scans its source once, then tells the engine: the items per split in
 sorted order, how big each is (for shard planning and the memory budget), a
@@ -18,7 +18,7 @@ import math
 import os
 from typing import Any
 
-from ..format.manifest import EpisodeInfo
+from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import IMAGE_FEATURES, episode_features
 from .episodes import (
     EpisodeSource,
@@ -50,22 +50,20 @@ class ImageShardStats:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "ImageShardStats":
+    def from_dict(cls, raw: dict) -> ImageShardStats:
         p = raw["pixels"]
         return cls(raw["class_counts"], PixelSums(p["count"], tuple(p["sums"]), tuple(p["squares"])), raw["converted"])
 
 
-def _count(value, low: int = 0, high: float = float("inf")) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+def _count(value, low: int = 0, high: float = math.inf) -> int:
+    if not is_count(value, low, high):
         raise ValueError(f"a count out of range (got {value!r})")
     return value
 
 
 def _numbers(values, length: int) -> tuple:
     values = tuple(values)
-    if len(values) != length or not all(
-        not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) for v in values
-    ):
+    if len(values) != length or not all(map(is_finite_number, values)):
         raise ValueError(f"not {length} finite numbers (got {values!r:.80})")
     return values
 
@@ -75,7 +73,6 @@ class ImageJob:
 
     kind = "images"
     unit = "img"
-    option_fields = ("image",)
     nothing_found = f"no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC"
 
     def __init__(self, src: str, options):
@@ -149,7 +146,7 @@ class EpisodeShardStats:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, raw: dict) -> "EpisodeShardStats":
+    def from_dict(cls, raw: dict) -> EpisodeShardStats:
         sums = {n: FeatureSums(s["count"], tuple(s["sums"]), tuple(s["squares"])) for n, s in raw["sums"].items()}
         return cls(raw["episodes"], sums)
 
@@ -159,7 +156,6 @@ class EpisodeJob:
 
     kind = "episodes"
     unit = "episode"
-    option_fields = ("episode",)
     nothing_found = "no usable .npy/.npz episodes found; check SRC"
 
     def __init__(self, src: str, options):

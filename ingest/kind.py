@@ -1,6 +1,6 @@
 """What a kind of input (images, episodes) must bring to the shared conversion engine: the ``Kind`` protocol.
 
-The engine (``ingest/convert.py``, and ``ingest/beam_runner.py`` for Beam) plans,
+The engine (``ingest/engine.py``, and ``ingest/beam_runner.py`` for Beam) plans,
 runs workers, commits shards, resumes and writes the manifest once for every
 kind; a kind (``ingest/jobs.py``) scans its source and answers these questions.
 A new kind of input is a new class with these members, and nothing else changes.
@@ -8,7 +8,8 @@ A new kind of input is a new class with these members, and nothing else changes.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from .scan import Rejection
 

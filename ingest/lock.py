@@ -19,10 +19,13 @@ import logging
 import os
 import stat
 import time
-from typing import Iterator
+from collections.abc import Iterator
+
+import tensorflow as tf
 
 from ..format.names import LOCK_NAME
 from ..format.owners import is_alive, this_process
+from ..format.storage import is_url, join
 from .errors import OutputExistsError
 
 log = logging.getLogger(__name__)
@@ -112,8 +115,6 @@ def _local_lock(out: str, path: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _object_store_lock(out: str, path: str) -> Iterator[None]:
-    import tensorflow as tf
-
     me = json.dumps({**this_process(), "token": os.urandom(8).hex()})
     for _ in range(3):
         if tf.io.gfile.exists(path):
@@ -143,7 +144,5 @@ def output_lock(out: str):
     Raises:
       OutputLockedError: another live conversion holds it; the message names its pid and host.
     """
-    from ..format.storage import join
-
     path = join(out, LOCK_NAME)
-    return _object_store_lock(out, path) if "://" in out else _local_lock(out, path)
+    return _object_store_lock(out, path) if is_url(out) else _local_lock(out, path)

@@ -17,7 +17,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
 
 from ..format.owners import process_start
 
@@ -91,19 +92,39 @@ def _main_kept_from_children(keep_out: bool):
         main.__dict__.update(saved)
 
 
+_STOPS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextlib.contextmanager
-def _stop_signals_held_from_children():
-    """While the forkserver and the workers start, blocks SIGINT and SIGTERM in this thread: a child inherits the
-    mask, so a signal sent to the whole process group (a terminal's Ctrl-C, Slurm's scancel) never kills the
-    forkserver, whose death ``concurrent.futures`` takes for every worker's (a broken pool and a traceback instead
-    of a clean stop). This process still gets the signals: its other threads take them, and Python runs the
-    handler in the main thread as usual."""
-    stops = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+def _children_starting():
+    """Where worker processes (and the forkserver, and the resource tracker) may start: ``ProcessPoolExecutor()``
+    and ``submit()``. Two things about Ctrl-C and SIGTERM here:
+
+    - They are blocked in this thread, so the children, which inherit the mask, never get them: a signal sent to
+      the whole process group (a terminal's Ctrl-C, Slurm's scancel) would kill the forkserver, whose death
+      ``concurrent.futures`` takes for every worker's (a broken pool and a traceback instead of a clean stop).
+    - Their Python handlers are deferred to the end of the block: an exception raised inside ``submit()``, midway
+      through starting a worker, left the pool unable to shut down (the conversion hung instead of stopping).
+      A signal that arrives meanwhile is raised again once the block is done, to the handler it was meant for.
+    """
+    if threading.current_thread() is not threading.main_thread():  # handlers belong to the main thread
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        return
+    arrived = []
+    handlers = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in _STOPS}
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(arrived):
+            signal.raise_signal(signum)
 
 
 def _map_chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
@@ -167,7 +188,7 @@ def ordered_map(
     pending: collections.deque = collections.deque()
     pending_bytes = 0
     me = os.getpid()
-    with _stop_signals_held_from_children():  # the queues start the resource tracker
+    with _children_starting():  # its queues start the resource tracker
         pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=context, initializer=_start_worker,
                                                       initargs=(me, process_start(me)))
     with pool:
@@ -181,7 +202,7 @@ def ordered_map(
                         break
                     chunk, chunk_bytes = nxt
                     # workers (and the forkserver) start inside submit()
-                    with _main_kept_from_children(keep_main_out), _stop_signals_held_from_children():
+                    with _main_kept_from_children(keep_main_out), _children_starting():
                         future = pool.submit(_map_chunk, fn, chunk)
                     pending.append((future, chunk_bytes))
                     pending_bytes += chunk_bytes

@@ -16,7 +16,7 @@ import dataclasses
 import math
 import random
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..format.names import shard_file_name
 

@@ -21,11 +21,15 @@ import dataclasses
 import json
 import logging
 
+import tensorflow as tf
+
 from ..format import manifest as manifest_lib
 from ..format.names import STATE_DIR, index_file_name, shard_file_name
 from ..format.storage import join
 from .errors import InputError
 from .plan import ShardSpec
+from .resume import read_state, remove_outputs
+from .write import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +109,6 @@ def _record_path(out: str) -> str:
 
 def apply_renumbering(out: str, renumbering: Renumbering, fingerprint: str, planned: list[str]) -> None:
     """Removes the empty shards and renames the rest, after recording both (see the module docstring)."""
-    from .resume import remove_outputs
-    from .write import write_text_atomic
-
-    import tensorflow as tf
-
     finals = [new for _, new in renumbering.renames]
     write_text_atomic(join(join(out, STATE_DIR), "plan.json"),
                       json.dumps({"fingerprint": fingerprint, "files": planned + finals}))
@@ -124,10 +123,6 @@ def apply_renumbering(out: str, renumbering: Renumbering, fingerprint: str, plan
 
 def undo_unfinished_renumbering(out: str) -> None:
     """A run killed while renumbering: its renamed shards go back under their planned names (committed, kept)."""
-    import tensorflow as tf
-
-    from .resume import read_state
-
     path = _record_path(out)
     if not tf.io.gfile.exists(path):
         return

@@ -18,10 +18,15 @@ import logging
 import os
 from typing import Any
 
+import tensorflow as tf
+
 from ..format import manifest as manifest_lib
-from ..format.names import STATE_DIR
+from ..format.dataset import load_manifest, read_small_file
+from ..format.names import LOCK_NAME, STATE_DIR, TEMP_PREFIX, TFDS_FILES
+from ..format.storage import NotRegularFileError, file_sha256, is_url, join, stat_regular
 from .errors import OutputExistsError
 from .plan import ShardSpec
+from .write import ShardResult, remove_if_exists, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -55,33 +60,8 @@ class RunStatus:
         return not self.complete and self.kept_shards > 0
 
 
-@dataclasses.dataclass
-class ShardResult:
-    """What one committed shard contributed; stored in the state folder for resume."""
-
-    info: manifest_lib.ShardInfo
-    stats: Any  # the job's per-shard statistics (ImageShardStats, EpisodeShardStats)
-    rejected: list[dict[str, str]]
-
-    def to_json(self) -> str:
-        return json.dumps({"info": dataclasses.asdict(self.info), "stats": self.stats.to_dict(),
-                           "rejected": self.rejected}, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, raw: Any, job, source: str, file_name: str) -> "ShardResult":
-        """A commit record read back from the state folder; anything unexpected is a ValueError naming ``source``."""
-        try:
-            info = manifest_lib.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
-            rejected = [{"path": str(r["path"]), "reason": str(r["reason"])} for r in raw["rejected"]]
-            return cls(info, job.stats_from_dict(raw["stats"], info.records), rejected)
-        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
-            raise ValueError(f"not a commit record tfshard wrote ({type(e).__name__}: {str(e)[:120]})") from None
-
-
 def damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """Listed shards and index files that are missing, not regular files, or not their recorded size (no read)."""
-    from ..format.storage import NotRegularFileError, join, stat_regular
-
     damaged = []
     for split in manifest.splits.values():
         for shard in split.shards:
@@ -100,10 +80,8 @@ def damaged_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
 def check_state_folder(out: str) -> None:
     """The state folder must be a real folder of ours: through a symlink, state would be written (and later
     removed) somewhere else."""
-    from ..format.storage import join
-
     state = join(out, STATE_DIR)
-    if "://" not in out and (os.path.islink(state) or (os.path.lexists(state) and not os.path.isdir(state))):
+    if not is_url(out) and (os.path.islink(state) or (os.path.lexists(state) and not os.path.isdir(state))):
         raise OutputExistsError(
             f"{state}: not a folder tfshard made (a symlink or a file); remove it (nothing of the dataset is in it) "
             "and run again"
@@ -112,9 +90,7 @@ def check_state_folder(out: str) -> None:
 
 def read_state(path: str) -> Any:
     """A state file's JSON: a regular file of ours (never through a symlink), size-capped, parsed untrusted."""
-    from ..format.dataset import read_small_file
-
-    if "://" not in path and os.path.islink(path):
+    if not is_url(path) and os.path.islink(path):
         raise manifest_lib.ManifestError(f"{path}: a symlink, not a state file tfshard wrote; remove it and run again")
     return manifest_lib.parse_json(read_small_file(path, "state file"), path)
 
@@ -131,10 +107,6 @@ def files_to_remove(raw: Any, path: str) -> list[str]:
 
 
 def remove_outputs(out: str, names: list[str]) -> None:
-    from ..format.storage import join
-    from ..format.names import TEMP_PREFIX
-    from .write import remove_if_exists
-
     for name in names:
         remove_if_exists(join(out, name))
         remove_if_exists(join(out, TEMP_PREFIX + name))
@@ -142,10 +114,6 @@ def remove_outputs(out: str, names: list[str]) -> None:
 
 def finish_pending_removal(out: str) -> None:
     """An ``--overwrite`` killed while removing the old dataset: remove the rest of what it recorded."""
-    import tensorflow as tf
-
-    from ..format.storage import join
-
     record = join(join(out, STATE_DIR), REMOVING)
     if not tf.io.gfile.exists(record):
         return
@@ -158,10 +126,6 @@ def finish_pending_removal(out: str) -> None:
 def _ours_tfds_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """TFDS metadata beside a dataset that ``tfshard tfds`` wrote for it (its description names the dataset's
     fingerprint); metadata of anything else is not ours to remove."""
-    from ..format.dataset import read_small_file
-    from ..format.names import TFDS_FILES
-    from ..format.storage import join
-
     try:
         info = manifest_lib.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
         ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))
@@ -169,24 +133,19 @@ def _ours_tfds_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
         return []
     if not ours:
         return []
-    import tensorflow as tf
-
     present = {n.rstrip("/") for n in tf.io.gfile.listdir(out)}
     return [name for name in TFDS_FILES if name in present]
 
 
 def complete_dataset(out: str, fingerprint: str) -> manifest_lib.Manifest | None:
-    """The manifest when OUT already holds this very dataset, intact and with no conversion state; else None.
+    """The manifest when OUT already holds this very dataset, intact, with no conversion state or lock; else None.
 
     Reads only, so a finished dataset on a read-only folder is found complete without taking the lock.
     """
-    import tensorflow as tf
-
-    from ..format.dataset import load_manifest
-    from ..format.storage import join
-
     try:
-        if tf.io.gfile.exists(join(out, STATE_DIR)) or not tf.io.gfile.exists(join(out, manifest_lib.MANIFEST_NAME)):
+        # A state folder or a lock file left by a killed run: the locked path finishes and removes them.
+        if any(tf.io.gfile.exists(join(out, name)) for name in (STATE_DIR, LOCK_NAME)) or not tf.io.gfile.exists(
+                join(out, manifest_lib.MANIFEST_NAME)):
             return None
         manifest = load_manifest(out)
     except (OSError, ValueError, tf.errors.OpError):
@@ -201,13 +160,6 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
     and TFDS metadata written for it) and never replaces a file tfshard did not write: a ``planned`` output name
     that exists in OUT and belongs to no tfshard dataset is refused, with or without ``--overwrite``.
     """
-    import tensorflow as tf
-
-    from ..format.names import LOCK_NAME
-    from ..format.dataset import load_manifest
-    from ..format.storage import join
-    from .write import write_text_atomic
-
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     state_path = join(out, STATE_DIR)
     plan_path = join(state_path, "plan.json")
@@ -295,10 +247,6 @@ def committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dic
 
     A record that is unreadable or not what tfshard writes only means its shard is written again.
     """
-    import tensorflow as tf
-
-    from ..format.storage import NotRegularFileError, file_sha256, join
-
     kept = {}
     for spec in specs:
         record = join(join(out, STATE_DIR), spec.file_name + ".json")
@@ -324,9 +272,6 @@ def committed_results(out: str, specs: list[ShardSpec], index: bool, job) -> dic
 
 def record_commit(out: str, spec: ShardSpec, result: ShardResult) -> None:
     """Notes a committed shard in the state folder, so a rerun keeps it."""
-    from ..format.storage import join
-    from .write import write_text_atomic
-
     write_text_atomic(join(join(out, STATE_DIR), spec.file_name + ".json"), result.to_json())
 
 

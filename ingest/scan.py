@@ -19,8 +19,8 @@ import os
 import stat
 from collections.abc import Sequence
 
-from .errors import InputError
 from ..format.storage import file_kind
+from .errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")
@@ -40,7 +40,7 @@ class SourceFile:
     ctime_ns: int = 0  # changes with every write to the file, and cannot be set back: part of the inputs' identity
 
     @classmethod
-    def of(cls, path: str, relpath: str, split: str, label: int, st: os.stat_result) -> "SourceFile":
+    def of(cls, path: str, relpath: str, split: str, label: int, st: os.stat_result) -> SourceFile:
         return cls(path, relpath, split, label, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 

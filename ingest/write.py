@@ -14,30 +14,35 @@ with SHA-NI (~22,000 images of 83 KB a second, ``benchmarks/ingest.py``).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import json
 import os
 import posixpath
 import threading
-from typing import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
-import tensorflow as tf
+import tensorflow as tf  # shards reach OUT through tf.io.gfile (local or gs://); workers never import this module
 
-from ..format.names import TEMP_PREFIX, index_file_name
-from ..format.storage import join
-from ..format.tfrecord import gzip_member
+from ..format import manifest as manifest_lib
 from ..format.manifest import ShardInfo
+from ..format.names import TEMP_PREFIX, index_file_name
+from ..format.storage import is_url, join, write_atomic
+from ..format.tfrecord import gzip_member
+from .errors import InputError
+from .kind import Kind
+from .options import ConvertOptions
+from .plan import ShardSpec
+from .scan import Rejection
 
 _HASH_INLINE_BYTES = 4096  # hashlib holds the GIL for small buffers: hand those over in batches
 _MAX_UNHASHED_BYTES = 64 * 2**20  # the writer waits when the hashing thread is this far behind
 
 
 def write_text_atomic(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` via a temporary file and a rename."""
-    folder = posixpath.dirname(path)
-    temp = join(folder, TEMP_PREFIX + posixpath.basename(path))
-    with tf.io.gfile.GFile(temp, "w") as f:
-        f.write(text)
-    tf.io.gfile.rename(temp, path, overwrite=True)
+    """Writes ``text`` to ``path`` via ``TEMP_PREFIX + name`` and a rename (a rerun removes what a kill left)."""
+    write_atomic(path, text.encode("utf-8"), temp_name=TEMP_PREFIX + posixpath.basename(path))
 
 
 def remove_if_exists(path: str) -> None:
@@ -121,7 +126,7 @@ class Sha256Thread:
 
 def _open_new(path: str):
     """A fresh file for binary writing; a local path is never followed through a symlink planted under its name."""
-    if "://" in path:
+    if is_url(path):
         return tf.io.gfile.GFile(path, "wb")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     return os.fdopen(os.open(path, flags, 0o666), "wb")
@@ -166,7 +171,7 @@ class ShardWriter:
         self._file = None
         self._hasher: Sha256Thread | None = None
 
-    def __enter__(self) -> "ShardWriter":
+    def __enter__(self) -> ShardWriter:
         self._file = _open_new(self.temp_path)
         self._hasher = Sha256Thread()
         return self
@@ -204,3 +209,50 @@ class ShardWriter:
             index_sha256 = hashlib.sha256(lines.encode()).hexdigest()
         tf.io.gfile.rename(self.temp_path, self.path, overwrite=True)
         self.info = ShardInfo(self.file_name, self.records, self.bytes, sha256, self.index_name, index_sha256)
+
+
+@dataclasses.dataclass
+class ShardResult:
+    """What one committed shard contributed; stored in the state folder for resume."""
+
+    info: manifest_lib.ShardInfo
+    stats: Any  # the job's per-shard statistics (ImageShardStats, EpisodeShardStats)
+    rejected: list[dict[str, str]]
+
+    def to_json(self) -> str:
+        return json.dumps({"info": dataclasses.asdict(self.info), "stats": self.stats.to_dict(),
+                           "rejected": self.rejected}, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: Any, job, source: str, file_name: str) -> ShardResult:
+        """A commit record read back from the state folder; anything unexpected is a ValueError naming ``source``."""
+        try:
+            info = manifest_lib.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
+            rejected = [{"path": str(r["path"]), "reason": str(r["reason"])} for r in raw["rejected"]]
+            return cls(info, job.stats_from_dict(raw["stats"], info.records), rejected)
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:
+            raise ValueError(f"not a commit record tfshard wrote ({type(e).__name__}: {str(e)[:120]})") from None
+
+
+def write_shard(job: Kind, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
+                on_item: Callable[[Any], None] = lambda item: None) -> ShardResult:
+    """Writes one planned shard from its ``(item, EncodedItem | Rejection)`` pairs in plan order; commits it atomically.
+
+    The one place records reach a shard, for the local process pool and the Beam runner alike: the workers
+    made and framed the records, so this appends their bytes and adds up their statistics.
+    """
+    stats, rejected = job.new_stats(), []
+    with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
+        for item, result in prepared:
+            if isinstance(result, Rejection):
+                if options.on_error == "fail" and not result.chosen:
+                    raise InputError(
+                        f"{os.path.join(job.src, result.relpath)}: {result.reason}; "
+                        "or pass --on-error skip to leave bad files out"
+                    )
+                rejected.append({"path": result.relpath, "reason": result.reason})
+            else:
+                writer.append(result.data, result.record_sizes)
+                job.count(result.stats, stats)
+            on_item(item)
+    return ShardResult(writer.info, stats, rejected)

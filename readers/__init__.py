@@ -5,22 +5,33 @@
     info = readers.info("photos-tfr")                           # class names, counts, steps per epoch
     ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64)  # resident sliding windows
     mw = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64)  # gathered in the model's step
-    readers.preview("photos-tfr").save("sheet.png")             # a contact sheet (episodes: plots, with matplotlib)
+    readers.preview("photos-tfr").save("sheet.png")             # a contact sheet (tfshard.tools.preview)
 
 Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
 ``readers.images`` stays the function even after ``import tfshard.readers.images``
 (likewise ``episodes`` and ``windows``).
-The window-start arithmetic in ``readers/starts.py`` itself is plain numpy.
+The window-start arithmetic in ``readers/windows/starts.py`` itself is plain numpy.
 """
 
 from .episodes import episodes
 from .files import DatasetInfo, info
 from .images import images
-from .in_model import ModelWindows, WindowGather, model_windows
 from .normalize import normalization
-from .preview import preview
-from .windows import resident_windows, windows
+from .windows.dataset import windows
+from .windows.in_model import ModelWindows, WindowGather, model_windows
+from .windows.resident import resident_windows
 
 __all__ = ["DatasetInfo", "ModelWindows", "WindowGather", "episodes", "images", "info", "model_windows",
            "normalization", "preview", "resident_windows", "windows"]
+
+
+def __getattr__(name):
+    # ``readers.preview`` draws a finished dataset, so it lives with the other tools (``tfshard.tools.preview``,
+    # which reads through this package); the name stays here for the code that calls it, resolved on first use.
+    if name == "preview":
+        from ..tools.preview import preview
+
+        globals()["preview"] = preview
+        return preview
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""The numeric arguments every reader takes, checked once, up front, against ranges TensorFlow survives. Pure.
+"""The arguments every reader takes, checked once, up front: numbers against ranges TensorFlow survives, and
+the rules for resuming at a step and for an epoch of at least one batch. Pure.
 
 TensorFlow passes some of them on unchecked and dies of a bad one: ``shuffle``
 reserves its whole buffer (``shuffle_buffer=2**30`` is a SIGSEGV on a
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .starts import INT32_LIMIT
+from .windows.starts import INT32_LIMIT
 
 MAX_BATCH_SIZE = INT32_LIMIT
 # 16M elements: of 80 KB JPEG records 1.3 TB, of window indices 128 MB; shuffle reserves it before the first element.
@@ -47,3 +48,50 @@ def check_reading(where: str, *, read_buffer_bytes, num_parallel_reads=None) -> 
     """The two reading arguments every reader shares."""
     return (check_count(read_buffer_bytes, "read_buffer_bytes", where, high=MAX_READ_BUFFER_BYTES),
             check_optional_count(num_parallel_reads, "num_parallel_reads", where, high=MAX_PARALLEL_READS))
+
+
+def check_start_step(start_step, where: str) -> int:
+    """``start_step`` as an int: a step count saved with the model, so a non-negative integer (numpy ints too)."""
+    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
+        raise ValueError(f"{where}: start_step must be a non-negative integer (got start_step={start_step!r}); "
+                         "pass the step count saved with the model")
+    return int(start_step)
+
+
+def check_resume(repeat: bool, start_step, where: str, *, shuffle: bool, seed,
+                 blockers: list[tuple[bool, str, str]] = ()) -> int:
+    """``start_step`` replays the stream up to a step, so the stream must be one run of epochs (``repeat=True``)
+    and a pure function of the seed; ``blockers``: a reader's own ``(it applies, the problem, the fix)``.
+
+    Returns:
+      ``start_step`` as an int.
+    """
+    start_step = check_start_step(start_step, where)
+    if not start_step:
+        return 0
+    rules = [
+        (not repeat, "repeat=False: resuming at a step needs repeat=True (one stream of epochs)", "pass repeat=True"),
+        (shuffle and seed is None, "seed=None: a shuffled stream must be a function of its seed",
+         "pass the seed the job started with"),
+        *blockers,
+    ]
+    for applies, problem, fix in rules:
+        if applies:
+            raise ValueError(f"{where}: start_step={start_step}: cannot resume exactly with {problem}; {fix}")
+    return start_step
+
+
+def check_not_empty(where: str, count: int, unit: str, scope: str, need: int, what: str) -> None:
+    """With drop_remainder, a share of fewer ``unit`` than one step takes from it would make an epoch of nothing.
+
+    ``need``: what one step takes from this share; ``what`` says which batch that is, e.g. "batch_size=64".
+    """
+    if count < need:
+        raise ValueError(
+            f"{where} has {count} {unit} {scope}, fewer than {what} with drop_remainder=True, so an epoch would "
+            "yield no batch; pass a smaller batch_size or drop_remainder=False"
+        )
+
+
+def per_replica_text(batch: int, batch_size: int, replicas: int) -> str:
+    return f"the per-replica batch of {batch} (batch_size={batch_size} over {replicas} replicas)"

@@ -30,7 +30,7 @@ import weakref
 import tensorflow as tf
 
 from ..format.owners import is_alive, this_process
-from ..format.storage import check_bucket, join
+from ..format.storage import check_bucket, is_url, join
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def _read_owner(path: str) -> dict | None:
 
 def _create_exclusively(path: str, text: str) -> bool:
     """Creates ``path`` only if it does not exist (atomic on local disks; best effort on object stores)."""
-    if "://" in path:
+    if is_url(path):
         if tf.io.gfile.exists(path):
             return False
         with tf.io.gfile.GFile(path, "w") as f:

@@ -8,7 +8,7 @@ raw little-endian, read with ``tf.io.decode_raw`` (no per-element parsing).
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -19,7 +19,7 @@ from ..format.records import data_features, episode_parse_spec
 from . import files as files_lib
 from .arguments import check_reading
 from .guard import ShardGuard, checkpointable
-from .layout import Concatenated
+from .windows.layout import Concatenated
 
 AUTOTUNE = tf.data.AUTOTUNE
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).

@@ -10,17 +10,16 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-import os
 
 import tensorflow as tf
 
-from ..format.manifest import Manifest, ShardInfo
 from ..format.dataset import load_manifest
+from ..format.manifest import Manifest, ShardInfo
 from ..format.names import tf_compression_type
 from ..format.records import data_features
-from ..format.storage import NotRegularFileError, file_identity, join
+from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
-from .starts import window_count
+from .windows.starts import window_count
 
 log = logging.getLogger(__name__)
 
@@ -84,13 +83,10 @@ class DatasetInfo:
 def info(path: str) -> DatasetInfo:
     """Reads ``path/dataset.json``; raises FileNotFoundError naming the path if there is none.
 
-    For a ``gs://`` path it also sets ``GCS_READ_CACHE_BLOCK_SIZE_MB=8`` unless the
-    environment already has a value: TensorFlow's default 64 MiB read-ahead per open
-    file made 16 parallel shard reads 2.6x slower (benchmarks/network.py). TensorFlow
-    reads it when its GCS filesystem starts, so it only helps if nothing touched gs:// before.
+    For a ``gs://`` path it also prefers 8 MiB GCS read blocks (``format.storage.prefer_small_gcs_blocks``).
     """
     if path.startswith("gs://"):
-        os.environ.setdefault("GCS_READ_CACHE_BLOCK_SIZE_MB", "8")
+        prefer_small_gcs_blocks()
     return DatasetInfo(path, load_manifest(path))
 
 
@@ -120,14 +116,6 @@ def pipeline_shards(
             f"(got num_input_pipelines={pipelines}); rewrite it with `tfshard {dataset.manifest.kind} ... --min-shards {pipelines}`"
         )
     return list(range(input_context.input_pipeline_id, count, pipelines))
-
-
-def shard_files(
-    dataset: DatasetInfo, split: str, *, input_context: tf.distribute.InputContext | None = None
-) -> list[str]:
-    """This input pipeline's share of the split's shard files (see ``pipeline_shards``)."""
-    paths = dataset.shard_paths(split)
-    return [paths[i] for i in pipeline_shards(dataset, split, input_context=input_context)]
 
 
 @dataclasses.dataclass(frozen=True)

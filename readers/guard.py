@@ -25,11 +25,12 @@ cannot travel with it).
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
 from ..format.storage import NotRegularFileError, file_identity
+from .options import external_state_ignored
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +103,7 @@ def checkpointable(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """A pipeline with guarded reads, still savable by ``tf.train.Checkpoint(iterator)``: the checks' Python
     function is "external state" to tf.data, which refuses to save it by default, but it holds no state (each
     check stats the file anew), so there is nothing to save or restore."""
-    options = tf.data.Options()
-    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    return dataset.with_options(options)
+    return dataset.with_options(external_state_ignored())
 
 
 def _assert_unchanged(problem: tf.Tensor) -> tf.Operation:

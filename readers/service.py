@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 import socket
+import threading
 
 import tensorflow as tf
 
@@ -226,3 +228,16 @@ def bound_port(server) -> int:
     """The port a started dispatcher or worker listens on (the one port 0 picked)."""
     # Both servers expose it only as the private "localhost:PORT" string; dispatchers also as .target.
     return int(server._address.rsplit(":", 1)[1])
+
+
+def serve_until_stopped(server) -> None:
+    """Blocks until Ctrl-C or SIGTERM (main thread only: it sets both handlers), then stops ``server``.
+
+    Not ``server.join()``: it blocks inside C++ and never lets Python see Ctrl-C.
+    """
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    while not stop.wait(1.0):
+        pass
+    server.stop()

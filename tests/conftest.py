@@ -76,9 +76,8 @@ def image_tree(tmp_path):
 @pytest.fixture
 def cli():
     """Invokes the typer app in-process: cli("images", src, out, ...) -> click Result."""
-    from typer.testing import CliRunner
-
     from tfshard import cli as cli_module
+    from typer.testing import CliRunner
 
     runner = CliRunner()
 
@@ -91,7 +90,6 @@ def cli():
 def image_features() -> dict:
     """tf.io parse spec for every key the manifest's feature table lists (read the records as documented)."""
     import tensorflow as tf
-
     from tfshard.format.manifest import IMAGE_FEATURES
 
     dtypes = {"string": tf.string, "int64": tf.int64}

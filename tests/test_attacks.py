@@ -39,7 +39,6 @@ import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, image_features, make_tree
 from PIL import Image
-
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
 

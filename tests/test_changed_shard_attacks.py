@@ -9,7 +9,6 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images

@@ -4,7 +4,6 @@ import json
 import os
 
 from PIL import Image
-
 from tfshard.ingest import ConvertOptions, convert_images
 
 
@@ -83,7 +82,7 @@ def test_bench_times_first_and_cached_epochs(image_tree, tmp_path, cli):
 
 def test_bench_compare_gives_every_row_and_the_issue_ratios(image_tree, tmp_path, cli):
     """`tfshard bench --compare` reports the rows and ratios of benchmarks/images.py (one shared module)."""
-    from tfshard.readers import bench
+    from tfshard.tools import bench
 
     src, _ = image_tree
     out = tmp_path / "out"

@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import make_tree
 from tfshard import cli as cli_module
 
@@ -56,7 +55,6 @@ def test_bench_refuses_zero_epochs(tmp_path, cli):
 
 def test_episodes_flag_is_named_as_info_names_it(tmp_path, cli):
     import numpy as np
-
     from conftest import save_episodes
 
     save_episodes(tmp_path / "src", {"a.npy": np.ones((40, 2), np.float32)})
@@ -90,5 +88,5 @@ def test_bench_stopped_midway_removes_its_temporary_cache(tmp_path, signum, code
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, stderr
-    assert stderr.strip().endswith(f"{out}: bench {'terminated (SIGTERM)' if code == 143 else 'interrupted'}")
+    assert stderr.strip().endswith(f"{out}: bench: {'terminated (SIGTERM)' if code == 143 else 'interrupted'}")
     assert os.listdir(temp) == [], "the bench left its temporary cache behind"

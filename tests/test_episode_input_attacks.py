@@ -12,7 +12,6 @@ import zipfile
 import numpy as np
 import pytest
 from conftest import convert_episode_tree, random_episodes, save_episodes
-
 from tfshard import readers
 from tfshard.format.manifest import EPISODE_DTYPES, ManifestError, from_json
 from tfshard.ingest import InputError

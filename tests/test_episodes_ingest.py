@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, random_episodes, save_episodes
-
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions, InputError, VerifyError, load_manifest, verify
 

@@ -95,11 +95,9 @@ def _images(root: str) -> None:
     import numpy as np
     import tensorflow as tf
     from conftest import make_tree
-    from typer.testing import CliRunner
-
-    from tfshard import cli
-    from tfshard import readers
+    from tfshard import cli, readers
     from tfshard.ingest import ConvertOptions, OutputExistsError, VerifyError, convert_images, verify
+    from typer.testing import CliRunner
 
     src, local, out = os.path.join(root, "photos"), os.path.join(root, "photos-tfr"), f"{BUCKET}/photos"
     make_tree(src, classes=("cat", "dog", "owl"), per_class=8)
@@ -172,7 +170,6 @@ def _images(root: str) -> None:
 def _episodes(root: str) -> None:
     import numpy as np
     from conftest import convert_episode_tree, random_episodes, save_episodes
-
     from tfshard import readers
 
     src, local, out = os.path.join(root, "runs"), os.path.join(root, "runs-tfr"), f"{BUCKET}/runs/tfr"

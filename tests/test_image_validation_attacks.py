@@ -16,11 +16,10 @@ import simplejpeg
 import tensorflow as tf
 from conftest import image_features
 from PIL import Image
-
 from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
-from tfshard.ingest.demo import make_image_folders
 from tfshard.ingest.images import PixelSums, PreparedImage, prepare_image
 from tfshard.ingest.scan import SourceFile
+from tfshard.tools.demo_data import make_image_folders
 
 FEATURES = image_features()
 FIX = "re-download or re-export the file"

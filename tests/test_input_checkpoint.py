@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import convert_episode_tree, save_episodes
 from tfshard import readers
 
@@ -169,7 +168,6 @@ NUM_CLASSES = 24
 def photos(tmp_path_factory):
     """24 classes of one flat-coloured JPEG each, in 3 shards: a label names its record."""
     from PIL import Image
-
     from tfshard.ingest import ConvertOptions, convert_images
 
     root = tmp_path_factory.mktemp("resume-images")

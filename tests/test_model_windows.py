@@ -9,11 +9,10 @@ import types
 
 import numpy as np
 import pytest
-
 from conftest import convert_episode_tree, save_episodes
 from tfshard import readers
-from tfshard.readers.resident import gather_windows
-from tfshard.readers.starts import row_steps
+from tfshard.readers.windows.index import gather_windows
+from tfshard.readers.windows.starts import row_steps
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

@@ -15,9 +15,8 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 
 from conftest import make_tree, save_episodes  # noqa: E402
-from tfshard.ingest import ConvertOptions, convert_episodes, convert_images  # noqa: E402
-
 from tfshard import readers  # noqa: E402
+from tfshard.ingest import ConvertOptions, convert_episodes, convert_images  # noqa: E402
 
 CHILD = os.path.join(os.path.dirname(__file__), "multi_worker_child.py")
 LENGTHS = [30, 9, 41, 17, 25, 12, 33, 20]

@@ -12,11 +12,17 @@ import sys
 
 import pytest
 import tensorflow as tf
-
 from conftest import make_tree, write_jpeg
 from tfshard import readers
-from tfshard.ingest import (ConvertOptions, EpisodeOptions, InputError, OutputExistsError, VerifyError,
-                            convert_images, verify)
+from tfshard.ingest import (
+    ConvertOptions,
+    EpisodeOptions,
+    InputError,
+    OutputExistsError,
+    VerifyError,
+    convert_images,
+    verify,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -137,7 +143,6 @@ def test_min_shards_below_the_shards_that_stay_is_refused(tmp_path):
 
 def test_an_episode_split_of_only_skipped_episodes_is_left_out(tmp_path):
     import numpy as np
-
     from conftest import convert_episode_tree, save_episodes
 
     save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32), "train/b.npy": np.ones((5, 2), np.float32),

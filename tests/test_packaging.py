@@ -20,7 +20,6 @@ import textwrap
 import zipfile
 
 import pytest
-
 import tfshard
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -87,7 +86,8 @@ def test_wheel_holds_the_library_under_tfshard_only(built):
         names = wheel.namelist()
     top = {n.split("/", 1)[0] for n in names}
     assert top == {"tfshard", f"tfshard-{tfshard.__version__}.dist-info"}, sorted(top)
-    assert "tfshard/ingest/convert.py" in names and "tfshard/readers/windows.py" in names
+    assert "tfshard/ingest/convert.py" in names and "tfshard/readers/windows/dataset.py" in names
+    assert "tfshard/tools/verify.py" in names
     assert "tfshard/format/manifest.py" in names
     assert "tfshard/cli.py" in names and "tfshard/__main__.py" in names and "tfshard/py.typed" in names
     assert not [n for n in names if "/tests/" in n or "/benchmarks/" in n or "conftest" in n], names
@@ -125,13 +125,13 @@ def test_demo_runs_from_the_installed_wheel(built):
 
 def test_readers_import_nothing_of_the_converter():
     """The on-disk format has one home, ``tfshard.format``; the readers read through it, never through ``ingest``."""
-    code = ("import sys, tfshard.readers, tfshard.readers.bench; "
+    code = ("import sys, tfshard.readers, tfshard.tools.bench; "
             "print(sorted(m for m in sys.modules if m.startswith('tfshard.ingest')))")
     assert _run(sys.executable, "-c", code, timeout=120).stdout.strip() == "[]"
 
 
 def test_format_and_the_converter_core_load_no_tensorflow():
     code = ("import sys, tfshard.format.names, tfshard.format.records, tfshard.format.manifest, tfshard.format.storage, "
-            "tfshard.format.dataset, tfshard.format.owners, tfshard.ingest.kind, tfshard.ingest.report; "
+            "tfshard.format.dataset, tfshard.format.owners, tfshard.ingest.kind, tfshard.tools.report; "
             "print('tensorflow' in sys.modules)")
     assert _run(sys.executable, "-c", code, timeout=120).stdout.strip() == "False"

@@ -3,7 +3,6 @@
 import itertools
 
 import pytest
-
 from tfshard.ingest.parallel import ordered_map
 
 

@@ -6,7 +6,7 @@ import os
 import sys
 
 import pytest
-
+from tfshard.format.names import index_file_name, shard_file_name
 from tfshard.ingest.plan import (
     ShardSpec,
     count_shards,
@@ -15,7 +15,6 @@ from tfshard.ingest.plan import (
     shard_boundaries,
     shuffled_order,
 )
-from tfshard.format.names import index_file_name, shard_file_name
 
 
 @pytest.mark.parametrize(
@@ -125,7 +124,7 @@ def test_pure_core_never_imports_tensorflow():
 
     code = (
         "import sys; import tfshard.ingest, tfshard.ingest.plan, tfshard.ingest.scan, tfshard.ingest.images, "
-        "tfshard.format.manifest, tfshard.ingest.parallel, tfshard.ingest.demo, tfshard.ingest.episodes, "
+        "tfshard.format.manifest, tfshard.ingest.parallel, tfshard.tools.demo_data, tfshard.ingest.episodes, "
         "tfshard.format.storage, tfshard.format.manifest, tfshard.format.records, tfshard.format.names, "
         "tfshard.format.tfrecord, tfshard.ingest.examples, tfshard.ingest.jobs; print('tensorflow' in sys.modules)"
     )
@@ -133,7 +132,7 @@ def test_pure_core_never_imports_tensorflow():
     assert out.stdout.strip() == "False"
     # readers/ is a TensorFlow package, but its window arithmetic module is plain numpy: load it on its own.
     code = (
-        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('starts', 'readers/starts.py'); "
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('starts', 'readers/windows/starts.py'); "
         "spec.loader.exec_module(importlib.util.module_from_spec(spec)); print('tensorflow' in sys.modules)"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

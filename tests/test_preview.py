@@ -7,12 +7,11 @@ import sys
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import random_episodes, save_episodes
+from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
-from tfshard.readers.preview import GAP, LABEL_WIDTH, sheet_size, tile_box
+from tfshard.tools.preview import GAP, LABEL_WIDTH, sheet_size, tile_box
 
 COLORS = {"blue": (20, 40, 230), "red": (230, 30, 20)}
 
@@ -116,7 +115,7 @@ def test_episode_plot_without_matplotlib_says_how_to_install_it(episode_dataset,
 
 
 def test_kind_specific_drawings_refuse_the_other_kind(solid_dataset, episode_dataset):
-    from tfshard.readers.preview import episode_plot, image_sheet
+    from tfshard.tools.preview import episode_plot, image_sheet
 
     with pytest.raises(ValueError, match=f"{episode_dataset}: not an images dataset"):
         image_sheet(episode_dataset)

@@ -11,14 +11,25 @@ import sys
 
 import numpy as np
 import pytest
-from PIL import Image, ImageDraw
-
 from conftest import convert_episode_tree, make_tree, save_episodes, write_jpeg
+from PIL import Image, ImageDraw
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
-from tfshard.readers import fonts
-from tfshard.readers.preview import (GAP, LABEL_WIDTH, MAX_EPISODES, MAX_PANELS, MAX_PER_CLASS, MAX_SHEET_PIXELS,
-                                     MAX_TILE, MIN_TILE, check_sheet, image_sheet, sheet_size, tile_box)
+from tfshard.tools import fonts
+from tfshard.tools.preview import (
+    GAP,
+    LABEL_WIDTH,
+    MAX_EPISODES,
+    MAX_PANELS,
+    MAX_PER_CLASS,
+    MAX_SHEET_PIXELS,
+    MAX_TILE,
+    MIN_TILE,
+    check_sheet,
+    image_sheet,
+    sheet_size,
+    tile_box,
+)
 
 WHITE = 255
 

@@ -13,14 +13,13 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
-
 from conftest import convert_episode_tree, image_features, make_tree, save_episodes, write_jpeg
+from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, verify
-from tfshard.ingest.tfds_metadata import write_tfds_metadata
-from tfshard.readers.images import decode_center_crop
-from tfshard.readers.preview import MAX_ROWS, _stats_text, sheet_size, tile_box
+from tfshard.readers.image_ops import decode_center_crop
+from tfshard.tools.preview import MAX_ROWS, _stats_text, sheet_size, tile_box
+from tfshard.tools.tfds import write_tfds_metadata
 
 tfds = pytest.importorskip("tensorflow_datasets")
 TFDS_NAMES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}

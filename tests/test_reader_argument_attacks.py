@@ -7,7 +7,6 @@ import re
 
 import numpy as np
 import pytest
-
 from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images

@@ -24,7 +24,6 @@ import uuid
 import numpy as np
 import pytest
 from conftest import make_tree, write_jpeg
-
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 

@@ -8,7 +8,6 @@ import re
 import numpy as np
 import pytest
 from PIL import Image
-
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 
@@ -509,7 +508,7 @@ def test_default_training_mirrors_about_half_the_images_and_augment_none_none(gr
 
 def test_the_fused_flip_mirrors_exactly_the_crop_it_would_return_unflipped(gradients):
     """decode_random_crop(flip=True) is the same crop as flip=False, mirrored or not, to the last value."""
-    from tfshard.readers.images import decode_random_crop
+    from tfshard.readers.image_ops import decode_random_crop
 
     (encoded,) = list(tf.data.TFRecordDataset(os.path.join(gradients, "train-00000-of-00002.tfrecord")).take(1))
     jpeg = tf.io.parse_single_example(encoded, {"image/encoded": tf.io.FixedLenFeature([], tf.string)})["image/encoded"]

@@ -13,11 +13,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, make_tree, save_episodes
-
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
-from tfshard.readers.starts import window_starts
-from tfshard.readers.resident import _index_batches
+from tfshard.readers.windows.index import index_batches
+from tfshard.readers.windows.starts import window_starts
 
 LENGTHS = [30, 3, 17, 50, 1, 8, 12]  # 3, 1 and 8 are shorter than most windows below: they contribute nothing
 
@@ -354,7 +353,7 @@ def test_window_starts_are_int32_four_bytes_per_window(plain):
     assert starts.dtype == np.int32 and starts.nbytes == 4 * len(starts)
     offsets = np.cumsum([0] + lengths[:-1])
     assert starts.tolist() == [o + s for o, t in zip(offsets, lengths) for s in range(0, t - 5 + 1, 3)]
-    index = _index_batches(starts, batch_size=4, shuffle=True, seed=0, drop_remainder=False, replica=0, replicas=1)
+    index = index_batches(starts, batch_size=4, shuffle=True, seed=0, drop_remainder=False, replica=0, replicas=1)
     assert index.element_spec == tf.TensorSpec([None], tf.int32)
     assert sorted(np.concatenate(list(index.as_numpy_iterator())).tolist()) == starts.tolist()
 

@@ -18,7 +18,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import make_tree, write_jpeg
 from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
 
@@ -359,7 +358,7 @@ def test_finished_dataset_with_leftover_state_folder_is_finished_without_rewrite
 
 
 def test_on_status_tells_a_resumed_run_from_a_complete_one(interrupted, tmp_path):
-    from tfshard.ingest.convert import RunStatus
+    from tfshard.ingest.resume import RunStatus
 
     src, out, _ = interrupted
     seen = []
@@ -409,7 +408,7 @@ def test_cli_rerun_of_a_finished_conversion_says_it_is_already_complete(image_tr
 
 
 def test_cli_interrupt_is_one_line_and_exit_130_then_the_same_command_resumes(image_tree, tmp_path, cli, monkeypatch):
-    from tfshard.ingest import convert as convert_lib
+    from tfshard.ingest import engine as convert_lib
 
     src, _ = image_tree
     out = str(tmp_path / "out")

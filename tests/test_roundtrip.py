@@ -14,7 +14,6 @@ import pytest
 import tensorflow as tf
 from conftest import image_features, make_tree, write_jpeg
 from PIL import Image
-
 from tfshard.ingest import ConvertOptions, ImageOptions, InputError, convert_images, load_manifest
 
 FEATURES = image_features()

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, make_tree, save_episodes
-
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import service as service_lib

@@ -8,12 +8,11 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes, write_jpeg
 from tfshard import readers
 from tfshard.format.names import is_output_name
 from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, verify
-from tfshard.ingest.tfds_metadata import write_tfds_metadata
+from tfshard.tools.tfds import write_tfds_metadata
 
 tfds = pytest.importorskip("tensorflow_datasets")  # in the test extra: CI always has it
 

@@ -15,7 +15,6 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from conftest import make_tree, save_episodes
 from tfshard.format.records import IMAGE_FEATURES, serialize
 from tfshard.format.tfrecord import example_parts, frame_records, gzip_member

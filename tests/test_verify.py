@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import make_tree
 from tfshard.ingest import ConvertOptions, VerifyError, convert_images, verify
 
@@ -321,8 +320,8 @@ def test_unfinished_conversion_says_rerunning_the_same_command_finishes_it(image
 
 
 def test_ignored_files_in_the_manifest_are_checked_and_optional(dataset):
-    from tfshard.ingest import load_manifest
     from tfshard.format.manifest import ManifestError
+    from tfshard.ingest import load_manifest
 
     out, _ = dataset
     path = os.path.join(out, "dataset.json")

@@ -5,7 +5,7 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from tfshard.readers.windows import resident_windows  # noqa: E402
+from tfshard.readers.windows.resident import resident_windows  # noqa: E402
 
 
 def _episodes(lengths, seed=0):

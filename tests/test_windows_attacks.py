@@ -14,7 +14,7 @@ import pytest
 from conftest import convert_episode_tree, save_episodes
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
-from tfshard.readers.starts import row_steps
+from tfshard.readers.windows.starts import row_steps
 
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")

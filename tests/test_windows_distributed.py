@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from conftest import convert_episode_tree, save_episodes
-
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
 

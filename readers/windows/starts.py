@@ -9,7 +9,7 @@ Episodes are laid end to end in one array; a window of ``length`` samples with
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -8,11 +8,12 @@ structure: a tensor for one feature, a dict for several; ``(x, x)`` for
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence, Union
+from collections.abc import Sequence
+from typing import Union
 
 import numpy as np
 
-from .arguments import MAX_BATCH_SIZE, MAX_WINDOW_STEPS, check_count
+from ..arguments import MAX_BATCH_SIZE, MAX_WINDOW_STEPS, check_count
 from .starts import episode_offsets
 
 Targets = Union[None, str, int]
@@ -60,44 +61,6 @@ def check_window_args(length: int, shift: int, batch_size: int, where: str) -> N
         check_count(value, name, where, high=high)
 
 
-def check_start_step(start_step, where: str) -> int:
-    """``start_step`` as an int: a step count saved with the model, so a non-negative integer (numpy ints too)."""
-    if isinstance(start_step, bool) or not isinstance(start_step, (int, np.integer)) or start_step < 0:
-        raise ValueError(f"{where}: start_step must be a non-negative integer (got start_step={start_step!r}); "
-                         "pass the step count saved with the model")
-    return int(start_step)
-
-
-def check_resume(repeat: bool, start_step, where: str, *, shuffle: bool, seed) -> int:
-    """Resident windows resume at a step only as one stream of epochs (``repeat=True``), of a known order."""
-    start_step = check_start_step(start_step, where)
-    if start_step and not repeat:
-        raise ValueError(f"{where}: start_step={start_step}: resuming at a step needs repeat=True (one stream of "
-                         "epochs); pass repeat=True")
-    if start_step and shuffle and seed is None:
-        raise ValueError(f"{where}: start_step={start_step}: resuming a shuffled stream needs its seed (got "
-                         "seed=None, a fresh order); pass the seed the job started with")
-    return start_step
-
-
-def check_not_empty(where: str, windows: int, scope: str, need: int, what: str) -> None:
-    """With drop_remainder, a share of fewer windows than one step takes from it would make an epoch of nothing.
-
-    ``need``: the windows one step takes from this share; ``what`` says which batch that is, e.g. "batch_size=64".
-    """
-    if windows < need:
-        raise ValueError(
-            f"{where} has {windows} windows {scope}, fewer than {what} with drop_remainder=True, so an epoch would "
-            "yield no batch; pass a smaller batch_size or drop_remainder=False"
-        )
-
-
-def per_replica_text(batch: int, batch_size: int, replicas: int) -> str:
-    return f"the per-replica batch of {batch} (batch_size={batch_size} over {replicas} replicas)"
-
-
-
-
 @dataclasses.dataclass
 class Concatenated:
     """Episodes laid end to end in source (episode id) order, each padded with zeros to whole rows of ``row`` steps.
@@ -126,7 +89,7 @@ class Concatenated:
         return array.reshape(len(array) // self.row, self.row, *array.shape[1:])
 
     @classmethod
-    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int, where: str) -> "Concatenated":
+    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int, where: str) -> Concatenated:
         """From per-episode arrays in memory (in the order of ``ids``), each feature's dtype promoted over its
         episodes as ``np.concatenate`` would; episodes of one feature with other trailing shapes are refused."""
         names = list(episodes)

@@ -16,80 +16,20 @@ is (``len(ds)``), except through a tf.data service, which shares the epoch out.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 
-from . import files as files_lib
-from . import service as service_lib
-from .arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading
-from .episodes import feature_schema, load_concatenated, select_features, stream_episodes
-from .layout import Layout, Targets, check_not_empty, check_resume, check_window_args
-from .resident import Source, build_resident, default_device, quiet_options, resident_windows
+from .. import files as files_lib
+from .. import service as service_lib
+from ..arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
+from ..episodes import feature_schema, load_concatenated, select_features
+from .layout import Layout, Targets, check_window_args
+from .resident import Source, build_resident
 from .starts import window_count
+from .streamed import streamed_windows
 
-AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 16384
-__all__ = ["default_device", "resident_windows", "windows"]
-
-
-def _streamed(dataset, split, layout, schema, *, length, shift, batch_size, shuffle, seed, drop_remainder,
-              shuffle_buffer, input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1,
-              with_keys=False):
-    """``batch_size``: this pipeline's batch (per replica under a strategy of ``replicas`` over ``pipelines``)."""
-    path = dataset.path
-    span = length + layout.horizon
-    gathered_schema = {n: schema[n] for n in layout.gathered}
-    if remote is not None:
-        # The service splits the epoch (not input_context), and each epoch is a new job built from this graph:
-        # a fixed seed on the workers would replay one order every epoch, so they draw fresh randomness.
-        seed, input_context = None, None
-    mine = set(files_lib.pipeline_shards(dataset, split, input_context=input_context))
-    lengths = [e.length for e in files_lib.split_info(dataset, split).episodes if e.shard in mine]
-    count = window_count(lengths, length, shift, layout.horizon)  # this pipeline's windows (episodes are checked)
-    if drop_remainder:
-        # Under a strategy one pipeline feeds several replicas; a step takes a batch for each or none at all.
-        fed = max(1, replicas // pipelines)
-        what = f"batch_size={batch_size}" if replicas == 1 else (
-            f"the {batch_size * fed} a step takes from it (a batch of {batch_size} for each of the {fed} replicas it "
-            f"feeds; batch_size={batch_size * replicas} over {replicas} replicas)")
-        check_not_empty(f"{path}: split {split!r}", count, "for this pipeline", batch_size * fed, what)
-    episodes = stream_episodes(
-        dataset, split, gathered_schema, shuffle_files=shuffle, seed=seed, input_context=input_context,
-        num_parallel_reads=None, read_buffer_bytes=read_buffer_bytes, with_keys=True, local=remote is None,
-    )
-
-    def to_windows(keys, episode):
-        steps = tf.shape(episode[layout.gathered[0]])[0]
-        starts = tf.range(0, tf.maximum(steps - span + 1, 0), shift)  # none from an episode shorter than span
-        positions = starts[:, None] + tf.range(span)
-        windows_ = {n: tf.gather(v, positions) for n, v in episode.items()}
-        if not with_keys:
-            return tf.data.Dataset.from_tensor_slices(windows_)
-        # Each window carries its episode id and start step through the shuffle.
-        keys = {"episode": tf.fill(tf.shape(starts), keys["episode"]), "step": tf.cast(starts, tf.int64)}
-        return tf.data.Dataset.from_tensor_slices((keys, windows_))
-
-    windows_ = episodes.flat_map(to_windows)
-    if shuffle:
-        windows_ = windows_.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    batches = windows_.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE)
-    if remote is not None:  # the workers send each gathered window once; (x, x) or past/future are made here
-        batches = remote.distribute(batches)
-    else:
-        # Every episode's length is asserted against the manifest as it is read, so the count is exact; knowing it
-        # lets Keras end each epoch on it instead of warning that the input "ran out of data". Not with a service:
-        # it shares each epoch among its clients.
-        batches = batches.apply(tf.data.experimental.assert_cardinality(
-            count // batch_size if drop_remainder else -(-count // batch_size)))
-
-    def shape(*batch):
-        if with_keys:
-            keys, gathered = batch
-            return keys, layout.shape(gathered, length)
-        return layout.shape(batch[0], length)
-
-    return batches.map(shape, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE).with_options(quiet_options())
 
 
 def _plan(path: str, split: str, features, targets: Targets, length: int, shift: int):
@@ -207,7 +147,7 @@ def windows(
         ``tf.train.Checkpoint(input=iter(ds))`` saves that iterator mid-epoch in a
         few KB (the epoch's seed and position; never the arrays or prefetched
         windows) and a restore continues with exactly the windows an uninterrupted
-        run would have seen next, this epoch and later ones (README: Resuming).
+        run would have seen next, this epoch and later ones (docs/guide/resuming.md).
       start_step: with ``repeat``, start the stream at this step (batch) as if
         the ones before had been read: a job that saved only its step count
         (under a strategy, whose distributed iterators TensorFlow cannot
@@ -254,7 +194,7 @@ def windows(
     if not resident:
         if strategy is not None:
             return strategy.distribute_datasets_from_function(
-                lambda ctx: _streamed(
+                lambda ctx: streamed_windows(
                     dataset, split, layout, schema, length=length, shift=shift,
                     batch_size=ctx.get_per_replica_batch_size(batch_size), shuffle=shuffle, seed=seed,
                     drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer, input_context=ctx,
@@ -264,7 +204,7 @@ def windows(
                     replicas=ctx.num_replicas_in_sync, pipelines=ctx.num_input_pipelines, with_keys=with_keys,
                 )
             )
-        return _streamed(dataset, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
+        return streamed_windows(dataset, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
                          shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
                          input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote,
                          with_keys=with_keys)

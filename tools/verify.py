@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 
 import numpy as np
+import tensorflow as tf
 
 from ..format import manifest as manifest_lib
-from ..format.dataset import load_manifest
+from ..format.dataset import load_manifest, read_small_file
 from ..format.names import tf_compression_type
 from ..format.records import DATA_PREFIX, IMAGE_FEATURES, data_features, episode_parse_spec, parse_spec
-from .episodes import FeatureSums, _sums
-from .errors import VerifyError
+from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
+from ..ingest.episodes import FeatureSums, feature_sums
+from .report import short_tf_error
+from .tfds import LABELS_FILE, tfds_label_names, tfds_shard_lengths
 
 _LABEL, _TEXT = "image/class/label", "image/class/text"
 _IMAGE_BATCH = 256  # image records parse to a label and a name: batching only saves Python steps
@@ -33,24 +35,20 @@ _STATS_RTOL = 2e-6  # a last digit rounded the other way moves a value by up to 
 _STATS_ATOL = 1e-12  # of the element's root mean square: for a mean or std that rounds near zero
 
 
-def short_tf_error(message: str) -> str:
-    """TensorFlow's op error without its graph-function wrapper and op name, e.g. "corrupted record at 120"."""
-    lines = message.strip().splitlines() or [""]
-    text = re.sub(r"\{\{function_node [^}]*\}\}", "", lines[0])
-    text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text)
-    return text.split("' failed with")[0].strip()
+class VerifyError(ValueError):
+    """A written dataset does not match its manifest; ``problems`` lists every finding."""
+
+    def __init__(self, message: str, problems: list[str]):
+        super().__init__(message)
+        self.problems = problems
 
 
 def _records(path: str, compression: str | None):
-    import tensorflow as tf
-
     return tf.data.TFRecordDataset(path, compression_type=tf_compression_type(compression))
 
 
 def _count_records(path: str, compression: str | None) -> tuple[int, str | None]:
     """Reads every record (TensorFlow checks both CRCs of each); returns the count and any read error."""
-    import tensorflow as tf
-
     try:
         return int(_records(path, compression).reduce(0, lambda n, _: n + 1)), None
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
@@ -60,8 +58,6 @@ def _count_records(path: str, compression: str | None) -> tuple[int, str | None]
 def _first_unparseable(path: str, compression: str | None, spec: dict, start: int) -> tuple[int, str]:
     """The first record from ``start`` on that does not parse with ``spec``, and why: run only after a batch failed,
     so it parses at most one batch, one record at a time."""
-    import tensorflow as tf
-
     for index, record in enumerate(_records(path, compression).skip(start), start):
         try:
             tf.io.parse_single_example(record, spec)
@@ -86,8 +82,6 @@ class _Parsed:
         self.count, self.error = 0, None
 
     def __iter__(self):
-        import tensorflow as tf
-
         spec = self.spec
         dataset = _records(self.path, self.compression).map(lambda r: tf.io.parse_single_example(r, spec))
         try:
@@ -198,7 +192,7 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
                 continue
             dtype = np.dtype(specs[feature]["dtype"])
             if dtype.kind in "biuf":  # the kinds the converter keeps statistics of
-                sums, _ = _sums(np.frombuffer(data, dtype).reshape(steps, *specs[feature]["shape"]))
+                sums, _ = feature_sums(np.frombuffer(data, dtype).reshape(steps, *specs[feature]["shape"]))
                 add(episode_sums, {feature: sums})
         covered[episode_id] = start + steps
         if not seen_order or seen_order[-1] != episode_id:
@@ -328,10 +322,6 @@ def verify(out: str) -> manifest_lib.Manifest:
       ValueError: the manifest is not valid (names the field).
       VerifyError: any mismatch; ``.problems`` lists each as "path: problem; fix".
     """
-    import tensorflow as tf
-
-    from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
-
     manifest = load_manifest(out, consistency=False)  # its fields against each other: weighed against the records
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     problems = []
@@ -390,10 +380,6 @@ def verify(out: str) -> manifest_lib.Manifest:
 
 def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """TFDS metadata (``tfshard tfds OUT``), when present, must describe these very shards and classes."""
-    from ..format.dataset import read_small_file
-    from ..format.storage import join
-    from .tfds_metadata import LABELS_FILE, tfds_label_names, tfds_shard_lengths
-
     path = join(out, "dataset_info.json")
     fix = f"run `tfshard tfds {out}` again (or remove the TFDS files)"
     try:

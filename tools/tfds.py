@@ -27,10 +27,13 @@ import os
 import shutil
 
 import numpy as np
+import tensorflow as tf
 
+from ..format.dataset import load_manifest
 from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name
 from ..format.records import DATA_PREFIX, EPISODE_FEATURES, IMAGE_FEATURES, data_features
-from ..format.storage import join
+from ..format.storage import is_url, join
+from ..ingest.lock import output_lock
 
 SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.tfrecord
 _TEMP_FOLDER = TEMP_PREFIX + "tfds"
@@ -90,8 +93,6 @@ def _unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None
 def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
     """Why TFDS's raw-bytes ``Tensor`` feature cannot read one of our episode features, or None: its own decode
     (``tf.io.decode_raw``, a reshape to ``[-1, *shape]``) is run on an empty value."""
-    import tensorflow as tf
-
     if 0 in shape:
         return f"no elements per step (shape {list(shape)}): the reshape cannot infer the steps"
     try:
@@ -101,10 +102,18 @@ def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str 
     return None
 
 
+def _tfds():
+    """tensorflow-datasets, the optional extra ``[tfds]``: imported on first use, so the rest of tfshard needs it not."""
+    try:
+        import tensorflow_datasets
+    except ImportError as e:
+        raise ImportError(f"TFDS metadata needs tensorflow-datasets ({e}); {_INSTALL}") from None
+    return tensorflow_datasets
+
+
 def tfds_features(manifest):
     """The ``tfds.features.FeaturesDict`` of a manifest's records, keyed by the records' own keys."""
-    import tensorflow_datasets as tfds
-
+    tfds = _tfds()
     if manifest.kind == "images":
         features = {key: _scalar(tfds, spec) for key, spec in IMAGE_FEATURES.items()}
         features["image/encoded"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
@@ -124,9 +133,7 @@ def tfds_features(manifest):
 
 def _remove_temp_folder(path: str) -> None:
     """Removes what sits at our temporary name: a link or a file itself (never what a link points to), or a folder."""
-    import tensorflow as tf
-
-    if "://" in path:
+    if is_url(path):
         if tf.io.gfile.exists(path):
             tf.io.gfile.rmtree(path)
     elif os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
@@ -137,11 +144,9 @@ def _remove_temp_folder(path: str) -> None:
 
 def _fresh_temp_folder(out: str) -> str:
     """``OUT/.tmp-tfds``, new and empty: whatever a killed run (or anyone) left there goes first."""
-    import tensorflow as tf
-
     temp = join(out, _TEMP_FOLDER)
     _remove_temp_folder(temp)
-    if "://" in temp:
+    if is_url(temp):
         tf.io.gfile.makedirs(temp)
     else:
         os.mkdir(temp, 0o755)  # fails rather than reuse anything created in between
@@ -160,19 +165,11 @@ def write_tfds_metadata(out: str) -> list[str]:
         decode (the message says why); nothing is moved into OUT.
       ImportError: tensorflow-datasets is not installed (the message says how to install it).
     """
-    import tensorflow as tf
-
-    from ..format.dataset import load_manifest
-    from .lock import output_lock
-
     manifest = load_manifest(out)
     if manifest.compression is not None:
         raise ValueError(f"{out}: gzip shards; TFDS opens TFRecord files uncompressed only, so it cannot read them: "
                          "convert again without --compression to open the dataset from TFDS")
-    try:
-        import tensorflow_datasets as tfds
-    except ImportError as e:
-        raise ImportError(f"TFDS metadata needs tensorflow-datasets ({e}); {_INSTALL}") from None
+    tfds = _tfds()
     try:
         features = tfds_features(manifest)
     except ValueError as e:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -25,12 +25,16 @@ from PIL import Image, ImageDraw
 
 from ..format.names import tf_compression_type
 from ..format.records import IMAGE_FEATURES, parse_spec
-from . import files as files_lib
+from ..format.storage import write_atomic
+from ..readers import files as files_lib
+from ..readers.arguments import check_count
+from ..readers.episodes import episodes as read_episodes
+from ..readers.episodes import feature_schema
+from ..readers.image_ops import decode_center_crop, decode_random_crop
+from ..readers.windows.dataset import resident_layout
+from ..readers.windows.layout import check_window_args
+from ..readers.windows.starts import window_count
 from . import fonts as fonts_lib
-from .arguments import check_count
-from .images import decode_center_crop, decode_random_crop
-from .layout import check_window_args
-from .starts import window_count
 
 LABEL_WIDTH = 150  # the class-name column of a contact sheet
 CAPTION_HEIGHT = 16  # the file name under each tile
@@ -158,8 +162,6 @@ def check_episode_args(path: str, split: str, episodes: int, length: int | None,
                        max_windows: int) -> tuple[int, int]:
     """The window ``(length, shift)`` to draw, each defaulted from the first episode when None, after the checks
     ``readers.windows(length=, shift=)`` makes, with its messages (a split with no episode that long too)."""
-    from .windows import resident_layout
-
     check_count(episodes, "n", path, high=MAX_EPISODES, fix="pass an -n (episodes drawn, a line each) in that range")
     check_count(max_windows, "max_windows", path, low=4, high=64, fix="pass a count of spans in that range")
     dataset = files_lib.info(path)
@@ -198,9 +200,6 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
         from matplotlib.figure import Figure
     except ImportError as e:
         raise ImportError(f"episode previews need matplotlib ({e}); {_INSTALL}") from None
-    from .episodes import episodes as read_episodes
-    from .episodes import feature_schema
-
     length, shift = check_episode_args(path, split, episodes, length, shift, max_windows)
     dataset = files_lib.info(path)
     info = files_lib.split_info(dataset, split)
@@ -271,3 +270,20 @@ def preview(path: str, split: str = "train", n: int | None = None, *, augmented:
         return image_sheet(path, split, 8 if n is None else n, tile=128 if tile is None else tile,
                            augmented=False if augmented is None else augmented, seed=0 if seed is None else seed)
     return episode_plot(path, split, 3 if n is None else n, length=length, shift=shift)
+
+
+PICTURE_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}
+
+
+def save_picture(image: Image.Image, path: str) -> None:
+    """Writes a preview to ``path`` (PNG, or JPEG by the extension) under a fresh temporary name, then renames it:
+    the folder is the user's, so nothing planted at a predictable name is ever written through."""
+    extension = os.path.splitext(path)[1].lower()
+    if extension not in PICTURE_FORMATS:
+        raise ValueError(f"{path}: --output must end in .png, .jpg or .jpeg (got {extension or 'no extension'})")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{path}: folder {folder} does not exist; create it or choose another --output")
+    data = io.BytesIO()
+    image.save(data, PICTURE_FORMATS[extension])
+    write_atomic(path, data.getvalue())

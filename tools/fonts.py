@@ -17,7 +17,7 @@ import functools
 import importlib.util
 import os
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from PIL import ImageDraw, ImageFont
 

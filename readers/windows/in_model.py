@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import keras
 import tensorflow as tf
 
-from . import files as files_lib
-from .arguments import check_reading
-from .layout import (Concatenated, Layout, Targets, check_not_empty, check_resume, check_window_args,
-                     per_replica_text)
-from .resident import (_index_batches, _variables_on, check_batch_divides, default_device, draw_seed,
-                       gather_windows, pick_strategy, resumable_options)
+from .. import files as files_lib
+from ..arguments import check_not_empty, check_reading, check_resume, per_replica_text
+from .dataset import resident_layout
+from .index import gather_windows, index_batches, resumable_options
+from .layout import Concatenated, Layout, Targets, check_window_args
+from .resident import check_batch_divides, default_device, draw_seed, pick_strategy, variables_on
 from .starts import row_steps, window_count, window_starts
-from .windows import resident_layout
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -129,7 +128,7 @@ class ModelWindows:
 
 def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, device: str | None):
     if strategy is None:
-        return _variables_on(data, [device or default_device()])[0]
+        return variables_on(data, [device or default_device()])[0]
     with strategy.scope():  # mirrored: one copy per replica, each read on its own device in the step
         return {n: tf.Variable(data.rows(n), trainable=False, name=f"resident_{n}") for n in data.arrays}
 
@@ -202,13 +201,13 @@ def model_windows(
     if drop_remainder:
         what = f"batch_size={batch_size}" if replicas == 1 else per_replica_text(batch_size // replicas, batch_size,
                                                                                   replicas)
-        check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon),
+        check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon), "windows",
                         "for this pipeline", batch_size, what)
     row = row_steps(source.lengths, length, shift, layout.horizon)
     data = source.load(None, row)
     arrays = _variables(data, strategy, device)
     starts = window_starts(data.lengths, length, shift, layout.horizon, row)
-    index = _index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
+    index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
                            drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step,
                            where=path)
     gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")

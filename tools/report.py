@@ -1,4 +1,5 @@
-"""Human-readable summaries of a dataset and of a conversion run, as lines of text (the CLI prints them).
+"""Human-readable summaries of a dataset and of a conversion run, as lines of text (the CLI prints them), and
+TensorFlow's op errors cut to one line.
 
     for line in summary_lines("photos-tfr", manifest, seconds=3.2):
         print(line)    #   train  3,670 records  2 shards  228.1 MB / photos-tfr: 3,670 records, ... (1,147 img/s)
@@ -7,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from ..format.records import data_features
 
@@ -99,3 +101,11 @@ def describe_lines(out: str, manifest) -> list[str]:
     lines.append(f"  options: {json.dumps(options, sort_keys=True)}")
     lines.append(f"  {kind_options} options: {json.dumps(manifest.options.get(kind_options, {}), sort_keys=True)}")
     return lines + summary_lines(out, manifest)
+
+
+def short_tf_error(message: str) -> str:
+    """TensorFlow's op error without its graph-function wrapper and op name, e.g. "corrupted record at 120"."""
+    lines = message.strip().splitlines() or [""]
+    text = re.sub(r"\{\{function_node [^}]*\}\}", "", lines[0])
+    text = re.sub(r"\s*\[Op:[^\]]*\].*$", "", text)
+    return text.split("' failed with")[0].strip()

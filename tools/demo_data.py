@@ -1,9 +1,9 @@
-"""The embedded default for ``tfshard demo``: a small, deterministic image class-folder tree.
+"""The embedded default of ``tfshard demo``: small, deterministic image and episode trees. Pure PIL/numpy.
 
-Pure PIL/numpy. Besides clean JPEGs it holds the inputs real datasets hide: a
-PNG named ``.jpg``, a CMYK JPEG, a grayscale JPEG, an EXIF-rotated JPEG, a
-truncated JPEG and a text file named ``.jpg``, so the demo shows conversion and
-rejection at work.
+Besides clean JPEGs the image tree holds the inputs real datasets hide: a PNG named
+``.jpg``, a CMYK JPEG, a grayscale JPEG, an EXIF-rotated JPEG, a truncated JPEG and
+a text file named ``.jpg``, so the demo shows conversion and rejection at work; the
+episodes include an empty one and one with a NaN.
 """
 
 from __future__ import annotations

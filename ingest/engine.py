@@ -1,0 +1,277 @@
+"""The conversion engine, shared by every kind of input: plan, prepare in parallel, write, commit, manifest.
+
+``convert_images`` and ``convert_episodes`` (``ingest/convert.py``) scan their
+source into a job (``ingest/jobs.py``); everything after the scan is ``run_job``.
+
+Resumable (``ingest/resume.py``): a rerun of the same command keeps every
+committed shard and ends byte-identical to an uninterrupted run. Shards that came
+out empty are dropped and the rest renumbered (``ingest/renumber.py``). The
+manifest is written last; the state folder is removed after it. What a run found
+in OUT (already complete, or how many shards it kept) goes to its ``on_status``
+callback as a ``RunStatus`` (and to the log at INFO); the return value is the manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+
+import tensorflow as tf  # OUT is read and written through tf.io.gfile (local or gs://); workers never import this
+import tqdm
+
+from ..format import manifest as manifest_lib
+from ..format.dataset import check_output_folder
+from ..format.names import STATE_DIR, TEMP_PREFIX, index_file_name
+from ..format.storage import check_bucket, is_url, join
+from ..format.tfrecord import SLOW_CRC32C
+from .errors import InputError
+from .kind import Kind
+from .lock import output_lock
+from .options import ConvertOptions
+from .parallel import default_workers, ordered_map
+from .plan import ShardSpec, plan_split, shuffled_order
+from .renumber import apply_renumbering, check_requested_shards, plan_renumbering, undo_unfinished_renumbering
+from .resume import RunStatus, committed_results, complete_dataset, prepare_output, record_commit
+from .write import ShardResult, remove_if_exists, write_shard, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+def plan_job(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
+    ordered, specs = {}, []
+    for split, items in job.items.items():
+        if not items:
+            log.warning("%s: split %r has no usable inputs; it is left out", job.src, split)
+            continue
+        ordered[split] = [items[i] for i in shuffled_order(len(items), options.seed)]
+        try:
+            specs += plan_split(
+                split,
+                [job.size_of(item) for item in ordered[split]],
+                target_bytes=options.shard_bytes,
+                num_shards=options.num_shards,
+                min_shards=options.min_shards,
+                compression=options.compression,
+            )
+        except ValueError as e:
+            found, asked = len(ordered[split]), max(options.num_shards or 0, options.min_shards)
+            if asked <= found:
+                raise InputError(f"{job.src}: split {split!r}: {e}") from e
+            raise InputError(
+                f"{job.src}: split {split!r}: {asked} shards asked for (got num_shards={options.num_shards!r}, "
+                f"min_shards={options.min_shards!r}) but only {found} {job.unit} inputs were found, counted before "
+                f"validation (the scan rejected {len(job.rejected)} in all); ask for at most {found} shards, fewer "
+                "if some inputs are rejected"
+            ) from e
+    if not specs:
+        raise InputError(f"{job.src}: {job.nothing_found}")
+    return ordered, specs
+
+
+def _fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -> str:
+    return manifest_lib.fingerprint(
+        {
+            "kind": job.kind,
+            "options": options.identity(job.kind),
+            "inputs": job.identity(),
+            "sources": {s: [job.source_key(item) for item in items] for s, items in ordered.items()},
+        }
+    )
+
+
+def _write_shards(
+    job: Kind, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int,
+    progress: bool,
+) -> Iterator[tuple[ShardSpec, ShardResult]]:
+    tasks = (ordered[s.split][i] for s in todo for i in range(s.start, s.stop))
+    results = ordered_map(
+        job.prepare,
+        tasks,
+        workers=workers,
+        size_of=job.size_of,
+        max_pending_bytes=max(workers, 1) * options.shard_bytes,
+    )
+    started = time.monotonic()
+    done_bytes = 0
+    total = sum(s.num_records for s in todo)
+    with tqdm.tqdm(total=total, unit=job.unit, disable=not progress, dynamic_ncols=True, desc=job.kind) as bar:
+
+        def on_item(item) -> None:
+            nonlocal done_bytes
+            done_bytes += job.size_of(item)
+            bar.update(1)
+            elapsed = time.monotonic() - started
+            if elapsed > 0:
+                bar.set_postfix_str(f"{done_bytes / elapsed / 1e6:.1f} MB/s", refresh=False)
+
+        try:
+            for spec in todo:
+                pairs = ((item, next(results)) for item in ordered[spec.split][spec.start : spec.stop])
+                yield spec, write_shard(job, out, spec, pairs, options, on_item)
+        finally:
+            results.close()
+
+
+def _assemble(
+    job: Kind, specs: list[ShardSpec], results: dict[str, ShardResult], options: ConvertOptions, fingerprint: str
+) -> manifest_lib.Manifest:
+    splits = {}
+    rejected = [{"path": r.relpath, "reason": r.reason} for r in job.rejected]
+    for split in dict.fromkeys(s.split for s in specs):
+        parts = [results[s.file_name] for s in specs if s.split == split]
+        splits[split] = manifest_lib.SPLIT_TYPES[job.kind](
+            shards=[p.info for p in parts],
+            records=sum(p.info.records for p in parts),
+            bytes=sum(p.info.bytes for p in parts),
+            **job.split_fields([p.stats for p in parts]),
+        )
+        rejected += [r for p in parts for r in p.rejected]
+    return manifest_lib.Manifest(
+        kind=job.kind,
+        fingerprint=fingerprint,
+        compression=options.compression,
+        features=job.features,
+        class_names=job.class_names,
+        splits=splits,
+        options={**options.identity(job.kind), **job.summary([r.stats for r in results.values()])},
+        rejected=sorted(rejected, key=lambda r: r["path"]),
+        ignored=job.ignored,
+        ignored_files=job.ignored_files,
+    )
+
+
+def check_folders(src: str, out: str) -> None:
+    if not out:
+        raise InputError(f"output folder: an empty path (got {out!r}); pass the folder to write (created if missing)")
+    if not is_url(out) and not is_url(src):
+        src_real, out_real = os.path.realpath(src), os.path.realpath(out)
+        if out_real == src_real or out_real.startswith(src_real + os.sep):
+            raise InputError(f"{out}: output folder is inside the source folder {src}; choose a folder outside it")
+
+
+def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool,
+            runner: Callable | None = None, on_status: Callable[[RunStatus], None] | None = None):
+    """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died.
+
+    Holds ``OUT/.tfshard-lock`` throughout, so a second conversion into the same OUT fails at once.
+    ``runner`` (e.g. ``ingest.beam_runner.BeamRunner``) writes the shards still to do elsewhere;
+    planning, resume and the manifest stay here, so both produce the same files. ``on_status`` is
+    called once with a ``RunStatus`` before any shard is written.
+
+    Raises:
+      OutputLockedError: another conversion is writing into ``out``.
+      OSError: ``errno.ENOSPC`` when the disk fills up (committed shards are kept for the rerun).
+    """
+    if SLOW_CRC32C:
+        log.warning("google-crc32c has no compiled extension on this platform; framing records will be slow "
+                    "(pip install --force-reinstall google-crc32c, or use a platform it ships wheels for)")
+    workers = default_workers() if workers is None else workers
+    ordered, specs = plan_job(job, options)
+    fingerprint = _fingerprint(job, ordered, options)
+    check_output_folder(out)
+    check_bucket(out)
+    if not overwrite:  # found without the lock, which a read-only OUT could not give
+        existing = complete_dataset(out, fingerprint)
+        if existing is not None:
+            return _already_complete(out, existing, on_status or (lambda status: None))
+    tf.io.gfile.makedirs(out)
+    try:
+        with output_lock(out):
+            return _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers, overwrite=overwrite,
+                               progress=progress, runner=runner, on_status=on_status or (lambda status: None))
+    except tf.errors.ResourceExhaustedError as e:
+        raise _no_space(out) from e
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise _no_space(out) from e
+        raise
+
+
+def _no_space(out: str) -> OSError:
+    return OSError(
+        errno.ENOSPC,
+        f"{out}: no space left on the device; free space (or choose a folder on a larger disk) and run the same "
+        "command again: committed shards are kept",
+    )
+
+
+def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner, on_status):
+    planned = [s.file_name for s in specs]
+    if options.index:
+        planned += [index_file_name(n) for n in planned]
+    existing = prepare_output(out, fingerprint, overwrite, planned + [manifest_lib.MANIFEST_NAME])
+    if existing is not None:
+        return _already_complete(out, existing, on_status)
+    undo_unfinished_renumbering(out)  # before plan.json forgets the renamed files' names
+    state = join(out, STATE_DIR)
+    write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
+    for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
+        remove_if_exists(join(out, TEMP_PREFIX + name))
+    results = committed_results(out, specs, options.index, job)
+    if results:
+        log.info("%s: resuming; %d of %d shards already committed", out, len(results), len(specs))
+    on_status(RunStatus(False, len(results), len(specs), sum(r.info.records for r in results.values()),
+                        sum(r.info.bytes for r in results.values())))
+    todo = [s for s in specs if s.file_name not in results]
+    if runner is None:
+        for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress):
+            record_commit(out, spec, result)
+            results[spec.file_name] = result
+    elif todo:
+        runner(job, out, todo, ordered, options)  # commits each shard and its record from the workers
+        results = committed_results(out, specs, options.index, job)
+        missing = [s.file_name for s in specs if s.file_name not in results]
+        if missing:
+            raise RuntimeError(
+                f"{out}: the runner finished without committing {len(missing)} shard(s), e.g. {missing[0]}"
+            )
+    specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned)
+    manifest = _assemble(job, specs, results, options, fingerprint)
+    write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
+    tf.io.gfile.rmtree(state)
+    return manifest
+
+
+def _already_complete(out: str, existing: manifest_lib.Manifest, on_status) -> manifest_lib.Manifest:
+    log.info("%s: already complete for these inputs and options; nothing to do", out)
+    shards = sum(len(split.shards) for split in existing.splits.values())
+    on_status(RunStatus(True, shards, shards, existing.total_records, existing.total_bytes))
+    return existing
+
+
+def _close_gaps(job: Kind, out: str, specs: list[ShardSpec], results: dict[str, ShardResult], options,
+                fingerprint: str, planned: list[str]) -> tuple[list[ShardSpec], dict[str, ShardResult]]:
+    """Drops shards that hold no record (every input rejected) and renumbers the rest (``ingest/renumber.py``)."""
+
+    records = {name: result.info.records for name, result in results.items()}
+    renumbering = plan_renumbering(specs, records, compression=options.compression, index=options.index)
+    if not renumbering.dropped:
+        return specs, results
+    check_requested_shards(job.src, renumbering, specs, records, num_shards=options.num_shards,
+                           min_shards=options.min_shards, unit=job.unit)
+    if not renumbering.specs:
+        first = next(r for result in results.values() for r in result.rejected)
+        raise InputError(f"{job.src}: every input was rejected, e.g. {first['path']}: {first['reason']}; "
+                         "no dataset is written")
+    for split in dict.fromkeys(s.split for s in specs):
+        if not any(s.split == split for s in renumbering.specs):
+            log.warning("%s: split %r: every input was rejected; it is left out", job.src, split)
+    apply_renumbering(out, renumbering, fingerprint, planned)
+    renamed = {}
+    for spec in renumbering.specs:
+        result = results[renumbering.planned_names[spec.file_name]]
+        index_name = index_file_name(spec.file_name) if result.info.index_file else None
+        info = dataclasses.replace(result.info, file=spec.file_name, index_file=index_name)
+        renamed[spec.file_name] = dataclasses.replace(result, info=info)
+    # The dropped shards' rejections still belong in the manifest.
+    kept = set(renumbering.planned_names.values())
+    lost = [r for name, result in results.items() if name not in kept for r in result.rejected]
+    if lost:
+        first = renumbering.specs[0].file_name
+        renamed[first] = dataclasses.replace(renamed[first], rejected=renamed[first].rejected + lost)
+    return renumbering.specs, renamed

@@ -1,0 +1,140 @@
+"""The window-start stream and the gather: what turns resident arrays into batches of windows.
+
+``index_batches`` is a dataset of window *start rows* (int32 below 2**31 rows: 4
+bytes a window): each epoch they are permuted as one op (``stateless_shuffle``,
+seeded per epoch), cut into batches, and (``gather_batches``) every batch becomes
+windows with one vectorised gather of rows ``starts[:, None] + range(span / g)``,
+placed on the arrays' device (``gather_windows``). ``readers/windows/resident.py``
+places the arrays and builds one such pipeline per replica; ``in_model.py`` runs
+the same gather inside the model's step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ..options import external_state_ignored, quiet_options
+from .layout import Concatenated, Layout
+from .starts import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def index_batches(
+    starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
+    limit: int | None = None, repeat: bool = False, start_step: int = 0, then: Callable | None = None,
+    where: str = "resident windows",
+) -> tf.data.Dataset:
+    """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
+
+    Each epoch permutes the starts as one op (``stateless_shuffle`` keyed by the epoch's seed) and slices
+    batches from it. Replica ``r`` of ``n`` takes positions ``r, r + n, ...`` of the permutation, so replicas'
+    shares are disjoint. Under ``resumable_options`` (symbolic checkpointing) a ``tf.train.Checkpoint`` of
+    the iterator holds only the epoch's seed and positions: a few KB; a restore recomputes the permutation.
+
+    ``limit``: use only the first ``limit`` positions of each epoch's permutation (equal steps across workers).
+    ``repeat``: epoch after epoch, each with a new permutation, in one iterator (whose checkpoint then holds
+    the epoch too). Epoch ``e``'s seed is then the e-th pair of ``Dataset.random(seed)``, so the stream is a
+    pure function of ``seed`` and the step: ``start_step`` starts it at any step without reading the ones before.
+    ``then``: a function of the start rows run in one parallel map (the gather: one map, one hand-off).
+    """
+    usable = len(starts) if limit is None else min(limit, len(starts))
+    per_replica = usable // replicas  # equal shares, so no replica runs out of steps before the others
+    full, tail = divmod(per_replica, batch_size)
+    tail = 0 if drop_remainder else tail
+    per_epoch = full + (1 if tail else 0)
+    all_starts = tf.constant(starts)
+
+    def epoch(seed_pair):
+        order = tf.random.experimental.stateless_shuffle(all_starts, seed_pair) if shuffle else all_starts
+        mine = order[replica : replica + per_replica * replicas : replicas]
+        batches = tf.data.Dataset.from_tensor_slices(tf.reshape(mine[: full * batch_size], [full, batch_size]))
+        if tail:
+            batches = batches.concatenate(tf.data.Dataset.from_tensors(mine[full * batch_size :]))
+        return batches
+
+    def rows(index: tf.data.Dataset) -> tf.data.Dataset:
+        return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
+
+    if repeat:
+        if not per_epoch:  # an endless stream of empty epochs would never yield: refuse it
+            raise ValueError(f"{where}: {usable} windows over {replicas} replicas leave replica {replica} no batch "
+                             "in an epoch, so repeat=True would never yield one; pass a smaller batch_size or use "
+                             "fewer replicas")
+        first_epoch, first_batch = divmod(start_step, per_epoch)
+        if first_epoch > INT32_LIMIT:
+            raise ValueError(f"{where}: start_step={start_step} is {first_epoch} epochs in; tf.data skips at most "
+                             f"{INT32_LIMIT}; pass the step count the job saved")
+        seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch).enumerate()
+        return rows(seeds.flat_map(lambda e, seed_pair: epoch(seed_pair).skip(
+            tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))
+    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
+    return rows(seeds.flat_map(epoch)).apply(tf.data.experimental.assert_cardinality(per_epoch))
+
+
+class Keys:
+    """Which episode (its id: source order) and step each window starts at, computed from its start row."""
+
+    def __init__(self, data: Concatenated, dtype: tf.DType):
+        self.row = data.row
+        self.offsets = tf.constant((data.offsets // data.row).astype(dtype.as_numpy_dtype))  # start row of each episode
+        self.ids = tf.constant(np.asarray(data.ids, np.int64))
+
+    def of(self, starts: tf.Tensor) -> dict[str, tf.Tensor]:
+        episode = tf.searchsorted(self.offsets, starts, side="right") - 1
+        step = tf.cast(starts - tf.gather(self.offsets, episode), tf.int64) * self.row
+        return {"episode": tf.gather(self.ids, episode), "step": step}
+
+
+def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
+    """A gather straight from the variable's buffer, never a read of the whole array. A mirrored variable in a
+    replica's step gives that replica's own copy (``tf.gather`` would read it whole first: no ``sparse_read``)."""
+    try:
+        handle = array.handle
+    except ValueError:  # a mirrored variable outside any replica's step: tf.gather reads its primary copy
+        return tf.gather(array, rows)
+    return tf.raw_ops.ResourceGather(resource=handle, indices=rows, dtype=array.dtype)
+
+
+def gather_windows(arrays: dict, starts: tf.Tensor, names: Sequence[str], span: int) -> dict[str, tf.Tensor]:
+    """Windows ``[B, span, ...]`` of the row-shaped arrays ``[rows, g, ...]`` at start rows ``starts`` ``[B]``:
+    one gather of ``span / g`` consecutive rows per window and feature, on the arrays' device."""
+    out = {}
+    for name in names:
+        array = arrays[name]
+        row = array.shape[1]
+        with tf.device(array.device):
+            rows = starts[:, None] + tf.range(span // row, dtype=starts.dtype)
+            gathered = _gather_rows(array, rows)  # [B, span / g, g, ...]: contiguous blocks of g steps
+            out[name] = tf.reshape(gathered, [tf.shape(starts)[0], span, *array.shape[2:]])  # no -1: [T, 0] too
+    return out
+
+
+def gather_batches(make_index: Callable, arrays: dict, layout: Layout, length: int,
+                    keys: Keys | None = None) -> tf.data.Dataset:
+    """``make_index``: ``index_batches`` with its arguments bound; the gather runs in its map."""
+    span = length + layout.horizon
+
+    def gather(batch_starts):
+        # Runs where the arrays are; only the [B, L, ...] result leaves the device (to the host: see readers.windows).
+        element = layout.shape(gather_windows(arrays, batch_starts, layout.gathered, span), length)
+        return element if keys is None else (keys.of(batch_starts), element)
+
+    return make_index(then=gather).prefetch(AUTOTUNE).with_options(
+        resumable_options(small=make_index.keywords.get("repeat", False)))
+
+
+def resumable_options(small: bool) -> tf.data.Options:
+    """What lets ``tf.train.Checkpoint(input=iterator)`` save a resident pipeline mid-epoch: the gather's read
+    of the resident arrays treated as external state (they never change while the dataset exists).
+
+    ``small`` (``repeat=True``, the resume path): symbolic checkpointing too, so the checkpoint holds
+    positions into the index (~2 KB), not the prefetched windows (MBs). It costs ~10% of the windows/s
+    iterated from Python (measured A/B, 1 channel), so one-epoch datasets keep TensorFlow's explicit mode.
+    """
+    options = external_state_ignored(quiet_options())
+    options.experimental_symbolic_checkpoint = small
+    return options
