@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from . import manifest as manifest_lib
+from . import untrusted
 from .names import LOCK_NAME, STATE_DIR
 from .storage import NotRegularFileError, gfile, is_url, join, open_for_reading, stat_regular
 
@@ -70,7 +71,7 @@ def _no_manifest(out: str, path: str) -> FileNotFoundError:
 
 
 def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
-    """Reads and validates ``out/dataset.json`` (``consistency``: see ``manifest.manifest_from_dict``).
+    """Reads and validates ``out/dataset.json`` (``consistency``: see ``untrusted.manifest_from_dict``).
 
     Raises:
       FileNotFoundError: ``out`` does not exist, or holds no manifest; the message says which, and whether
@@ -95,6 +96,6 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
         data = read_small_file(path, "manifest")
     except NotRegularFileError as e:
         raise manifest_lib.ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
-    return manifest_lib.from_json(data, path, consistency)
+    return untrusted.from_json(data, path, consistency)
 
 

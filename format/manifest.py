@@ -12,7 +12,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import re
 from typing import Any
 
 from .names import INDEX_NAME, MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_output_name, is_shard_name  # noqa: F401
@@ -21,7 +20,6 @@ from .records import EPISODE_FEATURES, IMAGE_FEATURES, episode_features  # noqa:
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 1 << 30  # checked before a manifest or state file is read into memory
 KINDS = ("images", "episodes")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Every episode data dtype the readers decode (tf.io.decode_raw, plus a bitcast for <u4/<u8), spelt as the
 # writer spells it: little-endian, '|' for one byte. Plain strings, so the scan checks inputs against them without
 # TensorFlow; anything else (float128 '<f16', complex256 '<c32', big-endian) converts but no reader can load.
@@ -141,23 +139,6 @@ class ManifestError(ValueError):
     """A manifest or state file that is not what tfshard wrote: the message names the file and the field."""
 
 
-def parse_json(text: str | bytes, source: str) -> Any:
-    """JSON text of an untrusted file → Python values; any problem is one ``ManifestError`` naming ``source``."""
-    try:
-        if isinstance(text, bytes):
-            text = text.decode("utf-8")
-        return json.loads(text)
-    except UnicodeDecodeError as e:
-        raise ManifestError(f"{source}: not UTF-8 text (byte {e.start}); {_REWRITE}") from None
-    except RecursionError:
-        raise ManifestError(f"{source}: JSON nested too deeply to be a tfshard file; {_REWRITE}") from None
-    except json.JSONDecodeError as e:
-        raise ManifestError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); {_REWRITE}") from None
-
-
-_REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
-
-
 def is_count(value: Any, low: int = 0, high: float = math.inf) -> bool:
     """An int (not a bool) in ``[low, high]``: what every count in a manifest or state file must be."""
     return not isinstance(value, bool) and isinstance(value, int) and low <= value <= high
@@ -166,234 +147,6 @@ def is_count(value: Any, low: int = 0, high: float = math.inf) -> bool:
 def is_finite_number(value: Any) -> bool:
     """An int or float (not a bool) that is finite: what every statistic in a manifest or state file must be."""
     return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-
-
-class _Checker:
-    """Type checks of untrusted JSON, each failing with the file and the field's path in the message."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, where: str, problem: str, value: Any = None) -> None:
-        shown = repr(value)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise ManifestError(f"{self.source}: field {where}: {problem} (got {shown}); {_REWRITE}")
-
-    def of(self, value: Any, types, where: str, what: str) -> Any:
-        if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-            self.fail(where, f"must be {what}", value)
-        if not isinstance(value, types):
-            self.fail(where, f"must be {what}", value)
-        return value
-
-    def count(self, value: Any, where: str, low: int = 0) -> int:
-        self.of(value, int, where, "an integer")
-        if not is_count(value, low):
-            self.fail(where, f"must be at least {low}", value)
-        return value
-
-    def text(self, value: Any, where: str) -> str:
-        return self.of(value, str, where, "a string")
-
-    def mapping(self, value: Any, where: str) -> dict:
-        return self.of(value, dict, where, "an object")
-
-    def sequence(self, value: Any, where: str) -> list:
-        return self.of(value, list, where, "a list")
-
-    def numbers(self, value: Any, where: str, nullable: bool = True) -> None:
-        if value is None and nullable:
-            return
-        for i, v in enumerate(self.sequence(value, where)):
-            if v is None and nullable:
-                continue
-            if not is_finite_number(v):
-                self.fail(f"{where}[{i}]", "must be a finite number", v)
-
-    def keys(self, value: dict, where: str, required: set, optional: set = frozenset()) -> None:
-        missing = sorted(required - set(value))
-        unknown = sorted(set(value) - required - set(optional))
-        if missing:
-            self.fail(where, f"lacks {', '.join(missing)}", sorted(value))
-        if unknown:
-            self.fail(where, f"has unknown keys {', '.join(unknown)}", sorted(value))
-
-
-_MANIFEST_KEYS = {f.name for f in dataclasses.fields(Manifest)}
-
-
-def shard_from_dict(raw: Any, source: str, where: str = "shard", expected_file: str | None = None) -> ShardInfo:
-    """A validated ``ShardInfo``: its file is a plain shard name (``expected_file`` when given), never a path."""
-    check = _Checker(source)
-    check.keys(check.mapping(raw, where), where, {"file", "records", "bytes", "sha256"}, {"index_file", "index_sha256"})
-    if not is_shard_name(raw["file"]) or (expected_file is not None and raw["file"] != expected_file):
-        check.fail(f"{where}.file", f"must be {expected_file or 'a shard file name inside OUT'}", raw["file"])
-    check.count(raw["records"], f"{where}.records")
-    check.count(raw["bytes"], f"{where}.bytes")
-    if not (isinstance(raw["sha256"], str) and _SHA256.match(raw["sha256"])):
-        check.fail(f"{where}.sha256", "must be 64 lowercase hex digits", raw["sha256"])
-    index_file, index_sha256 = raw.get("index_file"), raw.get("index_sha256")
-    if index_file is not None or index_sha256 is not None:
-        expected_index = raw["file"].rsplit(".tfrecord", 1)[0] + ".idx"
-        if index_file != expected_index:
-            check.fail(f"{where}.index_file", f"must be {expected_index!r} or null", index_file)
-        if not (isinstance(index_sha256, str) and _SHA256.match(index_sha256)):
-            check.fail(f"{where}.index_sha256", "must be 64 lowercase hex digits", index_sha256)
-    return ShardInfo(**raw)
-
-
-def _check_features(check: _Checker, features: Any) -> None:
-    for key, spec in check.mapping(features, "features").items():
-        where = f"features[{key!r}]"
-        check.keys(check.mapping(spec, where), where, {"dtype", "shape"}, {"description"})
-        if not (isinstance(spec["dtype"], str) and spec["dtype"] in _DTYPES):
-            check.fail(f"{where}.dtype", f"must be 'string', 'int64' or a dtype the readers decode "
-                       f"({', '.join(sorted(EPISODE_DTYPES))})", spec["dtype"])
-        for i, dim in enumerate(check.sequence(spec["shape"], f"{where}.shape")):
-            check.count(dim, f"{where}.shape[{i}]")
-
-
-def _episodes_from(check: _Checker, episodes: Any, where: str, shards: int) -> list[EpisodeInfo]:
-    ids, parsed = set(), []
-    for i, episode in enumerate(check.sequence(episodes, where)):
-        at = f"{where}[{i}]"
-        check.keys(check.mapping(episode, at), at, {"id", "source", "length", "shard"})
-        check.count(episode["id"], f"{at}.id")
-        check.text(episode["source"], f"{at}.source")
-        check.count(episode["length"], f"{at}.length", low=1)
-        if check.count(episode["shard"], f"{at}.shard") >= shards:
-            check.fail(f"{at}.shard", f"must be below the split's {shards} shards", episode["shard"])
-        if episode["id"] in ids:
-            check.fail(f"{at}.id", "appears twice", episode["id"])
-        ids.add(episode["id"])
-        parsed.append(EpisodeInfo(**episode))
-    return parsed
-
-
-def _split_totals(check: _Checker, where: str, raw: dict, shards: list[ShardInfo]) -> None:
-    # Readers take steps_per_epoch from the split's records: a total its own shards contradict is refused here.
-    for total in ("records", "bytes"):
-        held = sum(getattr(s, total) for s in shards)
-        if raw[total] != held:
-            check.fail(f"{where}.{total}", f"must equal the sum of its {len(shards)} shards' {total}, {held}",
-                       raw[total])
-
-
-def _class_counts(check: _Checker, where: str, counts: dict, class_names: list[str], records: int,
-                  consistency: bool) -> None:
-    for key, value in counts.items():
-        check.count(value, f"{where}[{key!r}]")
-    if not consistency:
-        return
-    if set(counts) != set(class_names):
-        missing, extra = sorted(set(class_names) - set(counts)), sorted(set(counts) - set(class_names))
-        check.fail(where, f"must name exactly the class_names (lacks {missing[:3]!r}, names {extra[:3]!r} "
-                   "that are not classes)", sorted(counts))
-    if sum(counts.values()) != records:
-        check.fail(where, f"must sum to the split's {records} records", sum(counts.values()))
-
-
-def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str, class_names: list[str],
-                     consistency: bool = True) -> SplitInfo:
-    where = f"splits[{name!r}]"
-    split_type = SPLIT_TYPES[kind]
-    own = {f.name for f in dataclasses.fields(split_type)}
-    check.keys(check.mapping(raw, where), where, {"shards", "records", "bytes"}, own)
-    shards = check.sequence(raw["shards"], f"{where}.shards")
-    if not shards:
-        check.fail(f"{where}.shards", "must list at least one shard", shards)
-    parsed = []
-    for i, shard in enumerate(shards):
-        at = f"{where}.shards[{i}]"
-        info = shard_from_dict(shard, check.source, at)
-        match = SHARD_NAME.match(info.file)
-        expected = (name, i, len(shards), compression == "gzip")
-        got = (match["split"], int(match["index"]), int(match["count"]), match["gz"] is not None)
-        if got != expected:
-            check.fail(f"{at}.file", f"must be shard {i} of {len(shards)} of split {name!r}", info.file)
-        parsed.append(info)
-    check.count(raw["records"], f"{where}.records")
-    check.count(raw["bytes"], f"{where}.bytes")
-    if consistency:
-        _split_totals(check, where, raw, parsed)
-    fields = {"shards": parsed, "records": raw["records"], "bytes": raw["bytes"]}
-    if kind == "images":
-        counts = check.mapping(raw.get("class_counts", {}), f"{where}.class_counts")
-        _class_counts(check, f"{where}.class_counts", counts, class_names, raw["records"], consistency)
-        check.numbers(raw.get("pixel_mean"), f"{where}.pixel_mean")
-        check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
-        return ImageSplitInfo(**fields, class_counts=raw.get("class_counts", {}), pixel_mean=raw.get("pixel_mean"),
-                              pixel_std=raw.get("pixel_std"))
-    episodes = _episodes_from(check, raw.get("episodes"), f"{where}.episodes", len(parsed))
-    if len(episodes) > raw["records"]:
-        check.fail(f"{where}.episodes", f"lists more episodes than the split's {raw['records']} records",
-                   len(episodes))
-    for field in ("feature_mean", "feature_std"):
-        if raw.get(field) is not None:
-            for feature, values in check.mapping(raw[field], f"{where}.{field}").items():
-                check.numbers(values, f"{where}.{field}[{feature!r}]")
-    return EpisodeSplitInfo(**fields, episodes=episodes, feature_mean=raw.get("feature_mean"),
-                            feature_std=raw.get("feature_std"))
-
-
-def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:
-    """A validated ``Manifest`` from parsed JSON: every field's type, every shard name, every count that adds up.
-
-    Args:
-      raw: the parsed JSON.
-      source: the file named in error messages.
-      consistency: also check the fields against each other: each split's ``records`` and ``bytes`` are the sums
-        of its shards', its ``class_counts`` name exactly the ``class_names`` and sum to its ``records``. Readers
-        need them; ``verify`` (which weighs them against the shards themselves, to name the field that lies) and
-        ``--overwrite`` (which only needs the file list) pass False.
-
-    Raises:
-      ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
-    """
-    check = _Checker(source)
-    optional = {"format_version", "ignored_files"}
-    check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
-    check_format_version(raw.get("format_version", FORMAT_VERSION), source)
-    if raw["kind"] not in KINDS:
-        check.fail("kind", f"must be one of {KINDS}", raw["kind"])
-    check.text(raw["fingerprint"], "fingerprint")
-    if raw["compression"] not in (None, "gzip"):
-        check.fail("compression", "must be null or 'gzip'", raw["compression"])
-    _check_features(check, raw["features"])
-    seen: set[str] = set()
-    for i, name in enumerate(check.sequence(raw["class_names"], "class_names")):
-        check.text(name, f"class_names[{i}]")
-        if consistency and name in seen:
-            check.fail(f"class_names[{i}]", "names a class a second time", name)
-        seen.add(name)
-    check.mapping(raw["options"], "options")
-    for i, item in enumerate(check.sequence(raw["rejected"], "rejected")):
-        check.keys(check.mapping(item, f"rejected[{i}]"), f"rejected[{i}]", {"path", "reason"})
-        check.text(item["path"], f"rejected[{i}].path")
-        check.text(item["reason"], f"rejected[{i}].reason")
-    for key, value in check.mapping(raw["ignored"], "ignored").items():
-        check.count(value, f"ignored[{key!r}]")
-    for i, path in enumerate(check.sequence(raw.get("ignored_files", []), "ignored_files")):
-        check.text(path, f"ignored_files[{i}]")
-    splits = {}
-    for name, split in check.mapping(raw["splits"], "splits").items():
-        if not SPLIT_NAME.match(name):
-            check.fail("splits", "split names must be letters, digits or _", name)
-        splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"], raw["class_names"],
-                                        consistency)
-    return Manifest(**{**raw, "splits": splits})
-
-
-def from_json(text: str | bytes, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:
-    """Parses and validates ``dataset.json`` text; ``source`` names the file in error messages.
-
-    ``consistency``: see ``manifest_from_dict``.
-
-    Raises:
-      ManifestError (a ValueError): not valid JSON, or not a tfshard manifest of a supported version;
-        the message names the field.
-    """
-    return manifest_from_dict(parse_json(text, source), source, consistency)
 
 
 def fingerprint(payload: Any) -> str:

@@ -19,8 +19,10 @@ import zipfile
 import numpy as np
 
 from ..format.manifest import EPISODE_DTYPES
-from ..format.storage import NotRegularFileError, open_regular
+from ..format.storage import open_regular
+from . import npy
 from .errors import InputError
+from .npy import MAX_FEATURES, READ_ERRORS, BadFile
 from .plan import parse_size
 from .scan import (
     Rejection,
@@ -36,9 +38,6 @@ EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
 ON_NAN = ("fail", "skip", "keep")
 NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex; of these only EPISODE_DTYPES can be read back
-# Each feature is a record key, a manifest entry and a decode op in every reader, and each member costs a header
-# parse at scan time: an .npz of more arrays than this is no plausible episode, and is refused unread.
-MAX_FEATURES = 1024
 DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
 DEFAULT_MAX_EPISODE_BYTES = 2**30
 EMPTY_EPISODE = "empty episode (0 time steps); left out"
@@ -141,90 +140,6 @@ class PreparedEpisode:
     sums: dict  # name -> FeatureSums
 
 
-class _BadFile(ValueError):
-    """A problem with an episode file, in our own words: never the file's bytes (numpy's errors quote them)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _Member:
-    """One array of an episode file: where its data starts, and what its header declares."""
-
-    name: str | None  # the .npz member name, or None for a .npy file
-    dtype: np.dtype
-    shape: tuple[int, ...]
-
-    @property
-    def declared_bytes(self) -> int:
-        return int(self.dtype.itemsize) * math.prod(self.shape)
-
-
-def _read_header(f, available: int, where: str) -> tuple[np.dtype, tuple[int, ...], bool]:
-    """(dtype, shape, fortran order) of one .npy stream of ``available`` bytes, left at its data; checks the
-    data the header declares fits in the stream."""
-    try:
-        version = np.lib.format.read_magic(f)
-        reader = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = reader(f, max_header_size=2**16)
-    except EOFError:
-        raise _BadFile(f"{where}truncated .npy header") from None
-    except (ValueError, SyntaxError, TypeError):
-        raise _BadFile(f"{where}not a readable numpy file (bad magic string or header)") from None
-    shape = tuple(int(n) for n in shape)
-    if dtype.hasobject:
-        return dtype, shape, bool(fortran)  # refused by the caller, with its own reason; never read
-    declared = int(dtype.itemsize) * math.prod(shape)
-    if declared > available - f.tell():
-        raise _BadFile(f"{where}truncated: the header declares {declared:,} bytes of data, the file holds "
-                       f"{max(available - f.tell(), 0):,}")
-    return dtype, shape, bool(fortran)
-
-
-def _members(path: str, size: int, max_features: int = MAX_FEATURES) -> list[_Member]:
-    """The arrays of a .npy/.npz file from their headers, reading no data; ambiguous .npz names are refused, and so
-    is an .npz of more than ``max_features`` arrays (before any of their headers is read)."""
-    if path.lower().endswith(".npy"):
-        with open_regular(path) as f:
-            dtype, shape, _ = _read_header(f, size, "")
-            return [_Member(None, dtype, shape)]
-    with open_regular(path) as f, zipfile.ZipFile(f) as archive:
-        names = archive.namelist()
-        counts = collections.Counter(names)  # one pass: names.count(n) per name made the scan quadratic in members
-        duplicates = sorted(n for n, c in counts.items() if c > 1)
-        arrays = sorted(n for n in counts if n.endswith(".npy"))
-        clashes = sorted({n[: -len(".npy")] for n in arrays} & counts.keys())
-        if duplicates or clashes:
-            which = duplicates[:10] or [f"{n!r} and {n + '.npy'!r}" for n in clashes[:10]]
-            more = f" and {len(duplicates or clashes) - 10:,} more" if len(duplicates or clashes) > 10 else ""
-            raise _BadFile(f"ambiguous member names in the .npz ({', '.join(map(str, which))}{more} both name one "
-                           "array); re-export it with one member per array")
-        if len(arrays) > max_features:
-            raise _BadFile(f"the .npz holds {len(arrays):,} arrays, over the limit of {max_features:,} features per "
-                           "episode; stack arrays that share a shape into one feature")
-        found = []
-        for member in arrays:
-            info = archive.getinfo(member)
-            with archive.open(info) as stream:
-                dtype, shape, _ = _read_header(stream, info.file_size, f"member {member!r}: ")
-            found.append(_Member(member, dtype, shape))
-        return found
-
-
-def _problem(error: Exception) -> str:
-    """A reason for an unreadable episode file that quotes none of its content."""
-    if isinstance(error, _BadFile):
-        return str(error)
-    if isinstance(error, NotRegularFileError):
-        return "not a regular file (a FIFO, device or folder); only regular files are read"
-    if isinstance(error, zipfile.BadZipFile):
-        return "not a valid .npz (zip) archive"
-    if isinstance(error, OSError):
-        return f"cannot read: {error.strerror or type(error).__name__}"
-    return f"unreadable ({type(error).__name__})"
-
-
-_READ_ERRORS = (OSError, ValueError, zipfile.BadZipFile, EOFError, KeyError, RuntimeError, NotImplementedError)
-
-
 def _describe(schema: Schema) -> str:
     return ", ".join(f"{name}: {spec.dtype}{list(spec.shape)}" for name, spec in sorted(schema.items()))
 
@@ -240,9 +155,9 @@ def read_episode_header(file: SourceFile, max_episode_bytes: int = DEFAULT_MAX_E
         read_episode_header(SourceFile.of(p, "ep.npy", "train", -1, os.stat(p)))  # EpisodeSource(..., length=7)
     """
     try:
-        members = _members(file.path, file.size, max_features)
-    except _READ_ERRORS as e:
-        return Rejection(file.relpath, f"{_problem(e)}; re-export it")
+        members = npy.members(file.path, file.size, max_features)
+    except READ_ERRORS as e:
+        return Rejection(file.relpath, f"{npy.problem(e)}; re-export it")
     if not members:
         return Rejection(file.relpath, "no arrays in the .npz; re-export it with at least one named array")
     header = {NPY_FEATURE if m.name is None else m.name[: -len(".npy")]: (m.dtype, m.shape) for m in members}
@@ -359,17 +274,17 @@ def feature_sums(array: np.ndarray) -> tuple[FeatureSums, bool]:
 
 def _read_member(stream, available: int, where: str, spec: FeatureSpec, length: int) -> np.ndarray:
     """One array read into memory its header declares, after checking that header against the scan's."""
-    dtype, shape, fortran = _read_header(stream, available, where)
+    dtype, shape, fortran = npy.read_header(stream, available, where)
     expected = (np.dtype(spec.dtype), (length, *spec.shape))
     if (dtype.newbyteorder("<") if dtype.byteorder not in "|<" else dtype, shape) != expected:
-        raise _BadFile(f"{where}changed since the scan (now {dtype.str}{list(shape)}); run again")
+        raise BadFile(f"{where}changed since the scan (now {dtype.str}{list(shape)}); run again")
     array = np.empty(math.prod(shape), dtype)
     view = memoryview(array).cast("B")
     filled = 0
     while filled < len(view):  # streamed straight into the array: nothing is inflated or copied on the way
         count = stream.readinto(view[filled:])
         if not count:
-            raise _BadFile(f"{where}truncated data")
+            raise BadFile(f"{where}truncated data")
         filled += count
     return array.reshape(shape, order="F" if fortran else "C")
 
@@ -397,8 +312,8 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
     relpath = source.file.relpath
     try:
         arrays = _load_arrays(source, schema)
-    except _READ_ERRORS as e:
-        return Rejection(relpath, f"cannot load: {_problem(e)}; re-export it")
+    except READ_ERRORS as e:
+        return Rejection(relpath, f"cannot load: {npy.problem(e)}; re-export it")
     step_bytes = sum(spec.step_bytes for spec in schema.values())
     steps_per_chunk = max(1, options.max_record_bytes // max(step_bytes, 1))
     chunks, sums = [], {}

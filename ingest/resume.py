@@ -21,6 +21,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..format import manifest as manifest_lib
+from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.names import LOCK_NAME, STATE_DIR, TEMP_PREFIX, TFDS_FILES
 from ..format.storage import NotRegularFileError, file_sha256, is_url, join, stat_regular
@@ -92,7 +93,7 @@ def read_state(path: str) -> Any:
     """A state file's JSON: a regular file of ours (never through a symlink), size-capped, parsed untrusted."""
     if not is_url(path) and os.path.islink(path):
         raise manifest_lib.ManifestError(f"{path}: a symlink, not a state file tfshard wrote; remove it and run again")
-    return manifest_lib.parse_json(read_small_file(path, "state file"), path)
+    return untrusted.parse_json(read_small_file(path, "state file"), path)
 
 
 def files_to_remove(raw: Any, path: str) -> list[str]:
@@ -127,7 +128,7 @@ def _ours_tfds_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """TFDS metadata beside a dataset that ``tfshard tfds`` wrote for it (its description names the dataset's
     fingerprint); metadata of anything else is not ours to remove."""
     try:
-        info = manifest_lib.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
+        info = untrusted.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
         ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))
     except (OSError, ValueError):
         return []

@@ -26,6 +26,7 @@ from typing import Any
 import tensorflow as tf  # shards reach OUT through tf.io.gfile (local or gs://); workers never import this module
 
 from ..format import manifest as manifest_lib
+from ..format import untrusted
 from ..format.manifest import ShardInfo
 from ..format.names import TEMP_PREFIX, index_file_name
 from ..format.storage import is_url, join, write_atomic
@@ -227,7 +228,7 @@ class ShardResult:
     def from_dict(cls, raw: Any, job, source: str, file_name: str) -> ShardResult:
         """A commit record read back from the state folder; anything unexpected is a ValueError naming ``source``."""
         try:
-            info = manifest_lib.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
+            info = untrusted.shard_from_dict(raw["info"], source, "info", expected_file=file_name)
             rejected = [{"path": str(r["path"]), "reason": str(r["reason"])} for r in raw["rejected"]]
             return cls(info, job.stats_from_dict(raw["stats"], info.records), rejected)
         except (KeyError, TypeError, AttributeError, IndexError, ValueError) as e:

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import convert_episode_tree, random_episodes, save_episodes
 from tfshard import readers
-from tfshard.format.manifest import EPISODE_DTYPES, ManifestError, from_json
+from tfshard.format.manifest import EPISODE_DTYPES, ManifestError
+from tfshard.format.untrusted import from_json
 from tfshard.ingest import InputError
 from tfshard.ingest.episodes import MAX_FEATURES, read_episode_header
 from tfshard.ingest.scan import SourceFile
