@@ -146,7 +146,8 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and TensorFlow's own logs (anywhere on the line)."),
+    debug: bool = typer.Option(False, "--debug",
+                               help="Show tracebacks and TensorFlow's own logs (anywhere on the line)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what the library does (anywhere on the line)."),
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print the version."),
 ) -> None:
@@ -154,7 +155,8 @@ def _main(
     if not debug:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     prefer_small_gcs_blocks()  # before TensorFlow first touches gs://
-    logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING, format="%(levelname)s: %(message)s")
+    logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING,
+                        format="%(levelname)s: %(message)s")
 
 
 def _echo_lines(lines) -> None:
@@ -229,7 +231,8 @@ def images(
     rgb: bool = typer.Option(False, "--rgb", help="Convert grayscale images to 3-channel RGB."),
     max_side: Optional[int] = typer.Option(None, help="Resize so the longer side is at most N pixels."),
     max_pixels: int = typer.Option(89_478_485, help="Reject images with more pixels (decompression bombs)."),
-    validate: bool = typer.Option(True, "--validate/--no-validate", help="Decode every image to catch corruption (JPEGs at 1/8 scale: every byte still entropy-decoded)."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="Decode every image to catch corruption "
+                                  "(JPEGs at 1/8 scale, strictly: every byte still entropy-decoded)."),
     on_error: OnError = typer.Option(OnError.skip, help="skip: record bad files in the manifest; fail: stop."),
     workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
@@ -334,7 +337,7 @@ def verify(out: str = typer.Argument(..., help="A dataset folder.")) -> None:
     except VerifyError as e:
         for problem in e.problems:
             typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except _errors() as e:
         _fail(e)
     shards = sum(len(s.shards) for s in manifest.splits.values())
@@ -481,7 +484,8 @@ def service_worker(
     ),
 ) -> None:
     """Start a worker for the --dispatcher and serve until Ctrl-C; it runs the readers' pipelines up to batching."""
-    service_lib, server = _start_server(lambda lib: lib.start_worker(dispatcher, port=port, worker_address=worker_address))
+    service_lib, server = _start_server(
+        lambda lib: lib.start_worker(dispatcher, port=port, worker_address=worker_address))
     bound = service_lib.bound_port(server)
     advertised = (worker_address or f"{socket.gethostname()}:%port%").replace("%port%", str(bound))
     typer.echo(f"worker: serving at {advertised} (port {bound}) for dispatcher {dispatcher}")

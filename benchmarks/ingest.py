@@ -22,7 +22,7 @@ its workers), the CPU of the converting process alone per image, and the share o
 the CPUs that other processes took meanwhile: on a shared machine, over ~10% means
 the wall-clock figures are low. TensorFlow is imported before any timing. tfshard's forkserver starts once
 per process, so only the first tfshard run pays for it. Every input is read once
-first (warm cache). The goals of issue 14 are printed beside the ratios.
+first (warm cache). The converter's goals are printed beside the ratios.
 
 The scaling check runs tfshard at ``--images`` and ``--scale-images`` and reports
 img/s and peak RSS, sampled every 20 ms from /proc: the parent alone, and the sum
@@ -310,14 +310,16 @@ def _write_episode(path_and_index: tuple[str, int]) -> None:
     path, index = path_and_index
     rng = np.random.default_rng(index)
     steps = int(rng.integers(500, 3000))
-    arrays = {name: rng.standard_normal((steps, *shape), dtype=dtype) for name, (shape, dtype) in EPISODE_FEATURES.items()}
+    arrays = {name: rng.standard_normal((steps, *shape), dtype=dtype)
+              for name, (shape, dtype) in EPISODE_FEATURES.items()}
     with open(path + ".part", "wb") as f:
         np.savez(f, **arrays)
     os.replace(path + ".part", path)
 
 
 def episode_set(data_dir: str, count: int) -> str:
-    """``data_dir/episodes<count>/<i>.npz``: float32 observation [T, 64], action [T, 8], reward [T], T in [500, 3000)."""
+    """``data_dir/episodes<count>/<i>.npz``: float32 observation [T, 64], action [T, 8], reward [T];
+    T in [500, 3000)."""
     root = os.path.join(data_dir, f"episodes{count}")
     paths = [os.path.join(root, f"{i:05d}.npz") for i in range(count)]
     missing = [(p, i) for i, p in enumerate(paths) if not os.path.exists(p)]
@@ -366,7 +368,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000, help="images in the side-by-side run (default 1000)")
     parser.add_argument("--scale-images", type=int, default=5000, help="larger count for the scaling check; 0 skips it")
-    parser.add_argument("--episodes", type=int, default=100, help="episodes in the episode run (default 100); 0 skips it")
+    parser.add_argument("--episodes", type=int, default=100,
+                        help="episodes in the episode run (default 100); 0 skips it")
     parser.add_argument("--workers", type=int, default=None, help="tfshard worker processes (default: all CPUs)")
     parser.add_argument("--data-dir", default="bench-data", help="cache folder for generated inputs")
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement; the best is reported")
@@ -446,9 +449,10 @@ def main() -> None:
     full_ms, scaled_ms = validation_decode_ms(sets[args.images])
     print(f"\nvalidation decode, 1 process: full {full_ms:.2f} ms/img, 1/8-scale {scaled_ms:.2f} ms/img "
           f"({full_ms / scaled_ms:.2f}x)")
-    print("CPU s: CPU-seconds of the benchmark and its workers in the best run; parent ms/img: CPU of the converting\n"
-          "process alone (all its threads: receiving the workers' bytes, writing, hashing), per image; other load: share\n"
-          "of the CPUs that other processes took meanwhile (over ~10%, wall-clock figures understate the cores)")
+    print("CPU s: CPU-seconds of the benchmark and its workers in the best run; parent ms/img: CPU of the\n"
+          "converting process alone (all its threads: receiving the workers' bytes, writing, hashing), per image;\n"
+          "other load: share of the CPUs that other processes took meanwhile (over ~10%, wall-clock figures\n"
+          "understate the cores)")
 
     print(f"\ntfshard scaling; parent RSS before any run (Python + TensorFlow): {baseline_rss / 2**20:.0f} MiB")
     print(f"{'images':>8} {'img/s':>7} {'peak RSS parent':>16} {'parent+workers':>15} {'other load':>10}")

@@ -101,13 +101,16 @@ class PeakRSS:
         self.growth = self.peak - self.base
 
 
-def _contenders(paths: list[str], kind: str) -> dict:
+def _contenders(info, kind: str) -> dict:
     """label → a function that builds the dataset; ``kind``: "basic", "full" (with variations) or "cache"."""
     import tensorflow as tf
-    from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, interleave_records
+    from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, check_shards, interleave_records
+
+    paths = info.shard_paths("train")
+    shards = check_shards(info, "train", list(range(len(paths))))  # what a reader checks (and guards) every epoch
 
     def tfshard(cycle_length=None, read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES):
-        return lambda: interleave_records(paths, compression=None, shuffle_files=False, seed=None,
+        return lambda: interleave_records(shards, compression=None, shuffle_files=False, seed=None,
                                           cycle_length=cycle_length, read_buffer_bytes=read_buffer_bytes,
                                           deterministic=None)
 
@@ -150,7 +153,7 @@ def reader_process(args) -> None:
         if network not in kinds:
             continue
         gcs_emulator.configure(latency_ms=latency_ms, stream_mb_per_s=stream_mb_per_s)
-        contenders = _contenders(info.shard_paths("train"), kinds[network])
+        contenders = _contenders(info, kinds[network])
         if kinds[network] == "cache":  # one cold epoch, then one from the block cache (a warm-up would fill it)
             build = contenders[DEFAULTS]
             results[network] = {f"{DEFAULTS}, epoch 1": [_timed_pass(build)],

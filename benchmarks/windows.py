@@ -1,6 +1,6 @@
 """Benchmark: ``readers.windows()`` side by side with the usual ways to cut sliding windows from episodes.
 
-The issue's shape: ``--episodes`` float32 episodes ``[T, F]`` of 5,000-20,000 seeded
+The workload: ``--episodes`` float32 episodes ``[T, F]`` of 5,000-20,000 seeded
 steps, windows of L steps every S steps that never cross an episode boundary, in
 batches ``[B, L, F]`` float32 (defaults 200 episodes, L=256, S=16, B=64), run for each
 ``--features`` F in one invocation (default 1 and 8 channels). The episodes are ``.npy``
@@ -52,7 +52,7 @@ fit inputs, also that targets equal inputs. Getting the data into memory is time
 the sources, the raw bytes of the shards, and the whole ``readers.windows`` and
 ``readers.model_windows`` calls (the first call, and the best of ``--repeats``, at least 2).
 Memory: the bytes of the resident variables against the episodes' own bytes (the rest is padding
-to whole rows), and the start index's bytes per window. The run ends with a table of the issue's
+to whole rows), and the start index's bytes per window. The run ends with a table of the windows reader's
 ratios per channel count: measured in this one run, target, met or MISSED.
 
 Run it with ``.venv/bin/python benchmarks/windows.py`` (~3.5 minutes on 2 cores for F=1 and 8, ~100 s of it
@@ -560,7 +560,7 @@ def machine_facts() -> str:
 
 
 def compare(shape: Shape, settings: Settings) -> list[Target]:
-    """Everything for one channel count, printed as it goes; returns the issue's ratios measured."""
+    """Everything for one channel count, printed as it goes; returns the goals' ratios measured."""
     import tensorflow as tf
     from tfshard.ingest import convert_episodes
     from tfshard.readers.windows.starts import window_count, window_starts
@@ -732,7 +732,7 @@ def slow_batches(contender: Contender, settings: Settings) -> int | None:
 
 
 def print_targets(features: int, targets: list[Target]) -> None:
-    title = f"the issue's targets, F={features}, measured in this run"
+    title = f"the windows reader's goals, F={features}, measured in this run"
     print(f"\n{title:<52} {'measured':>9}  {'target':<10}")
     for t in targets:
         if t.value is None:

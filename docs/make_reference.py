@@ -108,7 +108,8 @@ def api_page() -> str:
     import importlib
 
     lines = ["# Python API reference", "",
-             "Generated from the docstrings by `docs/make_reference.py`; `tests/test_docs.py` checks it is current.", ""]
+             "Generated from the docstrings by `docs/make_reference.py`; `tests/test_docs.py` checks it is "
+             "current.", ""]
     for module_name, names in API.items():
         module = importlib.import_module(module_name)
         lines += [f"## `{module_name}`", ""]

@@ -63,7 +63,8 @@ def _no_manifest(out: str, path: str) -> FileNotFoundError:
         )
     shards = sum(manifest_lib.is_shard_name(n) for n in others)
     if shards:
-        hint = f"it holds {shards} shard file(s) but no {manifest_lib.MANIFEST_NAME}: rerun the conversion with --overwrite"
+        hint = (f"it holds {shards} shard file(s) but no {manifest_lib.MANIFEST_NAME}: rerun the conversion with "
+                "--overwrite")
     else:
         hint = f"pass the OUT folder of a conversion, or convert into another folder with `{_CONVERT}`"
     shown = others[:3] + ([f"... {len(others) - 3} more"] if len(others) > 3 else [])

@@ -64,7 +64,7 @@ def parse_spec(table: dict[str, Any], keys: Iterable[str] | None = None) -> dict
     tf = _tensorflow()
 
     def dtype(spec):
-        return tf.int64 if spec["dtype"] == "int64" else tf.string
+        return {"int64": tf.int64, "float32": tf.float32}.get(spec["dtype"], tf.string)
 
     return {key: tf.io.FixedLenFeature([], dtype(table[key])) for key in (table if keys is None else keys)}
 
@@ -72,19 +72,21 @@ def parse_spec(table: dict[str, Any], keys: Iterable[str] | None = None) -> dict
 def episode_parse_spec(names: Iterable[str]) -> dict:
     """The spec of every ``episode/*`` key plus ``data/<name>`` (raw bytes) for each of ``names``."""
     tf = _tensorflow()
-    return {**parse_spec(EPISODE_FEATURES), **{f"{DATA_PREFIX}{n}": tf.io.FixedLenFeature([], tf.string) for n in names}}
+    data = {f"{DATA_PREFIX}{n}": tf.io.FixedLenFeature([], tf.string) for n in names}
+    return {**parse_spec(EPISODE_FEATURES), **data}
 
 
 def serialize(table: dict[str, Any], values: dict[str, Any]) -> list[bytes]:
     """One ``tf.train.Example`` holding exactly the keys of ``table``, as wire-format parts to join or frame.
 
-    Integers are stored as int64, everything else (strings, raw episode data) as bytes; no TensorFlow is
-    needed (``format/tfrecord.py``). Writing a key the table does not declare, or leaving one out, is a
+    Integers are stored as int64, floats as float32, everything else (strings, raw episode data) as bytes; no
+    TensorFlow is needed (``format/tfrecord.py``). Writing a key the table does not declare, or leaving one out, is a
     ``KeyError``: what is written is what the manifest says.
     """
     if set(values) != set(table):
         raise KeyError(f"record keys {sorted(set(values) ^ set(table))} differ from the feature table")
     for key, value in values.items():
-        if (table[key]["dtype"] == "int64") != (isinstance(value, int) and not isinstance(value, bool)):
+        kind = {"int64": int, "float32": float}.get(table[key]["dtype"], bytes)
+        if type(value) is not kind:  # exactly: a bool is no int64, an int no float32
             raise TypeError(f"{key}: {type(value).__name__} value for a {table[key]['dtype']} feature")
     return example_parts(values.items())

@@ -34,13 +34,15 @@ from typing import Union
 
 import google_crc32c
 
-Value = Union[int, bytes]
+Value = Union[int, float, bytes]
 _MASK_DELTA = 0xA282EAD8
 _UINT64 = struct.Struct("<Q")
 _UINT32 = struct.Struct("<I")
 SLOW_CRC32C = google_crc32c.implementation != "c"  # its pure-Python fallback: ~1000x slower
 FRAME_OVERHEAD = 16  # length (8), its CRC (4), the data's CRC (4)
-_BYTES_LIST, _INT64_LIST = b"\x0a", b"\x1a"  # Feature.bytes_list = 1, Feature.int64_list = 3 (length-delimited)
+# Feature.bytes_list = 1, Feature.float_list = 2, Feature.int64_list = 3 (each length-delimited)
+_BYTES_LIST, _FLOAT_LIST, _INT64_LIST = b"\x0a", b"\x12", b"\x1a"
+_FLOAT32 = struct.Struct("<f")
 _FIELD_1, _FIELD_2 = b"\x0a", b"\x12"  # field 1 / field 2, length-delimited
 
 
@@ -61,7 +63,10 @@ def _varint(value: int) -> bytes:
 
 
 def _feature(value: Value) -> list[bytes]:
-    """The parts of one ``Feature`` message holding one value (packed int64, or one bytes string)."""
+    """The parts of one ``Feature`` message holding one value (packed int64, packed float32, or one bytes string)."""
+    if isinstance(value, float):
+        values = _FIELD_1 + b"\x04" + _FLOAT32.pack(value)  # FloatList.value, packed: one little-endian float32
+        return [_FLOAT_LIST, _varint(len(values)), values]
     if isinstance(value, int):
         if not -(2**63) <= value < 2**63:
             raise OverflowError(f"{value} does not fit an int64 feature")
@@ -80,7 +85,8 @@ def example_parts(features: Iterable[tuple[str, Value]]) -> list[bytes]:
     """The wire bytes of a ``tf.train.Example``, as parts to join (a large value is never copied here).
 
     Args:
-      features: (key, value) pairs; a value is an ``int`` (an Int64List of one) or ``bytes`` (a BytesList of one).
+      features: (key, value) pairs; a value is an ``int`` (an Int64List of one), a ``float`` (a FloatList of one
+        float32) or ``bytes`` (a BytesList of one).
     """
     entries = []  # Features.feature map entries, in key order: (key = 1, value = 2)
     for name, value in sorted(((key.encode("utf-8"), value) for key, value in features), key=_map_order):

@@ -47,7 +47,8 @@ def parse_json(text: str | bytes, source: str) -> Any:
     except RecursionError:
         raise ManifestError(f"{source}: JSON nested too deeply to be a tfshard file; {_REWRITE}") from None
     except json.JSONDecodeError as e:
-        raise ManifestError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); {_REWRITE}") from None
+        where = f"{e.msg} at line {e.lineno} column {e.colno}"
+        raise ManifestError(f"{source}: not valid JSON ({where}); {_REWRITE}") from None
 
 
 class _Checker:

@@ -71,7 +71,8 @@ class BeamRunner:
             from apache_beam.options.pipeline_options import PipelineOptions
         except ImportError as e:
             raise InputError(
-                f"--runner beam needs Apache Beam, which is not installed ({e}); from the tfshard clone, pip install -e '.[beam]'"
+                f"--runner beam needs Apache Beam, which is not installed ({e}); from the tfshard clone, "
+                "pip install -e '.[beam]'"
             ) from e
 
         class WriteShard(beam.DoFn):

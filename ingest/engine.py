@@ -200,7 +200,8 @@ def _no_space(out: str) -> OSError:
     )
 
 
-def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner, on_status):
+def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner,
+                on_status):
     planned = [s.file_name for s in specs]
     if options.index:
         planned += [index_file_name(n) for n in planned]

@@ -172,11 +172,13 @@ def read_episode_header(file: SourceFile, max_episode_bytes: int = DEFAULT_MAX_E
     for name, (dtype, shape) in header.items():
         if dtype.hasobject:
             return Rejection(
-                file.relpath, f"feature {name!r} is an object array (would need pickle, never loaded); save numeric arrays"
+                file.relpath,
+                f"feature {name!r} is an object array (would need pickle, never loaded); save numeric arrays"
             )
         if dtype.kind not in NUMERIC_KINDS:
             return Rejection(
-                file.relpath, f"feature {name!r} has dtype {dtype.str} (not numeric); save bool, int, float or complex arrays"
+                file.relpath,
+                f"feature {name!r} has dtype {dtype.str} (not numeric); save bool, int, float or complex arrays"
             )
         little = dtype.newbyteorder("<").str if dtype.byteorder != "|" else dtype.str
         if little not in EPISODE_DTYPES:  # e.g. float128: it would convert and verify, then no reader could load it
@@ -213,7 +215,8 @@ def common_schema(episodes: list[EpisodeSource]) -> tuple[Schema, list[Rejection
             problem = f"feature names differ (got {sorted(episode.schema)}, expected {sorted(schema)})"
         else:
             diffs = [f"{n}: {episode.schema[n].dtype}{list(episode.schema[n].shape)} vs expected "
-                     f"{schema[n].dtype}{list(schema[n].shape)}" for n in sorted(schema) if episode.schema[n] != schema[n]]
+                     f"{schema[n].dtype}{list(schema[n].shape)}"
+                     for n in sorted(schema) if episode.schema[n] != schema[n]]
             problem = "features differ: " + "; ".join(diffs)
         odd.append(Rejection(episode.file.relpath, f"{problem}; convert it to match, or move it out of SRC"))
     return schema, odd
@@ -300,7 +303,8 @@ def _load_arrays(source: EpisodeSource, schema: Schema) -> dict[str, np.ndarray]
             for name, spec in schema.items():
                 info = archive.getinfo(name + ".npy")
                 with archive.open(info) as stream:
-                    arrays[name] = _read_member(stream, info.file_size, f"member {info.filename!r}: ", spec, source.length)
+                    where = f"member {info.filename!r}: "
+                    arrays[name] = _read_member(stream, info.file_size, where, spec, source.length)
         return arrays
 
 

@@ -35,7 +35,8 @@ class EncodedItem:
     stats: Any
 
 
-def encode_item(item: Any, *, prepare: Callable, to_records: Callable, compression: str | None) -> EncodedItem | Rejection:
+def encode_item(item: Any, *, prepare: Callable, to_records: Callable,
+                compression: str | None) -> EncodedItem | Rejection:
     """``prepare(item)``, then its records framed (and compressed): the function the workers run."""
     prepared = prepare(item)
     if isinstance(prepared, Rejection):

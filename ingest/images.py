@@ -58,7 +58,8 @@ class ImageOptions:
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality: must be in [1, 100] (got {self.quality!r}); 95 keeps nearly all detail")
         if self.max_side is not None and self.max_side < 1:
-            raise ValueError(f"max_side: must be a positive number of pixels (got {self.max_side!r}); or leave it unset")
+            raise ValueError(f"max_side: must be a positive number of pixels (got {self.max_side!r}); "
+                             "or leave it unset")
         if self.max_pixels < 1:
             raise ValueError(f"max_pixels: must be positive (got {self.max_pixels!r})")
 
@@ -251,7 +252,8 @@ def _conversion_reason(image: Image.Image, options: ImageOptions) -> str | None:
 
 def _decode_problem(error: Exception, data: bytes) -> str:
     if isinstance(error, NotRegularFileError):
-        return "not a regular file (replaced since the scan); only regular files are read: replace it with the real file"
+        return ("not a regular file (replaced since the scan); only regular files are read: replace it with the "
+                "real file")
     if isinstance(error, _ChangedSinceScan):
         return "changed size since the scan; run the conversion again"
     if isinstance(error, FileNotFoundError):
@@ -276,14 +278,16 @@ def _channels(image: Image.Image) -> int:
     return 1 if image.mode == "L" else 3
 
 
-def _passthrough(source: SourceFile, data: bytes, image: Image.Image, options: ImageOptions) -> PreparedImage | Rejection:
+def _passthrough(source: SourceFile, data: bytes, image: Image.Image,
+                 options: ImageOptions) -> PreparedImage | Rejection:
     # libjpeg (and so PIL) fills in a missing end-of-image marker, but TensorFlow's decoder rejects the file.
     # Quick rule: an EOI after the last scan marker (SOS). Bytes after the EOI (a motion photo's video) can hold
     # an FF DA too: then the segments are followed, scan by scan, to see whether an EOI ends the image.
     last_eoi = data.rfind(_JPEG_EOI)
     scan_after = (_JPEG_SOS in data) if last_eoi < 0 else (data.find(_JPEG_SOS, last_eoi) >= 0)
     if scan_after and not _jpeg_complete(data):
-        return Rejection(source.relpath, "truncated image data (no end-of-image marker); re-download or re-export the file")
+        return Rejection(source.relpath,
+                         "truncated image data (no end-of-image marker); re-download or re-export the file")
     width, height = image.size  # before draft(), which shrinks size
     pixels = PixelSums()
     if options.validate:

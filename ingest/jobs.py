@@ -166,7 +166,8 @@ class EpisodeJob:
         # An id is the file's position among every episode file found, readable or not, so leaving one out
         # never renumbers the others.
         ids = {rel: i for i, rel in enumerate(sorted([f.relpath for f in every] + [r.relpath for r in unreadable]))}
-        episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath]) for h in headers if isinstance(h, EpisodeSource)]
+        episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath])
+                    for h in headers if isinstance(h, EpisodeSource)]
         schema, odd = common_schema(episodes)
         unusable = unreadable + [h for h in headers if isinstance(h, Rejection)] + odd
         # An empty episode is not an error (nothing is lost): it is always skipped, with its reason recorded.

@@ -100,7 +100,9 @@ def files_to_remove(raw: Any, path: str) -> list[str]:
     """The ``files`` list of a plan or removal record: plain output file names only, checked before any use."""
     files = raw.get("files") if isinstance(raw, dict) else None
     if not isinstance(files, list) or not all(manifest_lib.is_output_name(name) for name in files):
-        bad = next((n for n in files if not manifest_lib.is_output_name(n)), files) if isinstance(files, list) else files
+        bad = files
+        if isinstance(files, list):
+            bad = next((n for n in files if not manifest_lib.is_output_name(n)), files)
         raise OutputExistsError(
             f"{path}: lists {bad!r}, not a file tfshard writes in OUT; remove {path} (or OUT) and run again"
         )
@@ -209,7 +211,8 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
         _refuse_taken_names(out, planned, leftovers, old_files)
         if leftovers and not overwrite:
             raise OutputExistsError(
-                f"{out}: output folder holds {len(leftovers)} files that tfshard did not write (e.g. {leftovers[0]!r}); "
+                f"{out}: output folder holds {len(leftovers)} files that tfshard did not write "
+                f"(e.g. {leftovers[0]!r}); "
                 "pass --overwrite to write the dataset beside them (no file of theirs is removed or replaced), "
                 "or choose another folder"
             )

@@ -102,7 +102,8 @@ def _list_dir(path: str) -> list[os.DirEntry]:
         return sorted(entries, key=lambda e: e.name)
 
 
-def _walk_class(root: str, class_dir: str, split: str, label: int, tree: SourceTree, seen_dirs: set) -> list[SourceFile]:
+def _walk_class(root: str, class_dir: str, split: str, label: int, tree: SourceTree,
+                seen_dirs: set) -> list[SourceFile]:
     found = []
     stack = [class_dir]
     while stack:

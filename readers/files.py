@@ -1,4 +1,5 @@
-"""Stage 1-3 of every reader: shard list from the manifest → per-epoch file shuffle → per-pipeline sharding → interleaved reads.
+"""Stages 1-3 of every reader: shard list from the manifest → per-epoch file shuffle → per-pipeline sharding →
+interleaved reads.
 
 The shard list comes from ``dataset.json`` (no directory listing, no data pass),
 and every read goes through TensorFlow's filesystem layer, so ``gs://`` paths
@@ -113,7 +114,8 @@ def pipeline_shards(
     if count < pipelines:
         raise ValueError(
             f"{dataset.path}: split {split!r} has {count} shards, fewer than the {pipelines} input pipelines "
-            f"(got num_input_pipelines={pipelines}); rewrite it with `tfshard {dataset.manifest.kind} ... --min-shards {pipelines}`"
+            f"(got num_input_pipelines={pipelines}); rewrite it with "
+            f"`tfshard {dataset.manifest.kind} ... --min-shards {pipelines}`"
         )
     return list(range(input_context.input_pipeline_id, count, pipelines))
 

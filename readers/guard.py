@@ -59,8 +59,9 @@ class ShardGuard:
             if now == shard.identity:
                 return ""
             what = f"was replaced or changed (size {shard.identity[0]} -> {now[0]} bytes)"
-        message = (f"{shard.path}: shard {what} since the pipeline reading it was built (seen {when}); a conversion into "
-                   "its folder must not run while a pipeline reads it: build the pipeline again to read the new data")
+        message = (f"{shard.path}: shard {what} since the pipeline reading it was built (seen {when}); a conversion "
+                   "into its folder must not run while a pipeline reads it: build the pipeline again to read the new "
+                   "data")
         if not self.strict:
             log.warning("%s; skipping the rest of it (ignore_errors=True)", message)
         return message

@@ -1,4 +1,7 @@
-"""Shared fixtures: tiny seeded image trees and numpy episodes made in tmp_path, a CLI runner, logical CPUs."""
+"""Shared fixtures (a tiny seeded image tree, a CLI runner, tf.distribute strategies) and the logical CPU split.
+
+The plain helpers the tests share are in helpers.py.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,8 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
-import numpy as np
 import pytest
-from PIL import Image
+from helpers import make_tree
 
 
 def _split_the_cpu(count: int = 4) -> None:
@@ -41,31 +43,6 @@ def strategies():
             3: tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1", "/cpu:2"])}
 
 
-def write_jpeg(path, seed: int, size=(16, 16), mode="RGB", quality=90, **save_kwargs) -> bytes:
-    """Writes a seeded random JPEG and returns its bytes."""
-    rng = np.random.default_rng(seed)
-    channels = 3 if mode == "RGB" else 1
-    pixels = rng.integers(0, 256, (size[1], size[0], channels), dtype=np.uint8)
-    image = Image.fromarray(pixels if channels == 3 else pixels[..., 0], mode)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    image.save(path, "JPEG", quality=quality, **save_kwargs)
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def make_tree(root, classes=("cat", "dog"), per_class=6, splits=None, size=(16, 16), seed=0) -> dict:
-    """Writes ``root/[split/]class/NNN.jpg`` seeded JPEGs; returns {relpath: bytes}."""
-    written = {}
-    counter = seed
-    for split in splits or [None]:
-        for name in classes:
-            for i in range(per_class):
-                rel = "/".join(p for p in (split, name, f"{i:03d}.jpg") if p)
-                written[rel] = write_jpeg(os.path.join(root, rel), counter, size)
-                counter += 1
-    return written
-
-
 @pytest.fixture
 def image_tree(tmp_path):
     """A two-class, one-split tree of 12 seeded 16x16 JPEGs: (src path, {relpath: bytes})."""
@@ -85,38 +62,3 @@ def cli():
         return runner.invoke(cli_module.app, cli_module.global_flags_first([str(a) for a in args]))
 
     return invoke
-
-
-def image_features() -> dict:
-    """tf.io parse spec for every key the manifest's feature table lists (read the records as documented)."""
-    import tensorflow as tf
-    from tfshard.format.manifest import IMAGE_FEATURES
-
-    dtypes = {"string": tf.string, "int64": tf.int64}
-    return {key: tf.io.FixedLenFeature([], dtypes[spec["dtype"]]) for key, spec in IMAGE_FEATURES.items()}
-
-
-def save_episodes(root, episodes: dict) -> None:
-    """Writes ``{relpath: array}`` as .npy and ``{relpath: {name: array}}`` as .npz under ``root``."""
-    for rel, value in episodes.items():
-        path = os.path.join(str(root), rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if isinstance(value, dict):
-            np.savez(path, **value)
-        else:
-            np.save(path, value)
-
-
-def random_episodes(lengths, seed: int = 0, width: int = 2) -> list[np.ndarray]:
-    """Seeded float32 episodes ``[T, width]`` of the given lengths; every value distinct, so windows are too."""
-    rng = np.random.default_rng(seed)
-    return [rng.normal(size=(t, width)).astype(np.float32) for t in lengths]
-
-
-def convert_episode_tree(src, out, *, episode=None, workers: int = 0, overwrite: bool = False, **options):
-    """convert_episodes in-process (``workers=0``), ``on_error="fail"`` unless given; ``episode``: EpisodeOptions."""
-    from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_episodes
-
-    options.setdefault("on_error", "fail")
-    config = ConvertOptions(episode=episode or EpisodeOptions(), **options)
-    return convert_episodes(str(src), str(out), config, workers=workers, overwrite=overwrite, progress=False)

@@ -2,10 +2,8 @@
 
 import numpy as np
 import pytest
-
-tf = pytest.importorskip("tensorflow")
-
-from tfshard.readers import augment  # noqa: E402
+import tensorflow as tf
+from tfshard.readers import augment
 
 
 def _batch(n=32, h=6, w=5):

@@ -6,13 +6,10 @@ import os
 
 import numpy as np
 import pytest
-
-pytest.importorskip("apache_beam")
-tf = pytest.importorskip("tensorflow")
-
-from conftest import make_tree, random_episodes, save_episodes, write_jpeg  # noqa: E402
-from tfshard.ingest import ConvertOptions, EpisodeOptions, InputError, convert_episodes, convert_images  # noqa: E402
-from tfshard.ingest.beam_runner import BeamRunner  # noqa: E402
+import tensorflow as tf
+from helpers import make_tree, random_episodes, save_episodes, write_jpeg
+from tfshard.ingest import ConvertOptions, EpisodeOptions, InputError, convert_episodes, convert_images
+from tfshard.ingest.beam_runner import BeamRunner
 
 
 def _files(folder) -> dict[str, bytes]:

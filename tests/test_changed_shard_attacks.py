@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes
+from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import guard as guard_lib
@@ -30,7 +30,8 @@ def _reconvert(src: str, out: str) -> None:
 
 
 def _filenames(out: str) -> set[bytes]:
-    spec = {"image/filename": tf.io.FixedLenFeature([], tf.string), "image/encoded": tf.io.FixedLenFeature([], tf.string)}
+    spec = {"image/filename": tf.io.FixedLenFeature([], tf.string),
+            "image/encoded": tf.io.FixedLenFeature([], tf.string)}
     found = set()
     for path in readers.info(out).shard_paths("train"):
         for record in tf.data.TFRecordDataset(path):
@@ -104,7 +105,8 @@ def test_a_shard_replaced_between_the_check_and_the_open_yields_none_of_its_reco
 
     monkeypatch.setattr(guard_lib.ShardGuard, "problem", swap_right_after_the_first_check)
     ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=r"shard was replaced or changed .*seen once it was opened"):
+    changed = r"shard was replaced or changed .*seen once it was opened"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=changed):
         for _ in ds:
             pass
     assert swapped

@@ -80,7 +80,7 @@ def test_bench_times_first_and_cached_epochs(image_tree, tmp_path, cli):
     assert "skipped" not in result.output
 
 
-def test_bench_compare_gives_every_row_and_the_issue_ratios(image_tree, tmp_path, cli):
+def test_bench_compare_gives_every_row_and_every_image_ratio(image_tree, tmp_path, cli):
     """`tfshard bench --compare` reports the rows and ratios of benchmarks/images.py (one shared module)."""
     from tfshard.tools import bench
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import make_tree
+from helpers import make_tree, save_episodes
 from tfshard import cli as cli_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -55,7 +55,6 @@ def test_bench_refuses_zero_epochs(tmp_path, cli):
 
 def test_episodes_flag_is_named_as_info_names_it(tmp_path, cli):
     import numpy as np
-    from conftest import save_episodes
 
     save_episodes(tmp_path / "src", {"a.npy": np.ones((40, 2), np.float32)})
     for flag in ("--max-record-bytes", "--max-record-size"):  # the second: the name it had before

@@ -67,7 +67,8 @@ def links(text: str) -> list[tuple[int, str]]:
 
 
 def slug(heading: str) -> str:
-    """GitHub's anchor for a heading's text: ``"Safety: what tfshard never does"`` → ``safety-what-tfshard-never-does``."""
+    """GitHub's anchor for a heading's text: ``"Safety: what tfshard never does"`` →
+    ``safety-what-tfshard-never-does``."""
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link or image: its text
     text = re.sub(r"<[^>]+>", "", text).replace("`", "")
     return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
@@ -121,7 +122,7 @@ def problems(page: Path, root: Path = REPO) -> list[str]:
             path = page.parent / path_part
         path = path.resolve()
 
-        def fail(problem: str) -> None:
+        def fail(problem: str, line=line, target=target) -> None:
             found.append(f"{where}:{line}: link {target!r}: {problem}")
 
         if not path.is_relative_to(root.resolve()):
@@ -151,7 +152,8 @@ def test_the_docs_index_and_the_readme_link_the_generated_reference():
 
 def test_readme_is_the_short_front_door():
     lines = (REPO / "README.md").read_text(encoding="utf-8").count("\n")
-    assert lines <= README_MAX_LINES, f"README.md: {lines} lines (got more than {README_MAX_LINES}); move detail to docs/"
+    assert lines <= README_MAX_LINES, (f"README.md: {lines} lines (got more than {README_MAX_LINES}); "
+                                       "move detail to docs/")
 
 
 @pytest.mark.parametrize("page", [REPO / "README.md", *sorted(p for p in DOCS.rglob("*") if p.is_file())],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -11,7 +10,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, random_episodes, save_episodes
+from helpers import convert_episode_tree, npy_bytes, random_episodes, save_episodes
 from tfshard import readers
 from tfshard.format.manifest import EPISODE_DTYPES, ManifestError
 from tfshard.format.untrusted import from_json
@@ -23,12 +22,6 @@ from tfshard.ingest.scan import SourceFile
 def _header(path, max_features: int = MAX_FEATURES):
     return read_episode_header(SourceFile.of(str(path), os.path.basename(path), "train", -1, os.stat(path)),
                                max_features=max_features)
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, array)
-    return buffer.getvalue()
 
 
 def _npz_of_members(path, names, content: bytes) -> None:
@@ -71,7 +64,7 @@ def test_npz_at_the_default_limit_is_read(tmp_path):
 
 def test_many_duplicate_members_are_named_in_a_bounded_reason(tmp_path):
     path = tmp_path / "dup.npz"
-    _npz_of_members(path, [f"d{i % 3000:04d}.npy" for i in range(6000)], _npy_bytes(np.zeros(2)))
+    _npz_of_members(path, [f"d{i % 3000:04d}.npy" for i in range(6000)], npy_bytes(np.zeros(2)))
 
     reason = _header(path).reason
 
@@ -83,7 +76,7 @@ def test_many_duplicate_members_are_named_in_a_bounded_reason(tmp_path):
 def test_over_wide_npz_through_the_converter(tmp_path, on_error):
     src = tmp_path / "src"
     save_episodes(src, {"good.npy": random_episodes([4])[0]})
-    _npz_of_members(src / "wide.npz", [f"a{i}.npy" for i in range(MAX_FEATURES + 1)], _npy_bytes(np.zeros(4)))
+    _npz_of_members(src / "wide.npz", [f"a{i}.npy" for i in range(MAX_FEATURES + 1)], npy_bytes(np.zeros(4)))
 
     if on_error == "fail":
         with pytest.raises(InputError, match=re.escape(f"{src / 'wide.npz'}: the .npz holds 1,025 arrays")):

@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from helpers import make_tree
 from tfshard.ingest.episodes import (
     EpisodeOptions,
     EpisodeSource,
@@ -127,7 +128,6 @@ def test_split_folders_golden(folders, files, expected):
 
 def test_both_kinds_bring_what_the_engine_needs(tmp_path):
     """Each kind of input is a ``Kind`` (``ingest/kind.py``): the members the shared engine uses, and no others."""
-    from conftest import make_tree
     from tfshard.ingest import ConvertOptions
     from tfshard.ingest.jobs import EpisodeJob, ImageJob
     from tfshard.ingest.kind import Kind

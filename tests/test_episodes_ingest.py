@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, random_episodes, save_episodes
+from helpers import Tripwire, convert_episode_tree, files_under, random_episodes, save_episodes, shard_files
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions, InputError, VerifyError, load_manifest, verify
 
@@ -30,19 +30,6 @@ def assert_same_array(got: np.ndarray, expected: np.ndarray, what: str = "") -> 
     assert got.shape == expected.shape, what
     np.testing.assert_array_equal(got, expected, err_msg=what)
     assert got.tobytes() == expected.astype(little).tobytes(), what
-
-
-def snapshot(folder) -> dict[str, bytes]:
-    found = {}
-    for root, _, files in os.walk(folder):
-        for name in files:
-            with open(os.path.join(root, name), "rb") as f:
-                found[os.path.relpath(os.path.join(root, name), folder)] = f.read()
-    return found
-
-
-def shard_names(out) -> list[str]:
-    return sorted(n for n in os.listdir(out) if ".tfrecord" in n)
 
 
 def episodes_tree(src, lengths=(12, 5, 30, 1, 9), seed=0) -> dict[str, np.ndarray]:
@@ -213,7 +200,7 @@ def test_split_folders_make_splits(tmp_path):
     manifest = convert_episode_tree(src, out, num_shards=1)
 
     assert sorted(manifest.splits) == ["train", "val"]
-    assert shard_names(out) == ["train-00000-of-00001.tfrecord", "val-00000-of-00001.tfrecord"]
+    assert shard_files(out) == ["train-00000-of-00001.tfrecord", "val-00000-of-00001.tfrecord"]
     every = sorted(written)
     for split in ("train", "val"):
         entries = manifest.splits[split].episodes
@@ -288,8 +275,8 @@ def test_gzip_round_trip(tmp_path):
                                     episode=EpisodeOptions(max_record_bytes=60))
 
     assert manifest.compression == "gzip"
-    assert shard_names(out) == ["train-00000-of-00002.tfrecord.gz", "train-00001-of-00002.tfrecord.gz"]
-    for name in shard_names(out):
+    assert shard_files(out) == ["train-00000-of-00002.tfrecord.gz", "train-00001-of-00002.tfrecord.gz"]
+    for name in shard_files(out):
         assert (out / name).read_bytes()[:2] == b"\x1f\x8b"
     for episode, entry in zip(read_back(out), manifest.splits["train"].episodes):
         assert_same_array(episode["data"], written[entry.source], entry.source)
@@ -312,16 +299,6 @@ def test_schema_mismatch_names_the_odd_file_and_what_differs(tmp_path):
     (rejected,) = manifest.rejected
     assert rejected["path"] == "sub/odd.npy" and "<f8[3] vs expected <f4[2]" in rejected["reason"]
     assert sorted(e.source for e in manifest.splits["train"].episodes) == ["a.npy", "b.npy", "c.npy"]
-
-
-class Tripwire:
-    """Unpickling this creates a folder: proof that something loaded the pickle."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return os.mkdir, (self.marker,)
 
 
 @pytest.mark.parametrize("on_error", ["fail", "skip"])
@@ -495,12 +472,12 @@ def test_shard_sizes_and_hashes_match_the_files(tmp_path):
     manifest = convert_episode_tree(src, out, num_shards=3, episode=EpisodeOptions(max_record_bytes=50))
 
     shards = manifest.splits["train"].shards
-    assert [s.file for s in shards] == shard_names(out) == [f"train-{i:05d}-of-00003.tfrecord" for i in range(3)]
+    assert [s.file for s in shards] == shard_files(out) == [f"train-{i:05d}-of-00003.tfrecord" for i in range(3)]
     for shard in shards:
         data = (out / shard.file).read_bytes()
         assert (shard.bytes, shard.sha256) == (len(data), hashlib.sha256(data).hexdigest())
         assert shard.records == sum(1 for _ in tf.data.TFRecordDataset(str(out / shard.file)))
-    assert sorted(os.listdir(out)) == sorted(shard_names(out) + ["dataset.json"])
+    assert sorted(os.listdir(out)) == sorted(shard_files(out) + ["dataset.json"])
 
 
 # --- rerun, resume, verify, workers ---------------------------------------------------------------------------
@@ -511,11 +488,11 @@ def test_running_twice_changes_nothing(tmp_path):
     episodes_tree(src)
     options = {"num_shards": 2, "episode": EpisodeOptions(max_record_bytes=64)}
     first = convert_episode_tree(src, out, **options)
-    files = snapshot(out)
+    files = files_under(out)
     inodes = {name: (os.stat(out / name).st_ino, os.stat(out / name).st_mtime_ns) for name in files}
 
     assert convert_episode_tree(src, out, **options) == first
-    assert snapshot(out) == files
+    assert files_under(out) == files
     assert {name: (os.stat(out / name).st_ino, os.stat(out / name).st_mtime_ns) for name in files} == inodes
 
 
@@ -537,7 +514,7 @@ def test_deleted_shard_is_rewritten_byte_identically_with_overwrite(tmp_path):
 
     assert convert_episode_tree(src, out, overwrite=True, **options) == manifest
 
-    assert snapshot(out) == snapshot(clean)
+    assert files_under(out) == files_under(clean)
     assert verify(str(out)) == manifest
 
 
@@ -546,7 +523,7 @@ def test_deleted_shard_is_rewritten_byte_identically_by_a_plain_rerun(tmp_path):
 
     assert convert_episode_tree(src, out, **options) == manifest
 
-    assert snapshot(out) == snapshot(clean)
+    assert files_under(out) == files_under(clean)
 
 
 def test_verify_passes_then_catches_a_flipped_byte(tmp_path):
@@ -581,8 +558,8 @@ def test_two_workers_write_the_same_bytes_as_in_process(tmp_path):
 
     assert serial == parallel
     assert (tmp_path / "w0" / "dataset.json").read_bytes() == (tmp_path / "w2" / "dataset.json").read_bytes()
-    files = snapshot(tmp_path / "w0")
-    assert len(files) == 4 and files == snapshot(tmp_path / "w2")
+    files = files_under(tmp_path / "w0")
+    assert len(files) == 4 and files == files_under(tmp_path / "w2")
 
 
 # --- CLI --------------------------------------------------------------------------------------------------------

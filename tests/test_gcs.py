@@ -7,7 +7,7 @@ images with the real ``tfshard`` CLI into ``gs://tfshard/...`` after a conversio
 killed between a shard's upload and its commit, verifies, reads back with
 ``readers.images`` and ``readers.windows``, and compares every object, byte for byte,
 with the same conversion written to a local folder. It skips only where
-namespaces are not permitted.
+namespaces are not permitted, and fails there instead under ``TFSHARD_CI=1``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 
 import gcs_emulator
 import pytest
+from helpers import assert_same_tree, require
 
 pytestmark = pytest.mark.slow
 
@@ -46,8 +47,7 @@ convert_images(sys.argv[1], sys.argv[2], ConvertOptions(num_shards=4, index=True
 def test_gs_urls_end_to_end(tmp_path):
     """Convert (after a crash), resume, verify, read back, overwrite; images and episodes; all on gs://."""
     reason = gcs_emulator.unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"no private GCS emulator: {reason}")
+    require(reason is None, f"no private GCS emulator: {reason}")
     started = time.monotonic()
     done = gcs_emulator.run([sys.executable, os.path.abspath(__file__), str(tmp_path)], timeout=300,
                             env={"TF_CPP_MIN_LOG_LEVEL": "2"})
@@ -72,12 +72,6 @@ def _tree(folder: str) -> dict[str, bytes]:
     return found
 
 
-def _assert_same_tree(actual: dict[str, bytes], expected: dict[str, bytes], what: str) -> None:
-    assert sorted(actual) == sorted(expected), f"{what}: objects {sorted(actual)} != files {sorted(expected)}"
-    for name, data in expected.items():
-        assert actual[name] == data, f"{what}: {name} differs from the local conversion"
-
-
 def _mtimes(folder: str) -> dict[str, int]:
     import tensorflow as tf
 
@@ -94,7 +88,7 @@ def _tfshard(*args: str) -> subprocess.CompletedProcess:
 def _images(root: str) -> None:
     import numpy as np
     import tensorflow as tf
-    from conftest import make_tree
+    from helpers import make_tree
     from tfshard import cli, readers
     from tfshard.ingest import ConvertOptions, OutputExistsError, VerifyError, convert_images, verify
     from typer.testing import CliRunner
@@ -115,7 +109,7 @@ def _images(root: str) -> None:
     # The same command again, through the real CLI: keeps the committed shards, ends as an uninterrupted run.
     resumed = _tfshard("images", src, out, "--num-shards", "4", "--index", "--workers", "2", "-q")
     assert resumed.returncode == 0, resumed.stderr
-    _assert_same_tree(_tree(out), _tree(local), "resumed gs:// conversion")  # no .tmp- object, no state left
+    assert_same_tree(_tree(out), _tree(local), "resumed gs:// conversion")  # no .tmp- object, no state left
     mtimes = _mtimes(out)
     assert all(mtimes[name] == kept[name] for name in kept), "a committed shard was rewritten on resume"
     assert all(mtimes["dataset.json"] > t for name, t in mtimes.items() if name != "dataset.json"), mtimes
@@ -164,19 +158,19 @@ def _images(root: str) -> None:
         assert "--overwrite" in str(e)
     convert_images(src, out, other, workers=0, progress=False, overwrite=True)
     convert_images(src, local + "-2", other, workers=0, progress=False)
-    _assert_same_tree(_tree(out), _tree(local + "-2"), "overwritten gs:// conversion")
+    assert_same_tree(_tree(out), _tree(local + "-2"), "overwritten gs:// conversion")
 
 
 def _episodes(root: str) -> None:
     import numpy as np
-    from conftest import convert_episode_tree, random_episodes, save_episodes
+    from helpers import convert_episode_tree, random_episodes, save_episodes
     from tfshard import readers
 
     src, local, out = os.path.join(root, "runs"), os.path.join(root, "runs-tfr"), f"{BUCKET}/runs/tfr"
     save_episodes(src, {f"ep{i}.npy": e for i, e in enumerate(random_episodes([40, 7, 25, 60, 33], seed=3))})
     convert_episode_tree(src, out, num_shards=3)
     convert_episode_tree(src, local, num_shards=3)
-    _assert_same_tree(_tree(out), _tree(local), "gs:// episodes")
+    assert_same_tree(_tree(out), _tree(local), "gs:// episodes")
 
     def windows(path, **kwargs):
         ds = readers.windows(path, length=8, shift=3, batch_size=4, features="data", targets=2, seed=0,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import simplejpeg
 import tensorflow as tf
-from conftest import image_features
+from helpers import image_features, saved_bytes
 from PIL import Image
 from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
 from tfshard.ingest.images import PixelSums, PreparedImage, prepare_image
@@ -295,12 +295,6 @@ def png(samples: np.ndarray, bit_depth: int, colour_type: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
-def _saved(image: Image.Image, fmt: str, **kwargs) -> bytes:
-    out = io.BytesIO()
-    image.save(out, fmt, **kwargs)
-    return out.getvalue()
-
-
 def _scaled16(values) -> np.ndarray:
     return np.round(np.asarray(values, np.float64) * 255 / 65535)
 
@@ -327,26 +321,26 @@ def gray_png8_alpha():
 
 def gray_png1():
     bits = _grid([0, 1, 1, 0, 1, 0, 0, 1]).astype(bool)
-    return _saved(Image.fromarray(bits), "PNG"), "1", bits * 255
+    return saved_bytes(Image.fromarray(bits), "PNG"), "1", bits * 255
 
 
 def gray_png4():
     levels = _grid([0, 85, 170, 255])
-    return _saved(Image.fromarray(levels.astype(np.uint8)), "PNG", bits=4), "L", levels
+    return saved_bytes(Image.fromarray(levels.astype(np.uint8)), "PNG", bits=4), "L", levels
 
 
 def gray_tiff16():
-    return _saved(Image.fromarray(_grid(_VALUES16).astype(np.uint16)), "TIFF"), "I;16", _scaled16(_grid(_VALUES16))
+    return saved_bytes(Image.fromarray(_grid(_VALUES16).astype(np.uint16)), "TIFF"), "I;16", _scaled16(_grid(_VALUES16))
 
 
 def gray_tiff32():
     values = _grid(_VALUES16).astype(np.int32)
-    return _saved(Image.fromarray(values), "TIFF"), "I", _scaled16(values)
+    return saved_bytes(Image.fromarray(values), "TIFF"), "I", _scaled16(values)
 
 
 def gray_tiff_la():
     gray = _grid([0, 1, 100, 255])
-    return _saved(Image.fromarray(np.stack([gray, gray], -1).astype(np.uint8), "LA"), "TIFF"), "LA", gray
+    return saved_bytes(Image.fromarray(np.stack([gray, gray], -1).astype(np.uint8), "LA"), "TIFF"), "LA", gray
 
 
 def gray_pgm16_dark():

@@ -1,4 +1,4 @@
-"""Resuming mid-epoch (issue 13): windows and images resume exactly, from a few KB of state saved with the model."""
+"""Resuming mid-epoch: windows and images resume exactly, from a few KB of state saved with the model."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ import time
 
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, save_episodes
+import tensorflow as tf
+from helpers import convert_episode_tree, first_batches, save_episodes, window_keys
 from tfshard import readers
-
-tf = pytest.importorskip("tensorflow")
 
 CHILD = os.path.join(os.path.dirname(__file__), "resume_child.py")
 LENGTHS = [40, 25, 33, 19, 50]
@@ -31,11 +30,6 @@ def dataset(tmp_path_factory):
     return str(out)
 
 
-def _keys(batch) -> list[tuple[int, int]]:
-    keys, _ = batch
-    return list(zip(keys["episode"].numpy().tolist(), keys["step"].numpy().tolist()))
-
-
 @pytest.mark.parametrize("epochs_before", [0, 2])
 def test_a_restored_iterator_continues_this_epoch_and_the_next_ones_exactly(dataset, tmp_path, epochs_before):
     def make():
@@ -47,11 +41,11 @@ def test_a_restored_iterator_continues_this_epoch_and_the_next_ones_exactly(data
     for _ in range(epochs_before * per_epoch + 3):
         next(iterator)
     path = tf.train.Checkpoint(input=iterator).write(str(tmp_path / "ckpt"))
-    expected = [_keys(next(iterator)) for _ in range(2 * per_epoch)]
+    expected = [window_keys(next(iterator)) for _ in range(2 * per_epoch)]
 
     restored = iter(make())  # a new dataset object, as in a new process
     tf.train.Checkpoint(input=restored).read(path).assert_consumed()
-    assert [_keys(next(restored)) for _ in range(2 * per_epoch)] == expected
+    assert [window_keys(next(restored)) for _ in range(2 * per_epoch)] == expected
     assert len({tuple(k) for k in expected[per_epoch - 3 : 2 * per_epoch - 3]}) == per_epoch  # a whole new epoch
 
 
@@ -147,9 +141,9 @@ def test_start_step_starts_the_stream_where_the_step_count_says(dataset, start_s
                                repeat=True, **kwargs)
 
     whole = iter(make())
-    expected = [_keys(next(whole)) for _ in range(start_step + 20)][start_step:]
+    expected = [window_keys(next(whole)) for _ in range(start_step + 20)][start_step:]
     resumed = iter(make(start_step=start_step))
-    assert [_keys(next(resumed)) for _ in range(20)] == expected
+    assert [window_keys(next(resumed)) for _ in range(20)] == expected
 
 
 def test_start_step_needs_repeat_and_a_non_negative_int(dataset):
@@ -179,23 +173,18 @@ def photos(tmp_path_factory):
     return str(root / "out")
 
 
-def _image_batches(ds, count) -> list[tuple[list[int], np.ndarray]]:
-    iterator = iter(ds)
-    return [(labels.numpy().tolist(), images.numpy()) for images, labels in (next(iterator) for _ in range(count))]
-
-
 @pytest.mark.parametrize("training", [True, False])
 def test_images_start_step_is_the_uninterrupted_stream_from_that_step(photos, training):
     def make(**kwargs):
         return readers.images(photos, batch_size=5, image_size=8, seed=7, training=training, repeat=True, **kwargs)
 
-    whole = _image_batches(make(), 17)  # 85 records: over three epochs of 24, batches straddling their ends
+    whole = first_batches(make(), 17)  # 85 records: over three epochs of 24, batches straddling their ends
     labels = [label for batch, _ in whole for label in batch]
     for epoch in range(3):  # every record once per epoch, in a new order each epoch when training
         assert sorted(labels[epoch * NUM_CLASSES : (epoch + 1) * NUM_CLASSES]) == list(range(NUM_CLASSES))
     assert training == (labels[:NUM_CLASSES] != labels[NUM_CLASSES : 2 * NUM_CLASSES])
     for start in (3, 11):
-        resumed = _image_batches(make(start_step=start), 17 - start)
+        resumed = first_batches(make(start_step=start), 17 - start)
         for (got_labels, got), (want_labels, want) in zip(resumed, whole[start:]):
             assert got_labels == want_labels
             np.testing.assert_array_equal(got, want)  # the same crops and flips, not only the same records
@@ -239,14 +228,14 @@ def _rest_of_the_epoch(make, tmp_path, after: int):
     for _ in range(after):
         next(iterator)
     path = tf.train.Checkpoint(input=iterator).write(str(tmp_path / "ckpt"))
-    expected = [_keys(batch) for batch in iterator]
+    expected = [window_keys(batch) for batch in iterator]
     restored = iter(make())
     tf.train.Checkpoint(input=restored).read(path).assert_consumed()
-    return expected, [_keys(batch) for batch in restored]
+    return expected, [window_keys(batch) for batch in restored]
 
 
 def test_a_single_epoch_iterator_checkpoints_too(dataset, tmp_path):
-    """Without repeat, as the issue tried it: tf.train.Checkpoint(input=iter(readers.windows(...))) saves mid-epoch."""
+    """Without repeat, as a first try does it: tf.train.Checkpoint(input=iter(readers.windows(...))) saves mid-epoch."""
     def make():
         return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", seed=3, with_keys=True)
 
@@ -273,8 +262,8 @@ def test_images_start_step_per_input_pipeline_under_a_strategy(photos, pipeline)
         return readers.images(photos, batch_size=3, image_size=8, seed=2, repeat=True, input_context=context,
                               **kwargs)
 
-    whole = _image_batches(make(), 9)
-    resumed = _image_batches(make(start_step=4), 5)
+    whole = first_batches(make(), 9)
+    resumed = first_batches(make(start_step=4), 5)
     assert [labels for labels, _ in resumed] == [labels for labels, _ in whole[4:]]
     for (_, got), (_, want) in zip(resumed, whole[4:]):
         np.testing.assert_array_equal(got, want)

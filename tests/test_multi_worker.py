@@ -11,12 +11,9 @@ import sys
 
 import numpy as np
 import pytest
-
-tf = pytest.importorskip("tensorflow")
-
-from conftest import make_tree, save_episodes  # noqa: E402
-from tfshard import readers  # noqa: E402
-from tfshard.ingest import ConvertOptions, convert_episodes, convert_images  # noqa: E402
+from helpers import make_tree, save_episodes
+from tfshard import readers
+from tfshard.ingest import ConvertOptions, convert_episodes, convert_images
 
 CHILD = os.path.join(os.path.dirname(__file__), "multi_worker_child.py")
 LENGTHS = [30, 9, 41, 17, 25, 12, 33, 20]

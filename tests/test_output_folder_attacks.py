@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import tensorflow as tf
-from conftest import make_tree, write_jpeg
+from helpers import convert_episode_tree, files_under, make_tree, require, save_episodes, write_jpeg
 from tfshard import readers
 from tfshard.ingest import (
     ConvertOptions,
@@ -27,17 +27,6 @@ from tfshard.ingest import (
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
 STATE = ".tfshard-state"
-
-
-def _files(folder: str) -> dict[str, bytes]:
-    """Every file under ``folder`` (hidden ones too) and its bytes, by relative path."""
-    found = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                found[os.path.relpath(path, folder)] = f.read()
-    return found
 
 
 # --- --overwrite into a folder tfshard never wrote ---------------------------------------------------------------
@@ -66,7 +55,7 @@ def test_a_folder_holding_another_tools_dataset_is_refused_and_nothing_in_it_cha
     assert "train-00000-of-00001.tfrecord" in result.stderr and "tfshard did not write" in result.stderr
     with pytest.raises(OutputExistsError, match="nothing was removed or replaced"):
         convert_images(src, out, ConvertOptions(num_shards=1), workers=0, progress=False, overwrite=True)
-    assert _files(out) == theirs
+    assert files_under(out) == theirs
 
 
 def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(image_tree, tmp_path):
@@ -76,14 +65,14 @@ def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(i
     os.remove(os.path.join(out, "train-00000-of-00001.tfrecord"))
     del theirs["train-00000-of-00001.tfrecord"]
     manifest = convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
-    after = _files(out)
+    after = files_under(out)
     assert {name: after[name] for name in theirs} == theirs  # their dataset_info.json, features.json kept as they were
     assert readers.info(out).num_records("train") == len(image_tree[1])
     with pytest.raises(VerifyError, match="dataset_info.json: not TFDS metadata tfshard wrote"):
         verify(out)  # which TFDS would take for this dataset's: verify says so
     # A later --overwrite of our dataset removes our files only: their TFDS metadata does not name our dataset.
     convert_images(src, out, ConvertOptions(num_shards=3), workers=0, progress=False, overwrite=True)
-    after = _files(out)
+    after = files_under(out)
     assert {name: after[name] for name in theirs} == theirs
     assert manifest.splits["train"].shards[0].file not in after
 
@@ -143,9 +132,9 @@ def test_min_shards_below_the_shards_that_stay_is_refused(tmp_path):
 
 def test_an_episode_split_of_only_skipped_episodes_is_left_out(tmp_path):
     import numpy as np
-    from conftest import convert_episode_tree, save_episodes
 
-    save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32), "train/b.npy": np.ones((5, 2), np.float32),
+    save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32),
+                                   "train/b.npy": np.ones((5, 2), np.float32),
                                    "val/c.npy": np.full((4, 2), np.nan, np.float32),
                                    "val/d.npy": np.full((3, 2), np.inf, np.float32)})
     manifest = convert_episode_tree(tmp_path / "e", tmp_path / "out", episode=EpisodeOptions(on_nan="skip"),
@@ -177,7 +166,7 @@ def test_a_run_killed_while_renumbering_ends_byte_identical_when_rerun(tmp_path,
     assert os.path.exists(os.path.join(out, STATE, "renumber.json")) and not os.path.exists(
         os.path.join(out, "dataset.json"))
     convert_images(src, out, options, workers=0, progress=False)
-    assert _files(out) == _files(clean)
+    assert files_under(out) == files_under(clean)
 
 
 def test_overwrite_of_a_run_killed_while_renumbering_removes_its_renamed_shards(tmp_path, monkeypatch):
@@ -206,8 +195,7 @@ def test_overwrite_of_a_run_killed_while_renumbering_removes_its_renamed_shards(
 
 def _read_only_run(out: str, args: list[str]) -> subprocess.CompletedProcess:
     """``tfshard ARGS`` with OUT bind-mounted read-only in a private mount namespace (root ignores chmod)."""
-    if shutil.which("unshare") is None:
-        pytest.skip("no unshare(1) here")
+    require(shutil.which("unshare") is not None, "no unshare(1) here")
     script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"'
     return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", out, sys.executable, "-m", "tfshard", *args],
                           cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
@@ -217,17 +205,17 @@ def test_rerun_on_a_read_only_folder_says_complete_or_names_the_folder(image_tre
     src, _ = image_tree
     out = str(tmp_path / "out")
     convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
-    before = _files(out)
+    before = files_under(out)
     done = _read_only_run(out, ["images", src, out, "--num-shards", "2", "--workers", "0"])
-    if "mount" in done.stderr and done.returncode != 0 and "tfshard" not in done.stderr:
-        pytest.skip(f"cannot bind-mount read-only here: {done.stderr.strip()}")
+    mounted = not ("mount" in done.stderr and done.returncode != 0 and "tfshard" not in done.stderr)
+    require(mounted, f"cannot bind-mount read-only here: {done.stderr.strip()}")
     assert done.returncode == 0, done.stderr
     assert f"{out}: already complete for these inputs and options; nothing converted" in done.stdout
     other = _read_only_run(out, ["images", src, out, "--num-shards", "3", "--workers", "0", "--overwrite"])
     assert other.returncode == 1 and other.stderr.strip().splitlines() == [
         f"error: {out}: cannot write into the output folder (Read-only file system); a conversion writes its shards "
         "and its lock there: make the folder writable, or choose another folder"]
-    assert _files(out) == before
+    assert files_under(out) == before
 
 
 # --- arguments that name no folder --------------------------------------------------------------------------------

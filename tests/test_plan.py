@@ -132,7 +132,8 @@ def test_pure_core_never_imports_tensorflow():
     assert out.stdout.strip() == "False"
     # readers/ is a TensorFlow package, but its window arithmetic module is plain numpy: load it on its own.
     code = (
-        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('starts', 'readers/windows/starts.py'); "
+        "import importlib.util, sys; "
+        "spec = importlib.util.spec_from_file_location('starts', 'readers/windows/starts.py'); "
         "spec.loader.exec_module(importlib.util.module_from_spec(spec)); print('tensorflow' in sys.modules)"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

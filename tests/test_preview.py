@@ -7,7 +7,7 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import random_episodes, save_episodes
+from helpers import convert_episode_tree, random_episodes, save_episodes
 from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
@@ -85,8 +85,6 @@ def test_cli_writes_a_png_of_the_sheet_and_refuses_bad_outputs(solid_dataset, tm
 
 @pytest.fixture
 def episode_dataset(tmp_path):
-    from conftest import convert_episode_tree
-
     episodes = random_episodes([120, 90, 200], width=3)
     save_episodes(tmp_path / "episodes", {f"e{i}.npz": {"obs": e, "act": np.arange(len(e), dtype=np.int32)}
                                           for i, e in enumerate(episodes)})

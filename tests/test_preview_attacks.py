@@ -4,6 +4,7 @@ conversions, real reads, pixels read back."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -11,10 +12,9 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, make_tree, save_episodes, write_jpeg
+from helpers import convert_episode_tree, convert_image_tree, make_tree, save_episodes, write_jpeg
 from PIL import Image, ImageDraw
 from tfshard import readers
-from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.tools import fonts
 from tfshard.tools.preview import (
     GAP,
@@ -34,15 +34,11 @@ from tfshard.tools.preview import (
 WHITE = 255
 
 
-def _images(src, out, **options) -> str:
-    convert_images(str(src), str(out), ConvertOptions(**options), workers=0, progress=False)
-    return str(out)
-
-
 @pytest.fixture
 def photos(tmp_path):
     make_tree(str(tmp_path / "src"), per_class=2, size=(20, 20))
-    return _images(tmp_path / "src", tmp_path / "out")
+    convert_image_tree(tmp_path / "src", tmp_path / "out")
+    return str(tmp_path / "out")
 
 
 @pytest.fixture
@@ -84,9 +80,11 @@ def test_sheet_limits_match_the_sheet_size_over_a_product_of_arguments():
         check_sheet("ds", 16, 4, MAX_TILE)
 
 
-@pytest.mark.parametrize("bad, named", [({"tile": 100_000}, "tile must be an integer of at least 16 (got tile=100000), in [16, 1,024]"),
-                                        ({"n": 100_000}, "n must be a positive integer (got n=100000), in [1, 64]"),
-                                        ({"n": 60, "tile": 1024}, "megapixels, over the limit of 64")])
+@pytest.mark.parametrize("bad, named", [
+    ({"tile": 100_000}, "tile must be an integer of at least 16 (got tile=100000), in [16, 1,024]"),
+    ({"n": 100_000}, "n must be a positive integer (got n=100000), in [1, 64]"),
+    ({"n": 60, "tile": 1024}, "megapixels, over the limit of 64"),
+])
 def test_huge_sheets_are_refused_up_front_in_one_line(photos, tmp_path, cli, bad, named):
     _remove_shards(photos)
     with pytest.raises(ValueError, match=re.escape(named)) as caught:
@@ -101,7 +99,8 @@ def test_huge_sheets_are_refused_up_front_in_one_line(photos, tmp_path, cli, bad
 
 def test_the_largest_tile_draws_the_readers_decode(tmp_path):
     write_jpeg(str(tmp_path / "src" / "a" / "big.jpg"), 1, size=(1100, 1030))
-    out = _images(tmp_path / "src", tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(tmp_path / "src", out)
     sheet = readers.preview(out, n=1, tile=MAX_TILE)
     assert sheet.size == sheet_size(1, 1, MAX_TILE)
     assert np.asarray(sheet.crop(tile_box(0, 0, MAX_TILE))).std() > 20  # the random image, not white
@@ -140,9 +139,9 @@ def _refusal(call) -> str | None:
 def test_window_arguments_are_refused_exactly_as_readers_windows_refuses_them(runs):
     for length, shift in itertools.product([0, -1, True, 2.5, "4", 16, 100, 101, 10**12],
                                            [0, -2, False, 1.0, 7, 10**12]):
-        theirs = _refusal(lambda: readers.windows(runs, length=length, shift=shift, batch_size=1, shuffle=False,
-                                                  drop_remainder=False))
-        ours = _refusal(lambda: readers.preview(runs, length=length, shift=shift))
+        theirs = _refusal(functools.partial(readers.windows, runs, length=length, shift=shift, batch_size=1,
+                                            shuffle=False, drop_remainder=False))
+        ours = _refusal(functools.partial(readers.preview, runs, length=length, shift=shift))
         assert ours == theirs, (length, shift)
     assert _refusal(lambda: readers.preview(runs, length=101)) == (
         f"{runs}: split 'train' has no episode of at least 101 steps (longest 100); pass a shorter length")
@@ -217,7 +216,8 @@ NAMES = ["Кошка", "Жираф", "γάτα", "σκύλ", "\ufffd" * 5, "????
 def scripts(tmp_path):
     for i, name in enumerate(sorted(NAMES)):
         write_jpeg(str(tmp_path / "src" / name / f"{i}.jpg"), i)
-    return _images(tmp_path / "src", tmp_path / "out")
+    convert_image_tree(tmp_path / "src", tmp_path / "out")
+    return str(tmp_path / "out")
 
 
 def test_cyrillic_and_greek_names_are_drawn_in_their_own_letters(scripts):

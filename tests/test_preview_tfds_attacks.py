@@ -5,6 +5,7 @@ newlines in names, and a user's *.labels.txt file."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -13,7 +14,8 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, image_features, make_tree, save_episodes, write_jpeg
+import tensorflow_datasets as tfds
+from helpers import convert_episode_tree, convert_image_tree, image_features, make_tree, save_episodes, write_jpeg
 from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, verify
@@ -21,14 +23,8 @@ from tfshard.readers.image_ops import decode_center_crop
 from tfshard.tools.preview import MAX_ROWS, _stats_text, sheet_size, tile_box
 from tfshard.tools.tfds import write_tfds_metadata
 
-tfds = pytest.importorskip("tensorflow_datasets")
 TFDS_NAMES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
 WHITE = 255
-
-
-def _images(src, out, **options) -> str:
-    convert_images(str(src), str(out), ConvertOptions(**options), workers=0, progress=False)
-    return str(out)
 
 
 def _records(out: str, split: str = "train") -> list[dict]:
@@ -71,7 +67,8 @@ def _snapshot(root, skip) -> dict:
 
 def test_over_max_rows_classes_first_sixteen_rows_hold_the_readers_decode(tmp_path):
     make_tree(str(tmp_path / "src"), classes=[f"c{i:02d}" for i in range(MAX_ROWS + 4)], per_class=1, size=(40, 30))
-    out = _images(tmp_path / "src", tmp_path / "out", num_shards=2)
+    out = str(tmp_path / "out")
+    convert_image_tree(tmp_path / "src", out, num_shards=2)
     sheet = readers.preview(out, n=3, tile=16)  # n larger than the one image per class
     assert sheet.size == sheet_size(MAX_ROWS, 3, 16)  # 16 rows, the footer says how many more
     first = _first_of_each_class(out)
@@ -89,7 +86,8 @@ def test_grayscale_cmyk_unicode_and_overlong_names_draw_at_the_minimum_tile(tmp_
     os.makedirs(src / long_class)
     Image.new("CMYK", (24, 36), (10, 200, 30, 0)).save(src / long_class / "cmyk.jpg")
     write_jpeg(str(src / long_class / long_file), 2, size=(17, 17))
-    out = _images(src, tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(src, out)
     names = readers.info(out).class_names
     first = {label: [r["image/encoded"] for r in _records(out) if r["image/class/label"] == label] for label in (0, 1)}
     for augmented in (False, True):
@@ -103,7 +101,8 @@ def test_grayscale_cmyk_unicode_and_overlong_names_draw_at_the_minimum_tile(tmp_
 
 @pytest.mark.parametrize("bad", [{"tile": 15}, {"tile": 0}, {"n": -1}, {"n": 0}, {"split": "nope"}])
 def test_bad_sheet_arguments_are_value_errors_naming_the_dataset(image_tree, tmp_path, cli, bad):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     with pytest.raises(ValueError, match=str(out)):
         readers.preview(out, **bad)
     (option, value), = bad.items()
@@ -116,7 +115,8 @@ def test_a_class_with_no_images_in_the_split_is_an_empty_labelled_row(tmp_path):
     src = tmp_path / "src"
     make_tree(str(src), classes=("a", "b"), per_class=2, splits=["train"])
     write_jpeg(str(src / "val" / "a" / "only.jpg"), 50, size=(20, 20))
-    out = _images(src, tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(src, out)
     assert readers.info(out).manifest.splits["val"].class_counts == {"a": 1, "b": 0}
     sheet = readers.preview(out, "val", n=2, tile=16)
     assert sheet.size == sheet_size(2, 2, 16)
@@ -126,7 +126,8 @@ def test_a_class_with_no_images_in_the_split_is_an_empty_labelled_row(tmp_path):
 
 
 def test_deleted_truncated_or_corrupt_shards_fail_clearly(image_tree, tmp_path, cli):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     shard = readers.info(out).shard_paths("train")[0]
     data = open(shard, "rb").read()
     cases = [(data[: len(data) // 2], ValueError, "not the size the manifest says"),
@@ -147,7 +148,8 @@ def test_deleted_truncated_or_corrupt_shards_fail_clearly(image_tree, tmp_path, 
 
 def test_newline_in_class_and_file_names_does_not_break_the_sheet(tmp_path):
     write_jpeg(str(tmp_path / "src" / "two\nlines" / "a\nb.jpg"), 3)
-    out = _images(tmp_path / "src", tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(tmp_path / "src", out)
     assert readers.info(out).class_names == ["two\nlines"]  # the converter accepts it, so the sheet must draw it
     assert readers.preview(out, n=1, tile=16).size == sheet_size(1, 1, 16)
 
@@ -200,7 +202,8 @@ def test_episode_split_with_no_episodes_is_a_clear_error(tmp_path, cli):
 
 
 def test_cli_output_paths_directory_symlink_overwrite_and_failed_draws(image_tree, tmp_path, cli):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     pics = tmp_path / "pics"
     os.makedirs(pics / "taken.png")
     result = cli("preview", out, "-o", pics / "taken.png", "--tile", "16")
@@ -222,7 +225,8 @@ def test_cli_output_paths_directory_symlink_overwrite_and_failed_draws(image_tre
 
 
 def test_cli_preview_does_not_write_through_a_planted_temporary_symlink(image_tree, tmp_path, cli):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     os.makedirs(tmp_path / "shared")
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"precious")
@@ -240,7 +244,8 @@ def test_tfds_train_val_index_and_an_empty_class_match_every_record(tmp_path, cl
     make_tree(str(src), classes=("a", "b", "c"), per_class=3, splits=["train"], size=(20, 12))
     write_jpeg(str(src / "val" / "a" / "v0.jpg"), 70, size=(10, 14), mode="L")
     write_jpeg(str(src / "val" / "c" / "v1.jpg"), 71)
-    out = _images(src, tmp_path / "out", index=True, num_shards=2)
+    out = str(tmp_path / "out")
+    convert_image_tree(src, out, index=True, num_shards=2)
     before = _snapshot(tmp_path, out)
     first = cli("tfds", out)
     assert first.exit_code == 0, first.output
@@ -297,7 +302,8 @@ def test_tfds_metadata_with_an_empty_split_opens_in_tfds(tmp_path):
 
 
 def test_tfds_while_another_process_holds_the_lock_fails_and_writes_nothing(image_tree, tmp_path, cli):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     holder = subprocess.Popen([sys.executable, "-c", (
         "import fcntl, json, os, sys, time\n"
         f"fd = os.open({os.path.join(out, '.tfshard-lock')!r}, os.O_RDWR | os.O_CREAT)\n"
@@ -319,7 +325,8 @@ def test_tfds_while_another_process_holds_the_lock_fails_and_writes_nothing(imag
 
 
 def test_a_file_or_fifo_planted_at_the_temporary_folder_is_replaced(image_tree, tmp_path):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     temp = os.path.join(out, ".tmp-tfds")
     with open(temp, "w") as f:
         f.write("planted")
@@ -330,7 +337,8 @@ def test_a_file_or_fifo_planted_at_the_temporary_folder_is_replaced(image_tree, 
 
 
 def test_a_symlink_planted_at_the_temporary_folder_deletes_nothing_outside_out(image_tree, tmp_path):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     outside = tmp_path / "precious"
     os.makedirs(outside)
     (outside / "keep.txt").write_text("mine")
@@ -343,7 +351,8 @@ def test_a_symlink_planted_at_the_temporary_folder_deletes_nothing_outside_out(i
 
 
 def test_verify_reports_unreadable_dataset_info_without_hanging(image_tree, tmp_path):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     path = os.path.join(out, "dataset_info.json")
 
     def plant(make):
@@ -358,12 +367,13 @@ def test_verify_reports_unreadable_dataset_info_without_hanging(image_tree, tmp_
     plant(lambda: os.symlink("/dev/zero", path))  # never ends
     for content in (b"\xff\x00 not json", json.dumps({"splits": {"train": 1}}).encode(), b"[1, 2]",
                     json.dumps({"splits": [{"name": "train", "shardLengths": ["x"]}]}).encode(), b""):
-        plant(lambda: _write(path, content))
+        plant(functools.partial(_write, path, content))
     plant(lambda: (_write(path, b""), os.truncate(path, (1 << 30) + 1)))  # sparse: over the size limit
 
 
 def test_verify_reports_deeply_nested_dataset_info(image_tree, tmp_path):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     with open(os.path.join(out, "dataset_info.json"), "w") as f:
         f.write("[" * 100_000)
     with pytest.raises(VerifyError, match="dataset_info.json: not TFDS metadata"):
@@ -402,7 +412,8 @@ def test_tfds_on_a_missing_or_non_dataset_folder_fails_and_creates_nothing(tmp_p
 
 
 def test_overwrite_removes_only_the_tfds_files_tfshard_wrote(image_tree, tmp_path):
-    out = _images(image_tree[0], tmp_path / "out")
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
     write_tfds_metadata(out)
     for name in ("notes.txt", "my.labels.txt"):
         _write(os.path.join(out, name), b"user data")

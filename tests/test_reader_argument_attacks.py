@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes
+from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 
@@ -46,8 +46,8 @@ IMAGE_ARGUMENTS = [
 @pytest.mark.parametrize("name, value, shown", IMAGE_ARGUMENTS)
 def test_images_refuses_numbers_out_of_range_showing_value_and_range(photos, name, value, shown):
     arguments = {"batch_size": 2, name: value}
-    with pytest.raises(ValueError, match=re.escape(f"{photos}: {name} must be a positive integer (got {name}={value!r}),"
-                                                   f" in {shown}")):
+    refusal = f"{photos}: {name} must be a positive integer (got {name}={value!r}), in {shown}"
+    with pytest.raises(ValueError, match=re.escape(refusal)):
         readers.images(photos, **arguments)
 
 
@@ -67,7 +67,8 @@ def test_image_size_beyond_any_real_image_is_refused(photos):
 ], ids=["streamed-shuffle-0", "resident-shuffle-2**31", "windows-read-buffer-2**40", "length-2**40",
         "episodes-parallel-reads-2**31", "episodes-read-buffer-negative", "model-windows-read-buffer-2**40"])
 def test_window_and_episode_readers_refuse_numbers_out_of_range(runs, call):
-    with pytest.raises(ValueError, match=re.escape(runs) + r": \w+ must be a positive integer \(got \w+=-?\d+\), in \["):
+    refusal = re.escape(runs) + r": \w+ must be a positive integer \(got \w+=-?\d+\), in \["
+    with pytest.raises(ValueError, match=refusal):
         call(runs)
 
 

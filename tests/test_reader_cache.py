@@ -23,11 +23,10 @@ import uuid
 
 import numpy as np
 import pytest
-from conftest import make_tree, write_jpeg
+import tensorflow as tf
+from helpers import edit_manifest, labels_of, make_tree, write_jpeg
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
-
-tf = pytest.importorskip("tensorflow")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -120,10 +119,6 @@ def _wait_for(proc, cache: str, timeout: float = 180.0) -> None:
             break
         time.sleep(0.05)
     pytest.fail(f"child never got ready (rc={proc.poll()}):\n{_output(proc)}\n{_read(proc.stderr_path)[-3000:]}")
-
-
-def _labels(ds) -> list[int]:
-    return [int(v) for _, labels in ds for v in labels.numpy()]
 
 
 def _by_label(ds) -> dict[int, np.ndarray]:
@@ -221,12 +216,12 @@ def test_cache_left_by_a_killed_writer_is_recovered_and_completed(dataset, tmp_p
 
     caplog.set_level(logging.INFO, logger="tfshard.readers.cache")
     ds = readers.images(out, cache=cache, **TRAIN)
-    assert sorted(_labels(ds)) == ALL  # no AlreadyExistsError, and every record exactly once
+    assert sorted(labels_of(ds)) == ALL  # no AlreadyExistsError, and every record exactly once
     _assert_complete(cache, prefix)
     assert any("_0.lockfile" in r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache")
 
     _scramble_shards(out)
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
 
 
 @pytest.mark.slow
@@ -240,10 +235,10 @@ def test_cache_left_by_a_writer_that_exited_without_cleanup_is_recovered(dataset
     owner = json.loads(_read(prefix + ".owner"))
     assert owner["pid"] == child.pid and not os.path.exists(f"/proc/{child.pid}")
 
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
     _assert_complete(cache, prefix)
     _scramble_shards(out)
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
 
 
 @pytest.mark.parametrize(
@@ -258,7 +253,7 @@ def test_forged_stale_lock_is_cleared(dataset, tmp_path, owner):
     _, out = dataset
     cache = str(tmp_path / "cache")
     prefix = _forge_partial(out, cache, owner())
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
     _assert_complete(cache, prefix)
 
 
@@ -274,7 +269,7 @@ def test_unreadable_owner_file_is_not_silently_ignored(dataset, tmp_path, caplog
     cache = str(tmp_path / "cache")
     prefix = _forge_partial(out, cache, text)
     caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
     recovered = tf.io.gfile.exists(prefix + ".index")
     warned = [r for r in caplog.records if r.name == "tfshard.readers.cache" and r.levelno >= logging.WARNING]
     assert recovered or warned, "the cache was silently not used"
@@ -298,7 +293,7 @@ def test_owner_killed_but_not_yet_reaped_is_gone(dataset, tmp_path):
             assert time.monotonic() < deadline, "child did not die"
             time.sleep(0.02)
         prefix = _forge_partial(out, cache, owner)
-        assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+        assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
         _assert_complete(cache, prefix)
     finally:
         zombie.kill()
@@ -317,8 +312,9 @@ def test_second_process_reads_without_the_cache_a_live_process_is_writing(datase
     prefix = _assert_partial(cache)
 
     caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL  # no AlreadyExistsError
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache" and r.levelno == logging.WARNING]
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL  # no AlreadyExistsError
+    warnings = [r.getMessage() for r in caplog.records
+                if r.name == "tfshard.readers.cache" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "reads without the cache" in warnings[0] and str(writer.pid) in warnings[0]
     _assert_partial(cache)  # the writer's lock and data are untouched
 
@@ -329,7 +325,7 @@ def test_second_process_reads_without_the_cache_a_live_process_is_writing(datase
     _assert_complete(cache, prefix)
 
     _scramble_shards(out)
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
 
 
 def test_owner_on_another_host_is_assumed_alive(dataset, tmp_path, caplog):
@@ -337,7 +333,7 @@ def test_owner_on_another_host_is_assumed_alive(dataset, tmp_path, caplog):
     cache = str(tmp_path / "cache")
     prefix = _forge_partial(out, cache, {"host": "not-" + socket.gethostname(), "pid": 1, "start": "1"})
     caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
-    assert sorted(_labels(readers.images(out, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
     assert any("reads without the cache" in r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache")
     assert tf.io.gfile.exists(prefix + "_0.lockfile") and not _cache_files(cache, "tfshard-*.index")
 
@@ -382,15 +378,15 @@ def test_unfinished_epoch_leaves_no_cache_and_the_next_epoch_is_whole(dataset, t
     options = tf.data.Options()
     options.threading.private_threadpool_size = 2  # bounds read-ahead, so take(2) really stops the cache early
     ds = ds.with_options(options)
-    assert len(_labels(ds.take(2))) == 2
+    assert len(labels_of(ds.take(2))) == 2
     assert not _cache_files(cache, "tfshard-*.index")
     assert not _cache_files(cache, "tfshard-*_*")  # TensorFlow discarded the partial data and its lock
-    assert sorted(_labels(ds)) == ALL
+    assert sorted(labels_of(ds)) == ALL
     _assert_complete(cache, _only_prefix(cache))
     _scramble_shards(out)
     with pytest.raises(tf.errors.DataLossError):  # the shards are unreadable now: records can only come from the cache
-        _labels(readers.images(out, **kwargs))
-    assert sorted(_labels(readers.images(out, cache=cache, **kwargs))) == ALL
+        labels_of(readers.images(out, **kwargs))
+    assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL
 
 
 # ---------------------------------------------------------------- URL paths through tf.io.gfile
@@ -418,13 +414,13 @@ def test_ram_filesystem_dataset_and_cache(dataset, ram_bucket):
     _copy_to(out, data)
     info = readers.info(data)
     assert info.class_names == CLASSES and info.num_records("train") == NUM_CLASSES
-    assert sorted(_labels(readers.images(data, **EVAL))) == ALL
+    assert sorted(labels_of(readers.images(data, **EVAL))) == ALL
 
     ds = readers.images(data, cache=cache, **TRAIN)
-    assert sorted(_labels(ds)) == ALL
+    assert sorted(labels_of(ds)) == ALL
     _assert_complete(cache, _only_prefix(cache))
     _remove_shards(data)
-    assert sorted(_labels(ds)) == ALL  # the second epoch comes from the cache
+    assert sorted(labels_of(ds)) == ALL  # the second epoch comes from the cache
 
 
 def test_ram_filesystem_stale_lock_is_cleared(dataset, ram_bucket):
@@ -432,23 +428,19 @@ def test_ram_filesystem_stale_lock_is_cleared(dataset, ram_bucket):
     data, cache = f"{ram_bucket}/ds", f"{ram_bucket}/cache"
     _copy_to(out, data)
     prefix = _forge_partial(data, cache, {"host": socket.gethostname(), "pid": os.getpid(), "start": "0"})
-    assert sorted(_labels(readers.images(data, cache=cache, **TRAIN))) == ALL
+    assert sorted(labels_of(readers.images(data, cache=cache, **TRAIN))) == ALL
     _assert_complete(cache, prefix)
 
 
-# ---------------------------------------------------------------- the cache follows the shards' content (issue 9)
+# ---------------------------------------------------------------- the cache follows the shards' content
 
 
 def _set_fingerprint(out: str, fingerprint: str) -> None:
-    path = os.path.join(out, "dataset.json")
-    manifest = json.loads(_read(path))
-    manifest["fingerprint"] = fingerprint
-    with open(path, "w") as f:
-        json.dump(manifest, f)
+    edit_manifest(out, lambda raw: raw.update(fingerprint=fingerprint))
 
 
 def test_dataset_rewritten_from_other_pixels_under_the_same_fingerprint_gets_a_new_cache(dataset, tmp_path):
-    """Attack 4: the fingerprint covers the sources' names, sizes and times, which can stay the same while the
+    """The fingerprint covers the sources' names, sizes and times, which can stay the same while the
     pixels change (an object store keeps no ctime; a copy keeps the times). Here the rewritten dataset's manifest is
     given back the old fingerprint to stand for that: the cache must still follow the shards."""
     _, out = dataset
@@ -470,7 +462,7 @@ def test_dataset_rewritten_from_other_pixels_under_the_same_fingerprint_gets_a_n
 
 
 def test_shard_repaired_byte_identically_after_a_cached_read_with_ignore_errors_gets_a_new_cache(dataset, tmp_path):
-    """Attack 5: a cache filled with ignore_errors while a shard was corrupt must not outlive the repair, even though
+    """A cache filled with ignore_errors while a shard was corrupt must not outlive the repair, even though
     ``--overwrite`` writes byte-identical shards (same manifest, same sha256)."""
     src, out = dataset
     cache = str(tmp_path / "cache")
@@ -481,32 +473,32 @@ def test_shard_repaired_byte_identically_after_a_cached_read_with_ignore_errors_
         byte = f.read(1)
         f.seek(40)
         f.write(bytes([byte[0] ^ 0xFF]))
-    damaged = _labels(readers.images(out, cache=cache, ignore_errors=True, **EVAL))
+    damaged = labels_of(readers.images(out, cache=cache, ignore_errors=True, **EVAL))
     assert len(damaged) < NUM_CLASSES and _cache_files(cache, "tfshard-*.index")
 
     convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False, overwrite=True)
     assert readers.info(out).manifest == manifest  # the repair changed nothing the manifest records
 
-    assert sorted(_labels(readers.images(out, ignore_errors=True, **EVAL))) == ALL
-    assert sorted(_labels(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
+    assert sorted(labels_of(readers.images(out, ignore_errors=True, **EVAL))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
 
 
 def test_ignore_errors_gets_a_cache_of_its_own(dataset, tmp_path):
     _, out = dataset
     cache = str(tmp_path / "cache")
-    assert sorted(_labels(readers.images(out, cache=cache, **EVAL))) == ALL
-    assert sorted(_labels(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **EVAL))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
     assert len(_cache_files(cache, "tfshard-*.index")) == 2
 
 
-# ---------------------------------------------------------------- two pipelines of one process (issue 9)
+# ---------------------------------------------------------------- two pipelines of one process
 
 
 @pytest.mark.parametrize("kwargs", [EVAL, TRAIN], ids=["eval", "train"])
 def test_two_pipelines_of_one_process_on_one_cache_iterated_together_both_read_everything(
     dataset, tmp_path, caplog, kwargs
 ):
-    """Attack 17: the second pipeline reads without the cache (TensorFlow's lockfile would refuse a second writer)."""
+    """The second pipeline reads without the cache (TensorFlow's lockfile would refuse a second writer)."""
     _, out = dataset
     cache = str(tmp_path / "cache")
     caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
@@ -517,11 +509,12 @@ def test_two_pipelines_of_one_process_on_one_cache_iterated_together_both_read_e
         got_first += a.numpy().tolist()
         got_second += b.numpy().tolist()
     assert sorted(got_first) == sorted(got_second) == ALL
-    warnings = [r.getMessage() for r in caplog.records if r.name == "tfshard.readers.cache" and r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records
+                if r.name == "tfshard.readers.cache" and r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "another pipeline of this process" in warnings[0]
     _assert_complete(cache, _only_prefix(cache))
     _scramble_shards(out)
-    assert sorted(_labels(readers.images(out, cache=cache, **kwargs))) == ALL  # the first one's cache is whole
+    assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL  # the first one's cache is whole
 
 
 def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_the_process(dataset, tmp_path, caplog):
@@ -530,10 +523,10 @@ def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_t
     options = tf.data.Options()
     options.threading.private_threadpool_size = 2  # bounds read-ahead, so take(2) really stops the cache early
     dropped = readers.images(out, cache=cache, **EVAL).with_options(options)
-    assert len(_labels(dropped.take(2))) == 2
+    assert len(labels_of(dropped.take(2))) == 2
     del dropped
 
     caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
-    assert sorted(_labels(readers.images(out, cache=cache, **EVAL))) == ALL
+    assert sorted(labels_of(readers.images(out, cache=cache, **EVAL))) == ALL
     assert not [r for r in caplog.records if r.name == "tfshard.readers.cache"]
     _assert_complete(cache, _only_prefix(cache))

@@ -7,11 +7,11 @@ import re
 
 import numpy as np
 import pytest
+import tensorflow as tf
+from helpers import convert_episode_tree, labels_of, random_episodes, read_manifest, save_episodes, write_manifest
 from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
-
-tf = pytest.importorskip("tensorflow")
 
 NUM_CLASSES = 24
 
@@ -34,10 +34,6 @@ def dataset(tmp_path_factory):
     return str(out)
 
 
-def _labels(ds) -> list[int]:
-    return [int(v) for _, labels in ds for v in labels.numpy()]
-
-
 def test_info_gives_class_names_counts_and_steps(dataset):
     info = readers.info(dataset)
     assert info.class_names == [f"c{i:02d}" for i in range(NUM_CLASSES)]
@@ -51,7 +47,7 @@ def test_every_record_exactly_once_per_epoch(dataset, training, cache):
     ds = readers.images(dataset, batch_size=5, image_size=(16, 16), training=training, seed=1, cache=cache,
                         drop_remainder=False)
     for _ in range(2):  # no repeat: each epoch is one pass
-        assert sorted(_labels(ds)) == list(range(NUM_CLASSES))
+        assert sorted(labels_of(ds)) == list(range(NUM_CLASSES))
 
 
 def test_output_types_shapes_and_range(dataset):
@@ -69,8 +65,8 @@ def test_eval_pixels_match_their_label(dataset):
 
 
 def test_eval_is_in_file_order_and_reproducible(dataset):
-    a = _labels(readers.images(dataset, batch_size=7, image_size=(8, 8), training=False, drop_remainder=False))
-    b = _labels(readers.images(dataset, batch_size=7, image_size=(8, 8), training=False, drop_remainder=False))
+    a = labels_of(readers.images(dataset, batch_size=7, image_size=(8, 8), training=False, drop_remainder=False))
+    b = labels_of(readers.images(dataset, batch_size=7, image_size=(8, 8), training=False, drop_remainder=False))
     assert a == b
 
 
@@ -84,14 +80,18 @@ def _same(epoch_a, epoch_b) -> bool:
 
 @pytest.mark.parametrize("cache", [None, "memory"])
 def test_seed_gives_the_same_stream_and_epochs_differ(dataset, cache):
-    make = lambda: readers.images(dataset, batch_size=6, image_size=(16, 16), seed=7, cache=cache)  # noqa: E731
+    def make():
+        return readers.images(dataset, batch_size=6, image_size=(16, 16), seed=7, cache=cache)
+
     first, second = _epochs(make()), _epochs(make())
     assert _same(first[0], second[0]) and _same(first[1], second[1])  # reproducible, epoch by epoch
     assert not _same(first[0], first[1])  # but each epoch is shuffled and augmented anew
 
 
 def test_without_seed_runs_differ(dataset):
-    make = lambda: readers.images(dataset, batch_size=6, image_size=(16, 16))  # noqa: E731
+    def make():
+        return readers.images(dataset, batch_size=6, image_size=(16, 16))
+
     assert not _same(_epochs(make(), 1)[0], _epochs(make(), 1)[0])
 
 
@@ -128,7 +128,7 @@ def test_input_pipelines_read_disjoint_complete_shares(dataset, pipelines):
     seen = []
     for pipeline in range(pipelines):
         context = tf.distribute.InputContext(num_input_pipelines=pipelines, input_pipeline_id=pipeline)
-        seen.append(_labels(readers.images(dataset, batch_size=1, image_size=(8, 8), training=False,
+        seen.append(labels_of(readers.images(dataset, batch_size=1, image_size=(8, 8), training=False,
                                            input_context=context)))
     flat = [label for share in seen for label in share]
     assert sorted(flat) == list(range(NUM_CLASSES))  # complete and disjoint
@@ -170,11 +170,8 @@ def test_works_under_a_distribution_strategy(dataset):
 def _rewrite_shard(out: str, index: int, records: list[bytes]) -> None:
     """Rewrites train shard ``index`` with ``records`` and records its new count, size and sha256 in the manifest."""
     import hashlib
-    import json
 
-    manifest_path = os.path.join(out, "dataset.json")
-    with open(manifest_path) as f:
-        manifest = json.load(f)
+    manifest = read_manifest(out)
     shard = manifest["splits"]["train"]["shards"][index]
     path = os.path.join(out, shard["file"])
     with tf.io.TFRecordWriter(path) as writer:
@@ -187,8 +184,7 @@ def _rewrite_shard(out: str, index: int, records: list[bytes]) -> None:
     split = manifest["splits"]["train"]  # a manifest whose totals disagree with its shards is refused on load
     split.update(records=sum(s["records"] for s in split["shards"]), bytes=sum(s["bytes"] for s in split["shards"]))
     split["class_counts"][manifest["class_names"][0]] += added  # the counts still add up to the records
-    with open(manifest_path, "w") as f:
-        json.dump(manifest, f)
+    write_manifest(out, manifest)
 
 
 def _write_undecodable_record(out: str) -> None:
@@ -209,8 +205,8 @@ def test_ignore_errors_skips_an_undecodable_record_and_keeps_the_rest(dataset, t
     shutil.copytree(dataset, broken)
     _write_undecodable_record(broken)
     with pytest.raises(tf.errors.InvalidArgumentError):
-        _labels(readers.images(broken, batch_size=1, image_size=(8, 8), training=False))
-    kept = _labels(readers.images(broken, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
+        labels_of(readers.images(broken, batch_size=1, image_size=(8, 8), training=False))
+    kept = labels_of(readers.images(broken, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
     assert sorted(kept) == list(range(NUM_CLASSES))
 
 
@@ -222,7 +218,7 @@ def test_public_names_stay_functions_after_their_modules_load():
     assert callable(ingest.verify) and ingest.verify is ingest.verify
 
 
-# --- shards checked before reading (issue 9) ---------------------------------------------------------------------
+# --- shards checked before reading ------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -237,7 +233,7 @@ def copy(dataset, tmp_path):
 
 @pytest.mark.parametrize("ignore_errors", [False, True])
 def test_missing_shard_is_an_error_before_reading_even_with_ignore_errors(copy, ignore_errors):
-    """Attack 11: with ignore_errors a deleted shard made the reader retry its open forever at 100% CPU."""
+    """With ignore_errors a deleted shard made the reader retry its open forever at 100% CPU."""
     out, shards = copy
     os.remove(shards[2])
     with pytest.raises(FileNotFoundError, match=re.escape(shards[2]) + r": shard of split 'train' is missing.*"
@@ -275,7 +271,7 @@ def test_shard_of_another_size_is_refused_and_with_ignore_errors_logged(copy, ca
     import logging
 
     caplog.set_level(logging.WARNING, logger="tfshard.readers.files")
-    kept = _labels(readers.images(out, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
+    kept = labels_of(readers.images(out, batch_size=1, image_size=(8, 8), training=False, ignore_errors=True))
     assert sorted(kept) == list(range(NUM_CLASSES))  # the records before the extra bytes are all there
     assert any(re.search(message, r.getMessage()) for r in caplog.records)
 
@@ -313,11 +309,11 @@ def test_shard_gone_after_the_pipeline_was_built_is_skipped_with_ignore_errors(c
     assert f"{shards[2]}: shard is gone" in child.stderr  # ignore_errors logged it
 
 
-# --- an epoch of no batch is refused up front (issue 9) -------------------------------------------------------------
+# --- an epoch of no batch is refused up front ----------------------------------------------------------------------
 
 
 def test_fewer_records_than_one_batch_with_drop_remainder_is_an_error_up_front(dataset):
-    """Attack 18: training drops the remainder, so 24 records in batches of 64 made an epoch of nothing."""
+    """Training drops the remainder, so 24 records in batches of 64 made an epoch of nothing."""
     with pytest.raises(ValueError, match=re.escape(
             f"{dataset}: split 'train' has 24 records for this pipeline, fewer than batch_size=64 with "
             "drop_remainder=True, so an epoch would yield no batch; "
@@ -326,10 +322,10 @@ def test_fewer_records_than_one_batch_with_drop_remainder_is_an_error_up_front(d
     context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1)
     with pytest.raises(ValueError, match=r"has 12 records for this pipeline, fewer than batch_size=13"):
         readers.images(dataset, batch_size=13, input_context=context)
-    assert _labels(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))
-    assert sorted(_labels(readers.images(dataset, batch_size=64, image_size=(8, 8), drop_remainder=False))) == list(
+    assert labels_of(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))
+    assert sorted(labels_of(readers.images(dataset, batch_size=64, image_size=(8, 8), drop_remainder=False))) == list(
         range(NUM_CLASSES))
-    assert len(_labels(readers.images(dataset, batch_size=64, image_size=(8, 8), training=False))) == NUM_CLASSES
+    assert len(labels_of(readers.images(dataset, batch_size=64, image_size=(8, 8), training=False))) == NUM_CLASSES
 
 
 def test_one_pipeline_feeding_two_replicas_needs_a_batch_for_each(dataset):
@@ -337,16 +333,14 @@ def test_one_pipeline_feeding_two_replicas_needs_a_batch_for_each(dataset):
     with pytest.raises(ValueError, match=r"has 24 records for this pipeline, fewer than the 26 a step takes from it "
                                          r"\(batch_size=13 for each of the 2 replicas it feeds\)"):
         readers.images(dataset, batch_size=13, input_context=context)
-    assert len(_labels(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))) == 24
+    assert len(labels_of(readers.images(dataset, batch_size=12, image_size=(8, 8), input_context=context))) == 24
 
 
-# --- what a new user trips on (issue 10) ----------------------------------------------------------------------------
+# --- what a new user trips on -------------------------------------------------------------------------------------
 
 
 def test_an_episodes_dataset_is_refused_up_front_naming_the_readers(tmp_path):
     """It used to build, then fail mid-fit with a graph error about the missing image/class/label."""
-    from conftest import convert_episode_tree, random_episodes, save_episodes
-
     src, out = tmp_path / "src", tmp_path / "out"
     save_episodes(src, dict(zip(["a.npy", "b.npy"], random_episodes([6, 7]))))
     convert_episode_tree(src, out)
@@ -413,7 +407,7 @@ def test_keras_fit_does_not_warn_that_the_input_ran_out_of_data(dataset, caplog,
     import logging
     import warnings
 
-    keras = pytest.importorskip("keras")
+    import keras
     ds = readers.images(dataset, batch_size=5, image_size=(8, 8), training=training, seed=0)
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(NUM_CLASSES)])
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -431,7 +425,7 @@ def test_keras_fit_does_not_warn_that_the_input_ran_out_of_data(dataset, caplog,
     assert batches == list(range(NUM_CLASSES // 5 if training else -(-NUM_CLASSES // 5))) * 2
 
 
-# --- uint8 output and on-device normalisation (issue 11) -----------------------------------------------------------
+# --- uint8 output and on-device normalisation --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("training", [True, False])
@@ -466,15 +460,13 @@ def test_normalization_layer_uses_the_manifest_statistics(dataset, dtype):
 
 
 def test_normalization_refuses_an_episodes_dataset(tmp_path):
-    from conftest import convert_episode_tree, save_episodes
-
     save_episodes(tmp_path / "src", {"a.npy": np.zeros((5, 2), np.float32)})
     convert_episode_tree(tmp_path / "src", tmp_path / "out")
     with pytest.raises(ValueError, match="no pixel statistics"):
         readers.normalization(str(tmp_path / "out"))
 
 
-# --- the default recipe done per image in the decode map (issue 11) -------------------------------------------------
+# --- the default recipe done per image in the decode map ----------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

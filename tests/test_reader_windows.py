@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import os
 import re
 import types
@@ -12,7 +11,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, make_tree, save_episodes
+from helpers import convert_episode_tree, make_tree, random_episodes, read_manifest, save_episodes, write_manifest
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
 from tfshard.readers.windows.index import index_batches
@@ -103,7 +102,7 @@ def test_unshuffled_windows_equal_the_reference_in_order(plain, length, shift, d
     assert len(expected) == count == readers.info(plain.out).num_windows("train", length, shift)
     options = dict(length=length, shift=shift, batch_size=batch_size, features="obs", shuffle=False,
                    drop_remainder=drop_remainder)
-    if drop_remainder and count < batch_size:  # an epoch of no batch is refused up front (attack 18)
+    if drop_remainder and count < batch_size:  # an epoch of no batch is refused up front
         with pytest.raises(ValueError, match=rf"has {count} windows for this pipeline, fewer than batch_size=7"):
             readers.windows(plain.out, **options)
         return
@@ -319,7 +318,7 @@ def test_bad_targets_are_refused(plain):
 
 @pytest.mark.parametrize("resident", [True, False])
 def test_a_numpy_integer_horizon_is_taken_like_an_int(plain, resident):
-    """Attack 19: length=np.int64(2) was accepted but targets=np.int64(2) refused."""
+    """length=np.int64(2) was accepted but targets=np.int64(2) refused."""
     options = {"length": np.int64(4), "shift": 3, "batch_size": 4, "features": "obs", "shuffle": False,
                "drop_remainder": False, "resident": resident}
     with_numpy = list(readers.windows(plain.out, targets=np.int64(2), **options))
@@ -363,7 +362,7 @@ def test_window_starts_are_int32_four_bytes_per_window(plain):
 
 @pytest.mark.parametrize("targets", ["act", 2])
 def test_a_keras_model_trains_one_epoch_on_the_windows(plain, targets):
-    keras = pytest.importorskip("keras")
+    import keras
     length = 6
     ds = readers.windows(plain.out, length=length, shift=2, batch_size=4, features="obs", targets=targets, seed=0)
     if targets == "act":
@@ -389,7 +388,7 @@ def test_counts_agree_with_dataset_info_for_many_sizes(plain):
         assert int(ds.cardinality()) == count == len(reference(plain.episodes["act"], length, shift)[0])
 
 
-# --- shards and records checked against the manifest (issue 9) ----------------------------------------------------
+# --- shards and records checked against the manifest -------------------------------------------------------------
 
 
 def _copy(data, tmp_path) -> str:
@@ -400,25 +399,15 @@ def _copy(data, tmp_path) -> str:
     return out
 
 
-def _load_manifest(out: str) -> dict:
-    with open(os.path.join(out, "dataset.json")) as f:
-        return json.load(f)
-
-
-def _save_manifest(out: str, manifest: dict) -> None:
-    with open(os.path.join(out, "dataset.json"), "w") as f:
-        json.dump(manifest, f)
-
-
 def _shard_examples(out: str, index: int) -> list:
-    compression = "GZIP" if _load_manifest(out)["compression"] == "gzip" else ""
+    compression = "GZIP" if read_manifest(out)["compression"] == "gzip" else ""
     path = readers.info(out).shard_paths("train")[index]
     return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path, compression_type=compression)]
 
 
 def _rewrite_shard(out: str, index: int, examples: list) -> None:
     """Writes train shard ``index`` anew and records its count, size and sha256, so only its records disagree."""
-    manifest = _load_manifest(out)
+    manifest = read_manifest(out)
     shard = manifest["splits"]["train"]["shards"][index]
     path = os.path.join(out, shard["file"])
     options = tf.io.TFRecordOptions(compression_type="GZIP" if manifest["compression"] == "gzip" else "")
@@ -430,7 +419,7 @@ def _rewrite_shard(out: str, index: int, examples: list) -> None:
     shard.update(records=len(examples), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     split = manifest["splits"]["train"]  # the split's totals too: a manifest whose totals disagree is refused on load
     split.update(records=sum(s["records"] for s in split["shards"]), bytes=sum(s["bytes"] for s in split["shards"]))
-    _save_manifest(out, manifest)
+    write_manifest(out, manifest)
 
 
 def _set(example, key: str, value: int):
@@ -444,14 +433,14 @@ def _get(example, key: str) -> int:
 
 
 def test_swapped_episode_lengths_in_the_manifest_are_caught_by_every_reader(chunked, tmp_path):
-    """Attack 6: resident windows crossed episodes or read unfilled memory; streamed ones now fail on the episode."""
+    """Resident windows crossed episodes or read unfilled memory; streamed ones now fail on the episode."""
     out = _copy(chunked, tmp_path)
-    manifest = _load_manifest(out)
+    manifest = read_manifest(out)
     episodes = manifest["splits"]["train"]["episodes"]
     first, second = episodes[0], episodes[1]
     assert first["length"] != second["length"]
     first["length"], second["length"] = second["length"], first["length"]
-    _save_manifest(out, manifest)
+    write_manifest(out, manifest)
     fix = re.escape(f"run `tfshard verify {out}`; rewrite the dataset with --overwrite")
 
     with pytest.raises(ValueError, match=re.escape(f"{out}: split 'train': episode {first['id']} ({first['source']}): "
@@ -541,7 +530,7 @@ def test_missing_or_odd_shard_is_refused_before_reading(chunked, tmp_path, read)
 
 @pytest.mark.parametrize("resident", [True, False])
 def test_fewer_windows_than_one_batch_with_drop_remainder_is_an_error_up_front(plain, resident):
-    """Attack 18: 2 windows of 49 steps in batches of 64 made an epoch of nothing."""
+    """2 windows of 49 steps in batches of 64 made an epoch of nothing."""
     assert readers.info(plain.out).num_windows("train", 49) == 2
     with pytest.raises(ValueError, match=re.escape(
             f"{plain.out}: split 'train' has 2 windows for this pipeline, fewer than batch_size=64 with "
@@ -557,7 +546,7 @@ def test_resident_windows_from_memory_with_fewer_windows_than_a_batch(plain):
         readers.resident_windows(plain.episodes, length=49, batch_size=3)
 
 
-# --- what a new user trips on (issue 10) ----------------------------------------------------------------------------
+# --- what a new user trips on -------------------------------------------------------------------------------------
 
 
 def test_readers_episodes_refuses_an_image_dataset_too(tmp_path):
@@ -604,7 +593,7 @@ def test_keras_fit_on_streamed_windows_does_not_warn_that_the_input_ran_out_of_d
     import logging
     import warnings
 
-    keras = pytest.importorskip("keras")
+    import keras
     ds = readers.windows(plain.out, length=6, shift=2, batch_size=4, features="obs", targets="same", seed=0,
                          resident=False, shuffle_buffer=8)
     model = keras.Sequential([keras.Input((6, 2)), keras.layers.Flatten(), keras.layers.Dense(12),
@@ -624,8 +613,6 @@ def test_keras_fit_on_streamed_windows_does_not_warn_that_the_input_ran_out_of_d
 @pytest.fixture(scope="module")
 def npy(tmp_path_factory):
     """One .npy file per episode: a one-feature dataset whose feature the converter names ``data`` (float32 [T, 2])."""
-    from conftest import random_episodes
-
     src = tmp_path_factory.mktemp("npy-src")
     out = tmp_path_factory.mktemp("npy") / "out"
     written = {f"ep{i}.npy": e for i, e in enumerate(random_episodes([20, 9, 14], seed=4))}
@@ -633,7 +620,6 @@ def npy(tmp_path_factory):
     manifest = convert_episode_tree(src, out, num_shards=2)
     listed = manifest.splits["train"].episodes
     order = [written[e.source] for e in sorted(listed, key=lambda e: e.id)]  # source order: resident, unshuffled
-    in_manifest = [written[e.source] for e in listed]  # streamed, unshuffled
     return types.SimpleNamespace(out=str(out), manifest=manifest, episodes={"data": order})
 
 
@@ -664,7 +650,7 @@ def test_one_feature_dataset_gives_tensors_without_naming_it(npy, resident, targ
 
 
 def test_a_keras_sequential_trains_on_a_one_feature_dataset_as_is(npy):
-    keras = pytest.importorskip("keras")
+    import keras
     ds = readers.windows(npy.out, length=4, shift=1, batch_size=4, targets=1, seed=0)
     model = keras.Sequential([keras.Input((4, 2)), keras.layers.Flatten(), keras.layers.Dense(2),
                               keras.layers.Reshape((1, 2))])

@@ -18,7 +18,7 @@ import sys
 import time
 
 import pytest
-from conftest import make_tree, write_jpeg
+from helpers import assert_same_tree, make_tree, snapshot, write_jpeg
 from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
 
 pytestmark = pytest.mark.slow
@@ -31,18 +31,6 @@ FINAL_SHARD = re.compile(r"^train-\d{5}-of-\d{5}\.tfrecord$")
 KILL_SHARDS = 6
 
 
-def snapshot(folder: str) -> dict[str, bytes | None]:
-    """Every file (its bytes) and folder (None) under ``folder``, hidden ones included, by relative path."""
-    found = {}
-    for root, dirs, files in os.walk(folder):
-        for name in dirs:
-            found[os.path.relpath(os.path.join(root, name), folder)] = None
-        for name in files:
-            with open(os.path.join(root, name), "rb") as f:
-                found[os.path.relpath(os.path.join(root, name), folder)] = f.read()
-    return found
-
-
 def stats(folder: str) -> dict[str, tuple[int, int]]:
     """(inode, mtime_ns) of every file under ``folder``: a rewrite (temp file + rename) changes both."""
     found = {}
@@ -51,12 +39,6 @@ def stats(folder: str) -> dict[str, tuple[int, int]]:
             st = os.stat(os.path.join(root, name))
             found[os.path.relpath(os.path.join(root, name), folder)] = (st.st_ino, st.st_mtime_ns)
     return found
-
-
-def assert_same_tree(actual: dict, expected: dict) -> None:
-    assert sorted(actual) == sorted(expected)  # the same names first, for a readable diff
-    for name in expected:
-        assert actual[name] == expected[name], f"{name} differs"
 
 
 def final_shards(out: str) -> list[str]:
@@ -261,7 +243,8 @@ def test_ctrl_c_or_sigterm_says_so_and_the_same_command_resumes(kill_source, tmp
 
 def test_kill_9_of_the_parent_alone_leaves_no_process_behind(kill_source, tmp_path):
     """kill -9 of the conversion only (not its group): the forkserver, the decode workers and the resource tracker
-    exit within seconds, so whoever captures the output (``subprocess.run(capture_output=True)``, ``| tee``) gets EOF."""
+    exit within seconds, so whoever captures the output (``subprocess.run(capture_output=True)``, ``| tee``) gets
+    EOF."""
     src, _ = kill_source
     out = str(tmp_path / "out")
     proc = _start_and_wait_for_a_commit(convert_command(src, out)[:-2] + ["--workers", "2"], out)
@@ -389,8 +372,8 @@ def test_cli_resumed_run_says_how_many_shards_it_kept(interrupted, cli):
     manifest = json.loads(clean[MANIFEST])
     written = manifest["splits"]["train"]["shards"][1]["records"]
     total = manifest["splits"]["train"]["records"]
-    assert re.search(rf"^{re.escape(out)}: {total} records, .* in [\d.]+ s \({written} records written: [\d,]+ img/s\)$",
-                     result.stdout, re.MULTILINE), result.stdout
+    summary = rf"^{re.escape(out)}: {total} records, .* in [\d.]+ s \({written} records written: [\d,]+ img/s\)$"
+    assert re.search(summary, result.stdout, re.MULTILINE), result.stdout
     assert_same_tree(snapshot(out), clean)
 
 

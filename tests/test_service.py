@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, make_tree, save_episodes
+from helpers import convert_episode_tree, make_tree, save_episodes
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import service as service_lib

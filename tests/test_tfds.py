@@ -8,13 +8,12 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, make_tree, random_episodes, save_episodes, write_jpeg
+import tensorflow_datasets as tfds
+from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes, write_jpeg
 from tfshard import readers
 from tfshard.format.names import is_output_name
 from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, verify
 from tfshard.tools.tfds import write_tfds_metadata
-
-tfds = pytest.importorskip("tensorflow_datasets")  # in the test extra: CI always has it
 
 
 @pytest.fixture
@@ -32,7 +31,8 @@ def _records_in_order(out: str):
     manifest order, before any resize."""
     manifest = readers.info(out).manifest
     paths = [os.path.join(out, s.file) for s in manifest.splits["train"].shards]
-    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string), "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+    spec = {"image/encoded": tf.io.FixedLenFeature([], tf.string),
+            "image/class/label": tf.io.FixedLenFeature([], tf.int64),
             "image/filename": tf.io.FixedLenFeature([], tf.string)}
     for record in tf.data.TFRecordDataset(paths):
         parsed = tf.io.parse_single_example(record, spec)

@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import make_tree, save_episodes
+from helpers import make_tree, save_episodes, tfrecord_bytes
 from tfshard.format.records import IMAGE_FEATURES, serialize
 from tfshard.format.tfrecord import example_parts, frame_records, gzip_member
 from tfshard.ingest import ConvertOptions, convert_episodes, convert_images
@@ -30,18 +30,6 @@ def _tf_example(features) -> bytes:
 
     example = tf.train.Example(features=tf.train.Features(feature={k: feature(v) for k, v in features}))
     return example.SerializeToString(deterministic=True)
-
-
-def _tf_file(records, compression: str = "") -> bytes:
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tfshard-pin-{os.getpid()}.tfrecord")
-    try:
-        with tf.io.TFRecordWriter(path, tf.io.TFRecordOptions(compression_type=compression)) as writer:
-            for record in records:
-                writer.write(record)
-        with open(path, "rb") as f:
-            return f.read()
-    finally:
-        os.remove(path)
 
 
 EDGE_INTS = [0, 1, -1, 127, 128, 300, 2**31, -(2**31), 2**63 - 1, -(2**63)]
@@ -64,14 +52,15 @@ def test_examples_match_tensorflow_byte_for_byte(seed):
 
 
 def test_a_large_value_and_every_edge_match_tensorflow():
-    features = [(f"i{n}", v) for n, v in enumerate(EDGE_INTS)] + [(f"b{n}", b"\x07" * s) for n, s in enumerate(EDGE_SIZES)]
+    features = [(f"i{n}", v) for n, v in enumerate(EDGE_INTS)]
+    features += [(f"b{n}", b"\x07" * s) for n, s in enumerate(EDGE_SIZES)]
     assert b"".join(example_parts(features)) == _tf_example(features)
 
 
 def test_framing_matches_tf_record_writer():
     records = [b"", b"x", os.urandom(127), os.urandom(70_000), _tf_example([("a", 1)])]
     data, sizes = frame_records([[r] for r in records])
-    assert data == _tf_file(records)
+    assert data == tfrecord_bytes(records)
     assert sizes == tuple(len(r) + 16 for r in records)
     split, _ = frame_records([[r[:3], r[3:]] for r in records])  # a record given in parts frames the same
     assert split == data
@@ -80,8 +69,9 @@ def test_framing_matches_tf_record_writer():
 def test_gzip_members_read_back_with_tensorflow_and_gzip():
     records = [os.urandom(100), b"a" * 5000, b"", b"tail"]
     members = b"".join(gzip_member(frame_records([[r]])[0]) for r in records)
-    assert members[:10] == _tf_file(records[:1], "GZIP")[:10]  # the same gzip header TensorFlow's writer puts first
-    assert gzip.decompress(members) == _tf_file(records)
+    # The same gzip header TensorFlow's writer puts first.
+    assert members[:10] == tfrecord_bytes(records[:1], "GZIP")[:10]
+    assert gzip.decompress(members) == tfrecord_bytes(records)
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tfshard-members-{os.getpid()}.tfrecord.gz")
     with open(path, "wb") as f:
         f.write(members)
@@ -100,14 +90,10 @@ def test_out_of_range_and_mistyped_values_are_refused():
         serialize(IMAGE_FEATURES, {"image/encoded": b""})
 
 
-def _shard_files(out) -> list[str]:
-    return sorted(n for n in os.listdir(out) if ".tfrecord" in n)
-
-
 def _rewritten_by_tensorflow(path: str, compression: str = "") -> bytes:
     """The shard as TensorFlow would write it: every record parsed, re-serialized deterministically, re-framed."""
     records = tf.data.TFRecordDataset(path, compression_type=compression).as_numpy_iterator()
-    return _tf_file([tf.train.Example.FromString(r).SerializeToString(deterministic=True) for r in records])
+    return tfrecord_bytes([tf.train.Example.FromString(r).SerializeToString(deterministic=True) for r in records])
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -140,7 +126,7 @@ def test_shard_writer_index_offsets_and_hash(tmp_path):
         for r in records:
             writer.append(*frame_records([[r]]))
     data = (tmp_path / "train-00000-of-00001.tfrecord").read_bytes()
-    assert data == _tf_file(records)
+    assert data == tfrecord_bytes(records)
     offsets = [0, 16, 42, 5058]
     lines = (tmp_path / "train-00000-of-00001.idx").read_text()
     assert lines == "".join(f"{o} {len(r) + 16}\n" for o, r in zip(offsets, records))

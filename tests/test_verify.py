@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import make_tree
+from helpers import files_under, make_tree, read_manifest, read_records, write_manifest
 from tfshard.ingest import ConvertOptions, VerifyError, convert_images, verify
 
 CLASSES = ("ant", "bee", "cat")
@@ -27,13 +27,6 @@ NUM_SHARDS = 3
 
 def shard_name(index: int, num_shards: int = NUM_SHARDS, suffix: str = ".tfrecord") -> str:
     return f"train-{index:05d}-of-{num_shards:05d}{suffix}"
-
-
-def read_records(path: str, compression: str | None = None) -> list[bytes]:
-    import tensorflow as tf
-
-    dataset = tf.data.TFRecordDataset(path, compression_type="GZIP" if compression == "gzip" else "")
-    return [r.numpy() for r in dataset]
 
 
 def parse(record: bytes) -> dict:
@@ -150,14 +143,11 @@ def _add_unexpected(out):
 
 def _edit_manifest(field, change):
     def corrupt(out):
-        manifest_path = os.path.join(out, "dataset.json")
-        with open(manifest_path) as f:
-            manifest = json.load(f)
+        manifest = read_manifest(out)
         shard = manifest["splits"]["train"]["shards"][1]
         old = shard[field]
         shard[field] = change(old)
-        with open(manifest_path, "w") as f:
-            json.dump(manifest, f)
+        write_manifest(out, manifest)
         if field == "records":
             expected = [rf"{old} records, manifest says {old + 1}"]
         else:
@@ -241,7 +231,8 @@ def test_no_manifest_names_the_path(dataset, cli):
     assert os.path.join(out, "dataset.json") in result.stderr
     assert "Traceback" not in result.output
     # the shards are still there: not "a conversion to finish", a dataset that lost its manifest
-    assert f"it holds {NUM_SHARDS} shard file(s) but no dataset.json: rerun the conversion with --overwrite" in result.stderr
+    lost = f"it holds {NUM_SHARDS} shard file(s) but no dataset.json: rerun the conversion with --overwrite"
+    assert lost in result.stderr
 
 
 def _unfinished(image_tree, tmp_path) -> str:
@@ -324,18 +315,14 @@ def test_ignored_files_in_the_manifest_are_checked_and_optional(dataset):
     from tfshard.ingest import load_manifest
 
     out, _ = dataset
-    path = os.path.join(out, "dataset.json")
-    with open(path) as f:
-        raw = json.load(f)
+    raw = read_manifest(out)
     assert raw["ignored_files"] == []
     raw["ignored_files"] = ["notes.txt", 7]
-    with open(path, "w") as f:
-        json.dump(raw, f)
+    write_manifest(out, raw)
     with pytest.raises(ManifestError, match=r"field ignored_files\[1\]: must be a string \(got 7\)"):
         load_manifest(out)
     del raw["ignored_files"]  # a manifest written before the field existed
-    with open(path, "w") as f:
-        json.dump(raw, f)
+    write_manifest(out, raw)
     assert load_manifest(out).ignored_files == []
 
 
@@ -350,7 +337,7 @@ def test_gzip_round_trip_verifies(image_tree, tmp_path, cli):
     for name in files:
         with open(os.path.join(out, name), "rb") as f:
             assert f.read(2) == b"\x1f\x8b"  # really gzip
-        records += [parse(r) for r in read_records(os.path.join(out, name), "gzip")]
+        records += [parse(r) for r in read_records(os.path.join(out, name), "GZIP")]
     assert sorted(r["filename"] for r in records) == sorted(written)
     for r in records:
         assert r["encoded"] == written[r["filename"]]
@@ -430,8 +417,7 @@ def read_with_tfrecord_package(path: str) -> list[list]:
 
 def test_shards_read_by_tf_data_and_by_tfrecord_package(dataset):
     out, written = dataset
-    with open(os.path.join(out, "dataset.json")) as f:
-        manifest = json.load(f)
+    manifest = read_manifest(out)
     class_names = manifest["class_names"]
     assert class_names == list(CLASSES)
     total = 0
@@ -450,19 +436,11 @@ def test_shards_read_by_tf_data_and_by_tfrecord_package(dataset):
     assert total == len(written) == PER_CLASS * len(CLASSES)
 
 
-def files_in(folder: str) -> dict[str, bytes]:
-    found = {}
-    for name in os.listdir(folder):
-        with open(os.path.join(folder, name), "rb") as f:
-            found[name] = f.read()
-    return found
-
-
 def test_following_verifys_advice_repairs_the_dataset(pristine, dataset, cli):
     # verify says "rerun the conversion with --overwrite to rewrite it": doing just that must fix the shard.
     src = pristine[0]
     out, _ = dataset
-    good = files_in(out)
+    good = files_under(out)
     path = os.path.join(out, shard_name(0))
     with open(path, "r+b") as f:
         f.truncate(100)
@@ -471,4 +449,4 @@ def test_following_verifys_advice_repairs_the_dataset(pristine, dataset, cli):
     result = cli("images", src, out, "--num-shards", NUM_SHARDS, "--workers", "0", "--quiet", "--overwrite")
     assert result.exit_code == 0, result.output
     verify(out)
-    assert files_in(out) == good
+    assert files_under(out) == good

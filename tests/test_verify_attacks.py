@@ -5,7 +5,6 @@ class name TFDS's labels file cannot hold, and verify names a labels file that d
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -13,22 +12,13 @@ import shutil
 
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, make_tree, save_episodes
+from helpers import convert_episode_tree, edit_manifest, make_tree, save_episodes
 from tfshard import readers
 from tfshard.format.manifest import ManifestError
 from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, load_manifest, verify
 
 CLASSES = ("ant", "bee", "cat")
 PER_CLASS = 6
-
-
-def edit_manifest(out: str, change) -> None:
-    path = os.path.join(out, "dataset.json")
-    with open(path) as f:
-        raw = json.load(f)
-    change(raw)
-    with open(path, "w") as f:
-        json.dump(raw, f)
 
 
 def problems_of(out: str) -> list[str]:
@@ -325,7 +315,6 @@ UNLABELLABLE = {  # classes -> (the name refused, what TFDS reads at its label)
 
 @pytest.mark.parametrize("case", UNLABELLABLE, ids=UNLABELLABLE.keys())
 def test_tfds_refuses_a_class_name_its_labels_file_cannot_hold(tmp_path, cli, case):
-    pytest.importorskip("tensorflow_datasets")
     from tfshard.tools.tfds import write_tfds_metadata
 
     classes, name, why = UNLABELLABLE[case]
@@ -343,7 +332,7 @@ def test_tfds_refuses_a_class_name_its_labels_file_cannot_hold(tmp_path, cli, ca
 
 
 def test_tfds_reads_back_exactly_the_class_names_it_can_hold(tmp_path):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow_datasets as tfds
     from tfshard.tools.tfds import write_tfds_metadata
 
     classes = ("a b", "émeu", "x\u2028y", "#1", "日本")
@@ -356,7 +345,7 @@ def test_tfds_reads_back_exactly_the_class_names_it_can_hold(tmp_path):
 
 def test_tfds_label_names_read_labels_files_as_tensorflow_datasets_does(tmp_path):
     """verify's reading of the labels file (no tensorflow-datasets needed) against tensorflow-datasets' own."""
-    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow_datasets as tfds
     from tfshard.tools.tfds import tfds_label_names
 
     texts = ["a\nb\n", "   \n padded \nalpha\nbe\nta\n", "a\r\nb\r\n", "\n\na\n\n", "x\u2028y\n\xa0z\u3000\n", "a"]
@@ -370,7 +359,6 @@ def test_tfds_label_names_read_labels_files_as_tensorflow_datasets_does(tmp_path
 
 @pytest.fixture
 def images_with_tfds(images):
-    pytest.importorskip("tensorflow_datasets")
     from tfshard.tools.tfds import write_tfds_metadata
 
     write_tfds_metadata(images)

@@ -1,4 +1,4 @@
-"""Attacks on the row layout, window keys and readers.model_windows (issue 12), against a numpy slicing oracle.
+"""Attacks on the row layout, window keys and readers.model_windows, against a numpy slicing oracle.
 
 Every step of every episode carries a unique nonzero id (``t``: 100000·(episode + 1) + step + 1), so a window
 that crossed an episode boundary or reached into the zero padding of the row layout shows as a gap or a zero.
@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import types
 
+import keras
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, save_episodes
+import tensorflow as tf
+from helpers import convert_episode_tree, save_episodes
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
 from tfshard.readers.windows.starts import row_steps
-
-tf = pytest.importorskip("tensorflow")
-keras = pytest.importorskip("keras")
 
 
 def step_ids(i: int, t: int) -> np.ndarray:

@@ -13,7 +13,7 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import convert_episode_tree, save_episodes
+from helpers import convert_episode_tree, save_episodes
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
 
@@ -210,7 +210,7 @@ def test_the_strategy_of_the_enclosing_scope_is_picked_up(strategies, data, api)
 
 @pytest.mark.parametrize("api", ["windows", "resident_windows"])
 def test_fewer_windows_per_replica_than_a_per_replica_batch_is_an_error_up_front(strategies, data, api):
-    """Attack 18 under a strategy: 59 windows over 2 replicas are 29 each, one short of a per-replica batch of 30."""
+    """Under a strategy: 59 windows over 2 replicas are 29 each, one short of a per-replica batch of 30."""
     assert len(reference(data.episodes["t"], 4, 2)) == 59
     with pytest.raises(ValueError, match=r"has 29 windows per replica \(59 over 2 replicas\), fewer than the "
                                          r"per-replica batch of 30 \(batch_size=60 over 2 replicas\) with "
@@ -224,7 +224,7 @@ def test_fewer_windows_per_replica_than_a_per_replica_batch_is_an_error_up_front
 
 
 def test_custom_training_step_in_a_tf_function(strategies, data):
-    keras = pytest.importorskip("keras")
+    import keras
     strategy = strategies[2]
     length, batch_size = 4, 6
     with strategy.scope():
@@ -259,7 +259,7 @@ def test_custom_training_step_in_a_tf_function(strategies, data):
 
 
 def test_keras_fit_under_the_strategy_scope(strategies, data):
-    keras = pytest.importorskip("keras")
+    import keras
     strategy = strategies[2]
     with strategy.scope():
         model = keras.Sequential([keras.Input((6, WIDTH)), keras.layers.Flatten(), keras.layers.Dense(2 * WIDTH),
@@ -393,7 +393,7 @@ def test_input_context_shards_the_files_and_names_min_shards(one_shard, data):
     assert by_shard[1] and by_shard[3]
 
 
-# --- a one-feature dataset gives tensors unasked (issue 10) -----------------------------------------------------
+# --- a one-feature dataset gives tensors unasked --------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -407,7 +407,6 @@ def npy(tmp_path_factory):
     manifest = convert_episode_tree(src, out, num_shards=4)
     listed = manifest.splits["train"].episodes
     order = [written[e.source] for e in sorted(listed, key=lambda e: e.id)]  # source order: resident, unshuffled
-    in_manifest = [written[e.source] for e in listed]  # streamed, unshuffled
     return types.SimpleNamespace(out=str(out), episodes=order)
 
 

@@ -21,7 +21,7 @@ import threading
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import save_episodes, write_jpeg
+from helpers import read_manifest, read_records, save_episodes, tfrecord_bytes, write_jpeg
 from PIL import Image
 from tfshard.format.tfrecord import frame_records
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_episodes, convert_images
@@ -37,31 +37,15 @@ def _read(path) -> bytes:
         return f.read()
 
 
-def _tf_file(records) -> bytes:
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"tfshard-attack-{os.getpid()}.tfrecord")
-    try:
-        with tf.io.TFRecordWriter(path) as writer:
-            for record in records:
-                writer.write(record)
-        return _read(path)
-    finally:
-        os.remove(path)
-
-
-def _records(path, compression: str = "") -> list[bytes]:
-    return list(tf.data.TFRecordDataset(str(path), compression_type=compression).as_numpy_iterator())
-
-
 def _as_tensorflow_writes(path, compression: str = "") -> bytes:
     """Every record parsed, re-serialized deterministically by TensorFlow, and framed by tf.io.TFRecordWriter."""
-    examples = map(tf.train.Example.FromString, _records(path, compression))
-    return _tf_file([example.SerializeToString(deterministic=True) for example in examples])
+    examples = map(tf.train.Example.FromString, read_records(path, compression))
+    return tfrecord_bytes([example.SerializeToString(deterministic=True) for example in examples])
 
 
 def _shards(out) -> list[dict]:
     """The manifest's shard entries, each with its "path"."""
-    with open(os.path.join(out, "dataset.json")) as f:
-        splits = json.load(f)["splits"].values()
+    splits = read_manifest(out)["splits"].values()
     return [{**s, "path": os.path.join(out, s["file"])} for split in splits for s in split["shards"]]
 
 
@@ -73,7 +57,7 @@ def _check_shards(out, compression: str = "") -> list[bytes]:
     """Asserts each shard is byte for byte what TensorFlow writes, and its manifest size/hash; returns all records."""
     records = []
     for shard in _shards(out):
-        data, found = _read(shard["path"]), _records(shard["path"], compression)
+        data, found = _read(shard["path"]), read_records(shard["path"], compression)
         assert (gzip.decompress(data) if compression else data) == _as_tensorflow_writes(shard["path"], compression)
         assert (shard["bytes"], shard["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
         assert shard["records"] == len(found)
@@ -97,7 +81,8 @@ def _check_with_tfrecord_package(paths, compression: str | None = None) -> None:
     args = [sys.executable, "-c", _READ_WITH_TFRECORD_PACKAGE, json.dumps([[p, compression] for p in paths])]
     done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    expected = {p: [hashlib.sha256(r).hexdigest() for r in _records(p, "GZIP" if compression else "")] for p in paths}
+    compression_type = "GZIP" if compression else ""
+    expected = {p: [hashlib.sha256(r).hexdigest() for r in read_records(p, compression_type)] for p in paths}
     assert json.loads(done.stdout) == expected
 
 
@@ -373,7 +358,7 @@ def test_shard_writer_hash_and_index_with_many_small_and_large_appends(tmp_path)
             writer.append(*frame_records([[r] for r in records]))
     flat = [r for records in items for r in records]
     data = (tmp_path / "train-00000-of-00001.tfrecord").read_bytes()
-    assert data == _tf_file(flat)
+    assert data == tfrecord_bytes(flat)
     info = writer.info
     assert (info.sha256, info.bytes, info.records) == (hashlib.sha256(data).hexdigest(), len(data), len(flat))
     offsets = np.cumsum([0] + [len(r) + 16 for r in flat])
@@ -444,7 +429,7 @@ def test_a_gzip_shard_whose_inputs_were_all_rejected_is_dropped_and_the_rest_sta
     assert (shard.file, shard.records, len(manifest.rejected)) == ("train-00000-of-00001.tfrecord.gz", 2, 2)
     assert sorted(os.listdir(out)) == ["dataset.json", shard.file]
     path = os.path.join(out, shard.file)
-    assert len(_records(path, "GZIP")) == 2
+    assert len(read_records(path, "GZIP")) == 2
     assert _read(path)[:2] == b"\x1f\x8b"
     if shutil.which("gzip"):
         assert subprocess.run(["gzip", "-t", path], capture_output=True, check=False).returncode == 0

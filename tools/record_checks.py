@@ -155,7 +155,8 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
         chunk, of = int(record["episode/chunk"]), int(record["episode/chunks"])
         entry = expected.get(episode_id)
         if entry is None:
-            problems.append(f"{path}: holds episode {episode_id}, which the manifest does not list in this shard; {_LIES}")
+            problems.append(f"{path}: holds episode {episode_id}, which the manifest does not list in this shard; "
+                            f"{_LIES}")
             continue
         name = f"episode {episode_id} ({entry.source})"
         if length != entry.length:

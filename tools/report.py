@@ -18,7 +18,9 @@ def _short_list(values: list[float | None] | None, limit: int = 6) -> str:
     if values is None:
         return "n/a"
     shown = ", ".join("n/a" if v is None else f"{v:.4g}" for v in values[:limit])
-    return f"[{shown}{', ...' if len(values) > limit else ''}] ({len(values)} values)" if len(values) > limit else f"[{shown}]"
+    if len(values) > limit:
+        return f"[{shown}, ...] ({len(values)} values)"
+    return f"[{shown}]"
 
 
 def _mb(n: int) -> str:
@@ -51,7 +53,8 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     for name, split in manifest.splits.items():
         episodes = getattr(split, "episodes", None)  # an EpisodeSplitInfo
         steps = f"  {len(episodes):,} episodes, {sum(split.episode_lengths):,} steps" if episodes else ""
-        lines.append(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  {_mb(split.bytes):>12}{steps}")
+        lines.append(f"  {name:<12} {split.records:>9,} records  {len(split.shards):>4} shards  "
+                     f"{_mb(split.bytes):>12}{steps}")
     rate = _rate(manifest, seconds, status) if seconds else ""
     lines.append(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
     converted = manifest.options.get("converted_images", 0)
@@ -71,14 +74,16 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
         for path in listed[:10]:
             lines.append(f"    {path}")
         if listed and ignored["other"] > len(listed[:10]):
-            lines.append(f"    ... and {ignored['other'] - len(listed[:10])} more (dataset.json names the first {len(listed)})")
+            more = ignored["other"] - len(listed[:10])
+            lines.append(f"    ... and {more} more (dataset.json names the first {len(listed)})")
     return lines
 
 
 def describe_lines(out: str, manifest) -> list[str]:
     """What ``tfshard info`` shows: kind, features or classes, per-split statistics, options, then the summary."""
     lines = []
-    lines.append(f"{out}: {manifest.kind}, format {manifest.format_version}, compression {manifest.compression or 'none'}")
+    lines.append(f"{out}: {manifest.kind}, format {manifest.format_version}, "
+                 f"compression {manifest.compression or 'none'}")
     if manifest.kind == "episodes":
         data = data_features(manifest.features)
         lines.append("  features: " + ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in data.items()))

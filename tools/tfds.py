@@ -4,7 +4,8 @@ The records stay as they are: TFDS reads a ``FeaturesDict`` whose keys are the
 records' own keys (``image/encoded``, ``image/class/label``, ...; TFDS joins nested
 names with ``/``, so a flat key with a ``/`` is the same ``tf.train.Example`` key),
 and finds the shards through a file name template (``{SPLIT}-{SHARD_X_OF_Y}.tfrecord``).
-tensorflow-datasets' own ``DatasetInfo.write_to_directory`` writes the files: ``dataset_info.json``, ``features.json`` and, for images, the class names
+tensorflow-datasets' own ``DatasetInfo.write_to_directory`` writes the files:
+``dataset_info.json``, ``features.json`` and, for images, the class names
 (``image.class.label.labels.txt``). Needs the ``tfds`` extra.
 
     write_tfds_metadata("photos-tfr")
@@ -103,7 +104,7 @@ def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str 
 
 
 def _tfds():
-    """tensorflow-datasets, the optional extra ``[tfds]``: imported on first use, so the rest of tfshard needs it not."""
+    """tensorflow-datasets, the optional extra ``[tfds]``: imported on first use; nothing else of tfshard needs it."""
     try:
         import tensorflow_datasets
     except ImportError as e:
@@ -177,8 +178,8 @@ def write_tfds_metadata(out: str) -> list[str]:
     unlabelled = _unlabelled_class(out, manifest.class_names, None)
     if unlabelled is not None:
         raise unlabelled
-    template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE, dataset_name=f"tfshard_{manifest.kind}",
-                                             filetype_suffix="tfrecord")
+    template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE,
+                                             dataset_name=f"tfshard_{manifest.kind}", filetype_suffix="tfrecord")
     lengths = tfds_shard_lengths(manifest)
     empty = [name for name in manifest.splits if name not in lengths]
     if empty:

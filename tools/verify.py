@@ -71,7 +71,8 @@ def verify(out: str) -> manifest_lib.Manifest:
                 problems.append(f"{path}: shard is longer than the manifest says (> {shard.bytes} bytes); {fix}")
                 continue
             elif sha256 != shard.sha256:
-                problems.append(f"{path}: corrupted shard (sha256 {sha256[:12]}… != manifest {shard.sha256[:12]}…); {fix}")
+                problems.append(f"{path}: corrupted shard (sha256 {sha256[:12]}… != manifest "
+                                f"{shard.sha256[:12]}…); {fix}")
             problems += read_shard(path, shard, shard_index, split, manifest, tally)
             if shard.index_file is not None:
                 listed.add(shard.index_file)

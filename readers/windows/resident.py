@@ -148,8 +148,9 @@ def build_resident(
     if isinstance(strategy, tf.distribute.MirroredStrategy):  # one worker: every replica holds every episode
         if drop_remainder:
             total = window_count(source.lengths, length, shift, layout.horizon)
-            check_not_empty(source.where, total // replicas, "windows", f"per replica ({total} over {replicas} replicas)",
-                            batch_size // replicas, per_replica_text(batch_size // replicas, batch_size, replicas))
+            check_not_empty(source.where, total // replicas, "windows",
+                            f"per replica ({total} over {replicas} replicas)", batch_size // replicas,
+                            per_replica_text(batch_size // replicas, batch_size, replicas))
         data = source.load(None, row)
         per_device = variables_on(data, strategy.extended.worker_devices)
         starts = window_starts(data.lengths, length, shift, layout.horizon, row)

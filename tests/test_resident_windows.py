@@ -2,10 +2,7 @@
 
 import numpy as np
 import pytest
-
-tf = pytest.importorskip("tensorflow")
-
-from tfshard.readers.windows.resident import resident_windows  # noqa: E402
+from tfshard.readers.windows.resident import resident_windows
 
 
 def _episodes(lengths, seed=0):

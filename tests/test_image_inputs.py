@@ -20,7 +20,7 @@ import unicodedata
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import image_features, make_tree, write_jpeg
+from helpers import image_features, jpeg_bytes, make_tree, saved_bytes, skip_unless_ci, write_jpeg
 from PIL import Image
 from tfshard.ingest import ConvertOptions, ImageOptions, InputError, convert_images, load_manifest
 
@@ -77,15 +77,8 @@ def assert_fails(src, out, bad_relpath: str, image=ImageOptions()):
 # --- files that must be rejected -------------------------------------------------------------------------------------
 
 
-def _jpeg_bytes(seed=50, size=(16, 16)) -> bytes:
-    out = io.BytesIO()
-    pixels = np.random.default_rng(seed).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
-    Image.fromarray(pixels).save(out, "JPEG", quality=90)
-    return out.getvalue()
-
-
 def make_truncated_half(src):
-    data = _jpeg_bytes(size=(32, 32))  # 1.5 kB: the cut falls in the entropy-coded data, past the 0.6 kB of headers
+    data = jpeg_bytes(50, size=(32, 32))  # 1.5 kB: the cut falls in the entropy-coded data, past the 0.6 kB of headers
     (src / "cat" / "bad.jpg").write_bytes(data[: len(data) // 2])
     return {"cat/bad.jpg": "truncated"}
 
@@ -93,7 +86,7 @@ def make_truncated_half(src):
 def make_truncated_no_eoi(src):
     # Only the 2-byte end-of-image marker missing. tf.io.decode_jpeg refuses this file ("Invalid JPEG data"),
     # and for this seed PIL decodes every pixel of it without complaint.
-    data = _jpeg_bytes(seed=50)
+    data = jpeg_bytes(50)
     assert data.endswith(b"\xff\xd9")
     (src / "cat" / "bad.jpg").write_bytes(data[:-2])
     return {"cat/bad.jpg": "truncated"}
@@ -116,7 +109,7 @@ def make_bomb(src):
 
 
 def make_bomb_jpeg(src):
-    (src / "cat" / "bomb.jpg").write_bytes(_jpeg_bytes(size=(40, 32)))
+    (src / "cat" / "bomb.jpg").write_bytes(jpeg_bytes(50, size=(40, 32)))
     return {"cat/bomb.jpg": "decompression bomb"}
 
 
@@ -191,8 +184,8 @@ def test_no_record_is_written_that_tensorflow_cannot_decode(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     for seed in range(40):
         (src / "cat").mkdir(parents=True, exist_ok=True)
-        (src / "cat" / f"{seed:02d}.jpg").write_bytes(_jpeg_bytes(seed=seed)[:-2])
-    (src / "cat" / "whole.jpg").write_bytes(_jpeg_bytes(seed=99))  # a dataset of only rejected inputs is refused
+        (src / "cat" / f"{seed:02d}.jpg").write_bytes(jpeg_bytes(seed)[:-2])
+    (src / "cat" / "whole.jpg").write_bytes(jpeg_bytes(99))  # a dataset of only rejected inputs is refused
 
     manifest = convert(src, out)
 
@@ -208,7 +201,7 @@ def test_no_record_is_written_that_tensorflow_cannot_decode(tmp_path):
 def test_jpeg_cut_inside_its_header_is_reported_as_truncated(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     good = good_tree(src)
-    data = _jpeg_bytes()
+    data = jpeg_bytes(50)
     # Cut 2 bytes into the second quantisation-table segment: SOI, JFIF and a table are there, clearly a JPEG.
     (src / "cat" / "bad.jpg").write_bytes(data[:91])
     assert data[89:91] == b"\xff\xdb"
@@ -225,7 +218,7 @@ def test_jpeg_cut_inside_its_header_is_reported_as_truncated(tmp_path):
 def test_bomb_cap_is_inclusive(tmp_path):
     src = tmp_path / "src"
     good = good_tree(src)
-    (src / "cat" / "edge.jpg").write_bytes(data := _jpeg_bytes(size=(40, 25)))  # exactly 1000 pixels
+    (src / "cat" / "edge.jpg").write_bytes(data := jpeg_bytes(50, size=(40, 25)))  # exactly 1000 pixels
 
     manifest = convert(src, tmp_path / "out", image=ImageOptions(max_pixels=1000))
 
@@ -342,7 +335,7 @@ def test_unreadable_file_and_folder(world_readable_dir):
     assert child.returncode == 0, child.stderr[-3000:]
     results = json.loads(child.stdout.strip().splitlines()[-1])
     if "skip" in results:
-        pytest.skip(results["skip"])
+        skip_unless_ci(results["skip"])
     assert results["file-skip"]["rejected"] == [
         {"path": "cat/locked.jpg", "reason": "permission denied; make the file readable (chmod a+r)"}
     ]
@@ -454,29 +447,23 @@ def interior(array: np.ndarray, block=16, margin=4) -> np.ndarray:
     return array[keep]
 
 
-def _save(image: Image.Image, fmt: str, **kwargs) -> bytes:
-    out = io.BytesIO()
-    image.save(out, fmt, **kwargs)
-    return out.getvalue()
-
-
 def _rgb():
     return Image.fromarray(blocks(_COLOURS).astype(np.uint8))
 
 
 def odd_png_named_jpg():
-    return "x.jpg", _save(_rgb(), "PNG"), blocks(_COLOURS), ImageOptions()
+    return "x.jpg", saved_bytes(_rgb(), "PNG"), blocks(_COLOURS), ImageOptions()
 
 
 def odd_cmyk_jpeg():
-    data = _save(_rgb().convert("CMYK"), "JPEG", quality=95)
+    data = saved_bytes(_rgb().convert("CMYK"), "JPEG", quality=95)
     assert Image.open(io.BytesIO(data)).mode == "CMYK"
     return "x.jpg", data, blocks(_COLOURS), ImageOptions()
 
 
 def odd_palette_png_with_transparency():
     image = _rgb().quantize(colors=4, method=Image.Quantize.FASTOCTREE)
-    data = _save(image, "PNG", transparency=0)
+    data = saved_bytes(image, "PNG", transparency=0)
     opened = Image.open(io.BytesIO(data))
     assert opened.mode == "P" and "transparency" in opened.info
     return "x.png", data, np.asarray(opened.convert("RGB")), ImageOptions()
@@ -485,7 +472,7 @@ def odd_palette_png_with_transparency():
 def odd_la_png():
     grey = blocks(_GREYS)[..., 0]
     alpha = np.random.default_rng(0).integers(0, 256, grey.shape)
-    data = _save(Image.fromarray(np.stack([grey, alpha], -1).astype(np.uint8), "LA"), "PNG")
+    data = saved_bytes(Image.fromarray(np.stack([grey, alpha], -1).astype(np.uint8), "LA"), "PNG")
     return "x.png", data, grey[..., None], ImageOptions()
 
 
@@ -495,7 +482,7 @@ def odd_la_png_rgb():
 
 
 def _gray16(values):
-    data = _save(Image.fromarray(blocks(values)[..., 0].astype(np.uint16)), "PNG")
+    data = saved_bytes(Image.fromarray(blocks(values)[..., 0].astype(np.uint16)), "PNG")
     assert Image.open(io.BytesIO(data)).mode == "I;16"
     expected = np.round(blocks(values).astype(np.float64) * 255 / 65535)
     return "x.png", data, expected, ImageOptions()
@@ -513,44 +500,45 @@ def odd_gray16_png_dark():
 def odd_rgba_png():
     rgb = blocks(_COLOURS)
     alpha = np.random.default_rng(1).integers(0, 256, rgb.shape[:2] + (1,))
-    return "x.png", _save(Image.fromarray(np.concatenate([rgb, alpha], -1).astype(np.uint8), "RGBA"), "PNG"), rgb, ImageOptions()
+    rgba = Image.fromarray(np.concatenate([rgb, alpha], -1).astype(np.uint8), "RGBA")
+    return "x.png", saved_bytes(rgba, "PNG"), rgb, ImageOptions()
 
 
 def odd_gif_first_frame():
     second = Image.fromarray(blocks(list(reversed(_COLOURS))).astype(np.uint8))
-    data = _save(_rgb(), "GIF", save_all=True, append_images=[second])
+    data = saved_bytes(_rgb(), "GIF", save_all=True, append_images=[second])
     assert Image.open(io.BytesIO(data)).n_frames == 2
     return "x.gif", data, blocks(_COLOURS), ImageOptions()
 
 
 def odd_webp():
-    return "x.webp", _save(_rgb(), "WEBP", lossless=True), blocks(_COLOURS), ImageOptions()
+    return "x.webp", saved_bytes(_rgb(), "WEBP", lossless=True), blocks(_COLOURS), ImageOptions()
 
 
 def odd_bmp():
-    return "x.bmp", _save(_rgb(), "BMP"), blocks(_COLOURS), ImageOptions()
+    return "x.bmp", saved_bytes(_rgb(), "BMP"), blocks(_COLOURS), ImageOptions()
 
 
 def odd_exif_rotated_jpeg():
     stored = blocks(_COLOURS[:2], grid=(1, 2))  # 32 wide, 16 high as stored
     exif = Image.Exif()
     exif[0x0112] = 6  # display rotated 90° clockwise
-    data = _save(Image.fromarray(stored.astype(np.uint8)), "JPEG", quality=95, exif=exif.tobytes())
+    data = saved_bytes(Image.fromarray(stored.astype(np.uint8)), "JPEG", quality=95, exif=exif.tobytes())
     return "x.jpg", data, np.rot90(stored, k=-1), ImageOptions()
 
 
 def odd_tiff_rgb():
-    return "x.tif", _save(_rgb(), "TIFF"), blocks(_COLOURS), ImageOptions()
+    return "x.tif", saved_bytes(_rgb(), "TIFF"), blocks(_COLOURS), ImageOptions()
 
 
 def odd_tiff_rgba_lzw():
     _, data, rgb, options = odd_rgba_png()
-    return "x.tiff", _save(Image.open(io.BytesIO(data)), "TIFF", compression="tiff_lzw"), rgb, options
+    return "x.tiff", saved_bytes(Image.open(io.BytesIO(data)), "TIFF", compression="tiff_lzw"), rgb, options
 
 
 def odd_tiff_gray16():
     values = [0, 1000, 30000, 65535]
-    data = _save(Image.fromarray(blocks(values)[..., 0].astype(np.uint16)), "TIFF")
+    data = saved_bytes(Image.fromarray(blocks(values)[..., 0].astype(np.uint16)), "TIFF")
     assert Image.open(io.BytesIO(data)).mode == "I;16"
     return "x.TIF", data, np.round(blocks(values).astype(np.float64) * 255 / 65535), ImageOptions()
 
@@ -558,14 +546,14 @@ def odd_tiff_gray16():
 def odd_tiff_gray16_big_endian():
     values = [0, 1000, 30000, 65535]
     pixels = blocks(values)[..., 0].astype(">u2")
-    data = _save(Image.frombytes("I;16B", pixels.shape[::-1], pixels.tobytes()), "TIFF")
+    data = saved_bytes(Image.frombytes("I;16B", pixels.shape[::-1], pixels.tobytes()), "TIFF")
     assert Image.open(io.BytesIO(data)).mode == "I;16B"
     return "x.tiff", data, np.round(blocks(values).astype(np.float64) * 255 / 65535), ImageOptions()
 
 
 def odd_tiff_float32():
     values = [0.0, 0.25, 0.5, 1.0]  # float images are in [0, 1]
-    data = _save(Image.fromarray(blocks(values)[..., 0].astype(np.float32)), "TIFF")
+    data = saved_bytes(Image.fromarray(blocks(values)[..., 0].astype(np.float32)), "TIFF")
     assert Image.open(io.BytesIO(data)).mode == "F"
     return "x.tif", data, np.round(blocks(values) * 255), ImageOptions()
 

@@ -12,16 +12,11 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import image_features, make_tree, write_jpeg
+from helpers import convert_image_tree, image_features, make_tree, shard_files, write_jpeg
 from PIL import Image
 from tfshard.ingest import ConvertOptions, ImageOptions, InputError, convert_images, load_manifest
 
 FEATURES = image_features()
-
-
-def convert(src, out, **options):
-    image = options.pop("image", ImageOptions())
-    return convert_images(str(src), str(out), ConvertOptions(image=image, **options), workers=0, progress=False)
 
 
 def read_split(out, manifest, split="train") -> list[dict]:
@@ -43,10 +38,6 @@ def read_all(out, manifest) -> dict[str, dict]:
     counts = collections.Counter(r["image/filename"] for r in records)
     assert [name for name, n in counts.items() if n > 1] == []
     return {r["image/filename"]: r for r in records}
-
-
-def shard_files(out) -> list[str]:
-    return sorted(name for name in os.listdir(out) if ".tfrecord" in name)
 
 
 def save(path, image: Image.Image, fmt: str, **kwargs) -> bytes:
@@ -86,7 +77,7 @@ def test_every_source_image_is_in_exactly_one_record_with_its_fields(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     written = mixed_size_tree(str(src))
 
-    manifest = convert(src, out, num_shards=3)
+    manifest = convert_image_tree(src, out, num_shards=3)
 
     records = read_all(str(out), manifest)
     assert sorted(records) == sorted(written)
@@ -107,14 +98,15 @@ def test_passthrough_records_decode_like_the_source(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     written = mixed_size_tree(str(src))
 
-    manifest = convert(src, out)
+    manifest = convert_image_tree(src, out)
 
     records = read_all(str(out), manifest)
     worst_default = 0
     for rel, data in written.items():
-        encoded = records[rel]["image/encoded"]
+        record = records[rel]
+        encoded = record["image/encoded"]
         decoded = tf.io.decode_jpeg(encoded).numpy()
-        assert decoded.shape == (records[rel]["image/height"], records[rel]["image/width"], records[rel]["image/channels"])
+        assert decoded.shape == (record["image/height"], record["image/width"], record["image/channels"])
         np.testing.assert_array_equal(decoded, tf.io.decode_jpeg(data).numpy(), err_msg=rel)
         reference = pil_decode(data)
         # libjpeg-turbo's accurate integer IDCT is what PIL uses: bit-exact.
@@ -137,7 +129,7 @@ def test_split_folders_are_splits_and_labels_are_shared_across_splits(tmp_path):
         for rel, data in make_tree(str(src / split), classes=classes, per_class=3, seed=100 * i).items():
             written[f"{split}/{rel}"] = data
 
-    manifest = convert(src, out, num_shards=2)
+    manifest = convert_image_tree(src, out, num_shards=2)
 
     assert manifest.class_names == ["cat", "dog", "emu"]
     assert sorted(manifest.splits) == ["test", "train", "val"]
@@ -160,7 +152,7 @@ def test_validation_is_a_split_name(tmp_path):
     make_tree(str(src / "train"), per_class=2)
     make_tree(str(src / "validation"), per_class=2, seed=50)
 
-    manifest = convert(src, out)
+    manifest = convert_image_tree(src, out)
 
     assert sorted(manifest.splits) == ["train", "validation"]
     assert shard_files(str(out)) == ["train-00000-of-00001.tfrecord", "validation-00000-of-00001.tfrecord"]
@@ -175,7 +167,7 @@ def test_mixing_split_folders_and_class_folders_is_an_error(tmp_path):
     make_tree(str(src), classes=("zebra",), per_class=2)
 
     with pytest.raises(InputError, match="zebra") as error:
-        convert(src, tmp_path / "out")
+        convert_image_tree(src, tmp_path / "out")
 
     assert str(src) in str(error.value)
     assert not (tmp_path / "out").exists()
@@ -188,7 +180,7 @@ def test_grayscale_jpeg_passes_through_as_one_channel(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     data = write_jpeg(str(src / "cat" / "gray.jpg"), 1, (24, 16), mode="L")
 
-    record = read_all(str(out), convert(src, out))["cat/gray.jpg"]
+    record = read_all(str(out), convert_image_tree(src, out))["cat/gray.jpg"]
 
     assert record["image/channels"] == 1
     assert record["image/encoded"] == data
@@ -199,7 +191,7 @@ def test_rgb_option_makes_grayscale_three_channels(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     data = write_jpeg(str(src / "cat" / "gray.jpg"), 1, (24, 16), mode="L")
 
-    manifest = convert(src, out, image=ImageOptions(rgb=True))
+    manifest = convert_image_tree(src, out, image=ImageOptions(rgb=True))
 
     record = read_all(str(out), manifest)["cat/gray.jpg"]
     assert record["image/channels"] == 3
@@ -221,7 +213,7 @@ def test_max_side_resizes_keeping_aspect_ratio(tmp_path, size, expected):
     data = write_jpeg(str(src / "cat" / "x.jpg"), 3, size)
     save(str(src / "cat" / "y.png"), Image.fromarray(noise(4, size)), "PNG")
 
-    records = read_all(str(out), convert(src, out, image=ImageOptions(max_side=16)))
+    records = read_all(str(out), convert_image_tree(src, out, image=ImageOptions(max_side=16)))
 
     for rel in ("cat/x.jpg", "cat/y.png"):
         record = records[rel]
@@ -251,7 +243,7 @@ def test_shard_count_options(image_tree, tmp_path, options, expected):
     elif options.get("shard_bytes") == "quarter":
         options["shard_bytes"] = math.ceil(total / 4)
 
-    manifest = convert(src, out, **options)
+    manifest = convert_image_tree(src, out, **options)
 
     assert shard_files(str(out)) == [f"train-{i:05d}-of-{expected:05d}.tfrecord" for i in range(expected)]
     shards = manifest.splits["train"].shards
@@ -266,13 +258,13 @@ def test_more_shards_than_images_is_an_input_error(image_tree, tmp_path):
 
     # convert_images documents InputError for "too few images for the shards asked".
     with pytest.raises(InputError, match="13 shards"):
-        convert(src, tmp_path / "out", num_shards=13)
+        convert_image_tree(src, tmp_path / "out", num_shards=13)
 
 
 def test_same_seed_gives_byte_identical_output(image_tree, tmp_path):
     src, _ = image_tree
-    convert(src, tmp_path / "a", seed=7, num_shards=2)
-    convert(src, tmp_path / "b", seed=7, num_shards=2)
+    convert_image_tree(src, tmp_path / "a", seed=7, num_shards=2)
+    convert_image_tree(src, tmp_path / "b", seed=7, num_shards=2)
 
     names = sorted(os.listdir(tmp_path / "a"))
     assert names == sorted(os.listdir(tmp_path / "b")) == sorted(shard_files(str(tmp_path / "a")) + ["dataset.json"])
@@ -285,7 +277,7 @@ def test_seed_changes_record_order_and_none_keeps_sorted_order(image_tree, tmp_p
     orders = {}
     for seed in (None, 0, 1):
         out = tmp_path / f"out-{seed}"
-        manifest = convert(src, out, seed=seed, num_shards=3)
+        manifest = convert_image_tree(src, out, seed=seed, num_shards=3)
         orders[seed] = [r["image/filename"] for r in read_split(str(out), manifest)]
 
     assert orders[None] == sorted(written)
@@ -318,7 +310,7 @@ def test_extensions_in_any_case_and_ignored_files(tmp_path):
     (src / "cat" / "notes.txt").write_text("notes")
     (src / "dog" / "labels.csv").write_text("a,b")
 
-    manifest = convert(src, out)
+    manifest = convert_image_tree(src, out)
 
     assert manifest.class_names == ["cat", "dog"]
     assert sorted(read_all(str(out), manifest)) == [
@@ -334,7 +326,7 @@ def test_train_and_valid_folders_are_splits(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     written = make_tree(str(src), classes=("cat", "dog"), per_class=3, splits=["train", "valid"])
 
-    manifest = convert(src, out)
+    manifest = convert_image_tree(src, out)
 
     assert sorted(manifest.splits) == ["train", "valid"]
     for split in ("train", "valid"):
@@ -350,7 +342,7 @@ def test_folders_that_are_no_split_name_beside_split_folders_are_refused_naming_
         "must be named train, val, valid, validation, test: rename those folders, move them into a split folder, "
         "or use no split folders"
     )):
-        convert(src, tmp_path / "out")
+        convert_image_tree(src, tmp_path / "out")
 
 
 def test_ignored_files_are_named_in_sorted_order_up_to_a_cap(tmp_path):
@@ -362,7 +354,7 @@ def test_ignored_files_are_named_in_sorted_order_up_to_a_cap(tmp_path):
     for rel in names:
         (src / rel).write_text("x")
 
-    manifest = convert(src, tmp_path / "out")
+    manifest = convert_image_tree(src, tmp_path / "out")
 
     assert manifest.ignored == {"hidden": 0, "other": MAX_LISTED_IGNORED + 50}
     assert manifest.ignored_files == sorted(names)[:MAX_LISTED_IGNORED]
@@ -376,7 +368,7 @@ def test_manifest_shards_counts_and_classes_match_the_files(tmp_path):
     make_tree(str(src / "train"), classes=("cat", "dog"), per_class=5)
     make_tree(str(src / "val"), classes=("cat",), per_class=3, seed=40)
 
-    manifest = convert(src, out, num_shards=2)
+    manifest = convert_image_tree(src, out, num_shards=2)
 
     assert load_manifest(str(out)) == manifest
     assert manifest.class_names == ["cat", "dog"]
@@ -404,7 +396,7 @@ def test_pixel_stats_of_png_inputs_equal_numpy_over_the_decoded_images(tmp_path)
     save(str(src / "cat" / "gray.png"), Image.fromarray(gray), "PNG")  # counted as R=G=B
     arrays.append(np.repeat(gray.reshape(-1, 1), 3, axis=1))
 
-    manifest = convert(src, out)
+    manifest = convert_image_tree(src, out)
 
     everything = np.concatenate(arrays).astype(np.float64) / 255
     np.testing.assert_allclose(manifest.splits["train"].pixel_mean, everything.mean(0), atol=2e-6)
@@ -415,7 +407,7 @@ def test_pixel_mean_of_passthrough_jpegs_is_close_to_the_full_decode(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     written = mixed_size_tree(str(src))
 
-    manifest = convert(src, out)
+    manifest = convert_image_tree(src, out)
 
     assert manifest.options["converted_images"] == 0
     pixels = [np.repeat(a, 3, -1) if a.shape[-1] == 1 else a for a in map(pil_decode, written.values())]

@@ -1,9 +1,10 @@
-"""Attacks on resuming mid-epoch (issue 13): iterator checkpoints and ``start_step`` used carelessly or hostilely.
+"""Attacks on resuming mid-epoch: iterator checkpoints and ``start_step`` used carelessly or hostilely.
 
 Real data, real checkpoints, real processes killed with SIGKILL. The bugs this found keep a test each (fixed):
 per-batch augmentation seeds after start_step, an endless stream of empty epochs, start_step past tf.data's
-skip() range, and start_step on a shuffled stream without its seed. Tests whose names end in ``_tf`` pin TensorFlow's own behaviour that tfshard can
-only document (an iterator checkpoint holds positions, not the arguments the dataset was built with).
+skip() range, and start_step on a shuffled stream without its seed. Tests whose names end in ``_tf`` pin
+TensorFlow's own behaviour that tfshard can only document (an iterator checkpoint holds positions, not the
+arguments the dataset was built with).
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import time
 
 import numpy as np
 import pytest
-from conftest import convert_episode_tree, save_episodes
+import tensorflow as tf
+from helpers import convert_episode_tree, first_batches, save_episodes, window_keys
 from tfshard import readers
-
-tf = pytest.importorskip("tensorflow")
 
 TRAIN, VAL = [40, 25, 33, 19, 50], [30, 45, 22]  # L=8, S=4: 35 train windows (8 batches of 4), 20 val windows
 WINDOWS = dict(length=8, shift=4, batch_size=4, features="obs", seed=3, with_keys=True, repeat=True)
@@ -53,13 +53,8 @@ def other(tmp_path_factory):
     return _convert(tmp_path_factory.mktemp("resume-other"), TRAIN, VAL, seed=9)
 
 
-def _keys(batch) -> list[tuple[int, int]]:
-    keys, _ = batch
-    return list(zip(keys["episode"].numpy().tolist(), keys["step"].numpy().tolist()))
-
-
 def _stream(iterator, count: int) -> list:
-    return [_keys(next(iterator)) for _ in range(count)]
+    return [window_keys(next(iterator)) for _ in range(count)]
 
 
 def _windows(path, **kwargs):
@@ -117,7 +112,7 @@ def test_restoring_into_another_dataset_folder_serves_its_windows_at_the_saved_p
     restored = _restore(path, _windows(other))
     for keys in expected[:PER_EPOCH]:
         batch_keys, x = next(restored)
-        assert _keys((batch_keys, x)) == keys  # same lengths: the same windows, in the saved order
+        assert window_keys((batch_keys, x)) == keys  # same lengths: the same windows, in the saved order
         for key, window in zip(keys, x.numpy()):
             np.testing.assert_array_equal(window, theirs[key])
             assert not np.array_equal(window, mine[key])
@@ -168,7 +163,7 @@ def _by_key(path, split="train") -> dict:
     """Every window of the split by (episode, step), read in one unshuffled epoch."""
     ds = readers.windows(path, split, length=8, shift=4, batch_size=4, features="obs", shuffle=False,
                          drop_remainder=False, with_keys=True)
-    return {key: window for (keys, x) in ds for key, window in zip(_keys((keys, x)), x.numpy())}
+    return {key: window for (keys, x) in ds for key, window in zip(window_keys((keys, x)), x.numpy())}
 
 
 def test_a_symbolic_restore_after_a_rewrite_serves_only_the_new_shards_windows(tmp_path):
@@ -182,7 +177,7 @@ def test_a_symbolic_restore_after_a_rewrite_serves_only_the_new_shards_windows(t
     restored = _restore(ckpt, _windows(path))
     for _ in range(PER_EPOCH):
         keys, x = next(restored)
-        for key, window in zip(_keys((keys, x)), x.numpy()):
+        for key, window in zip(window_keys((keys, x)), x.numpy()):
             np.testing.assert_array_equal(window, fresh[key])  # never a window of the old shards
 
     _convert(tmp_path, [20, 12], seed=2, overwrite=True, out=path)  # 6 windows: one batch an epoch
@@ -190,7 +185,7 @@ def test_a_symbolic_restore_after_a_rewrite_serves_only_the_new_shards_windows(t
     restored = _restore(ckpt, _windows(path))  # the saved position (batch 5) is past the new epoch: it ends
     for _ in range(4):
         keys, x = next(restored)
-        for key, window in zip(_keys((keys, x)), x.numpy()):
+        for key, window in zip(window_keys((keys, x)), x.numpy()):
             np.testing.assert_array_equal(window, fewer[key])  # no index out of range, no stale window
 
 
@@ -207,7 +202,7 @@ def test_a_one_epoch_restore_after_a_rewrite_serves_prefetched_old_windows_tf(tm
 
     _convert(tmp_path, TRAIN, seed=1, overwrite=True, out=path)
     keys, x = next(_restore(ckpt, _windows(path, repeat=False)))
-    for key, window in zip(_keys((keys, x)), x.numpy()):
+    for key, window in zip(window_keys((keys, x)), x.numpy()):
         np.testing.assert_array_equal(window, old[key])  # data the shards no longer hold
 
     _convert(tmp_path, [20, 12], seed=2, overwrite=True, out=path)
@@ -341,7 +336,7 @@ def test_start_step_with_partial_last_batches_is_the_uninterrupted_stream(data, 
     def flat(batch):
         keys, x = batch
         if strategy is None:
-            return _keys(batch), x.numpy().tolist()
+            return window_keys(batch), x.numpy().tolist()
         local = strategy.experimental_local_results
         return ([list(zip(e.numpy().tolist(), s.numpy().tolist()))
                  for e, s in zip(local(keys["episode"]), local(keys["step"]))],
@@ -433,11 +428,6 @@ def photos(tmp_path_factory):
     return str(root / "out")
 
 
-def _image_stream(ds, count):
-    iterator = iter(ds)
-    return [(labels.numpy().tolist(), images.numpy()) for images, labels in (next(iterator) for _ in range(count))]
-
-
 def _same_images(got, want) -> bool:
     return len(got) == len(want) and all(a[0] == b[0] and np.array_equal(a[1], b[1]) for a, b in zip(got, want))
 
@@ -451,8 +441,8 @@ def test_images_start_step_is_exact_across_epoch_ends(photos, kwargs):
     def make(**more):
         return readers.images(photos, batch_size=3, image_size=8, seed=7, repeat=True, **kwargs, **more)
 
-    whole = _image_stream(make(), 9)
-    assert _same_images(_image_stream(make(start_step=4), 5), whole[4:])
+    whole = first_batches(make(), 9)
+    assert _same_images(first_batches(make(start_step=4), 5), whole[4:])
 
 
 @pytest.mark.parametrize("augment", ["color", lambda images, seed: tf.image.stateless_random_flip_up_down(
@@ -461,8 +451,8 @@ def test_images_start_step_replays_batch_augmentations_too(photos, augment):
     def make(**more):
         return readers.images(photos, batch_size=3, image_size=8, seed=7, repeat=True, augment=augment, **more)
 
-    whole = _image_stream(make(), 9)
-    resumed = _image_stream(make(start_step=4), 5)
+    whole = first_batches(make(), 9)
+    resumed = first_batches(make(start_step=4), 5)
     assert [labels for labels, _ in resumed] == [labels for labels, _ in whole[4:]]  # holds: the records are right
     assert _same_images(resumed, whole[4:])  # fails: their augmentation is not
 
