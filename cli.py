@@ -8,12 +8,9 @@ imports it: the converter's engine, the readers and the tools are imported insid
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import importlib
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -25,13 +22,13 @@ from .format.storage import prefer_small_gcs_blocks
 from .ingest.episodes import EpisodeOptions
 from .ingest.images import ImageOptions
 from .ingest.options import ConvertOptions
-from .tools.report import describe_lines, short_tf_error, summary_lines
+from .tools import console
+from .tools.console import EXIT_CODES, global_flags_first  # noqa: F401  (the command's API)
+from .tools.report import describe_lines, summary_lines
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Sharded TFRecords from image folders and numpy episodes, verified.")
 _state = {"debug": False}
-EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
-              130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 
 
 class OnError(str, enum.Enum):
@@ -55,85 +52,30 @@ class OnNan(str, enum.Enum):
     keep = "keep"
 
 
-# --- TensorFlow, errors, signals, global flags ----------------------------------------------------------------------
+# --- what every command shares (tools/console.py) -------------------------------------------------------------------
 
 
 def _load_tensorflow() -> None:
-    """Imports TensorFlow once, up front; without --debug its C++ start-up chatter is kept off stderr.
-
-    The CUDA-enabled wheel prints "Could not find cuda drivers" on CPU-only hosts
-    before TF_CPP_MIN_LOG_LEVEL is read, so only an fd-level redirect hides it.
-    """
-    if _state["debug"] or "tensorflow" in sys.modules:
-        import tensorflow  # noqa: F401
-
-        return
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            import tensorflow as tf
-
-            tf.config.list_physical_devices()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+    console.load_tensorflow(_state["debug"])
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    """What a command reports as one line: bad input, OS errors (a full disk), a missing optional extra (the
-    message says what to install) and TensorFlow's op errors."""
-    if "tensorflow" in sys.modules:
-        import tensorflow as tf
-
-        return ValueError, OSError, ImportError, tf.errors.OpError
-    return ValueError, OSError, ImportError
+    return console.reportable()
 
 
 def _fail(error: BaseException) -> None:
     if _state["debug"]:
         raise error
-    message = str(error)
-    if "tensorflow" in sys.modules:
-        import tensorflow as tf
-
-        if isinstance(error, tf.errors.OpError):
-            message = f"{short_tf_error(error.message) or type(error).__name__} (TensorFlow {type(error).__name__})"
-    typer.echo(f"error: {' '.join(message.split()) or type(error).__name__}", err=True)
+    typer.echo(console.one_line(error), err=True)
     raise typer.Exit(1)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (what Slurm, Kubernetes and ``kill`` send), raised in the main thread to stop like Ctrl-C."""
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """For the block, SIGTERM stops the command as Ctrl-C does: the work stops cleanly, resumable."""
-    def terminate(signum, frame):
-        raise _Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (an embedding caller): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> None:
-    """Ctrl-C or SIGTERM: one line on stderr, exit 128 + the signal number, as shells expect."""
-    terminated = isinstance(error, _Terminated)
-    how = "terminated (SIGTERM)" if terminated else "interrupted"
-    tail = "; run the same command again to resume (committed shards are kept)" if resumable else ""
-    typer.echo(f"{what}: {how}{tail}", err=True)
     if _state["debug"]:
         raise error
-    raise typer.Exit(128 + (signal.SIGTERM if terminated else signal.SIGINT))
+    line, code = console.stopped(what, error, resumable)
+    typer.echo(line, err=True)
+    raise typer.Exit(code)
 
 
 def _print_version(value: bool) -> None:
@@ -172,23 +114,15 @@ def _echo_lines(lines) -> None:
 
 
 def _runner(runner: Runner, beam_options: str | None):
-    """None for local worker processes, else a BeamRunner; Beam's own logs stay quiet unless -v/--debug."""
+    """None for local worker processes, else a BeamRunner (Beam's own logs quiet unless -v/--debug)."""
     if runner is Runner.local:
         if beam_options:
             raise ValueError(f"--beam-options: only used with --runner beam (got {beam_options!r}); add --runner beam")
         return None
     from .ingest.beam_runner import BeamRunner
 
-    if not (_state["debug"] or logging.getLogger().isEnabledFor(logging.INFO)):
-        logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
-        logging.disable(logging.WARNING)  # Beam warns about optional GCP clients on the root logger at import
-        try:
-            import apache_beam  # noqa: F401
-        except ImportError:
-            pass  # BeamRunner says how to install it
-        finally:
-            logging.disable(logging.NOTSET)
-    return BeamRunner(beam_options or "--runner=DirectRunner")
+    quiet = not (_state["debug"] or logging.getLogger().isEnabledFor(logging.INFO))
+    return BeamRunner(beam_options or "--runner=DirectRunner", quiet_logs=quiet)
 
 
 def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
@@ -211,7 +145,7 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
             typer.echo(f"{out}: resumed: kept {status.kept_shards} of {status.total_shards} shards already committed")
 
     started = time.monotonic()
-    with _sigterm_as_interrupt():
+    with console.sigterm_as_interrupt():
         manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
     if not quiet:
         _echo_lines(summary_lines(out, manifest, time.monotonic() - started, found[0] if found else None))
@@ -369,7 +303,7 @@ def bench(
         _load_tensorflow()
         from .tools.bench import run
 
-        with _sigterm_as_interrupt():
+        with console.sigterm_as_interrupt():
             _echo_lines(run(out, split, batch_size=batch_size, image_size=image_size, training=training, cache=cache,
                             epochs=epochs, ignore_errors=ignore_errors, window=window, shift=shift, streamed=streamed,
                             compare=compare, src=src, limit=limit))
@@ -493,45 +427,9 @@ def service_worker(
     typer.echo("worker: stopped")
 
 
-_GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
-
-
-def global_flags_first(args: list[str]) -> list[str]:
-    """Moves ``--debug``/``-v`` to the front, so they work after the subcommand too (before any ``--``)."""
-    end = args.index("--") if "--" in args else len(args)
-    flags = [a for a in args[:end] if a in _GLOBAL_FLAGS]
-    return flags + [a for a in args[:end] if a not in _GLOBAL_FLAGS] + args[end:]
-
-
-def _click():
-    """The click typer runs on: vendored as ``typer._click`` since typer 0.22, the ``click`` package before."""
-    return getattr(typer, "_click", None) or importlib.import_module("click")
-
-
 def main(args: list[str] | None = None) -> None:
-    """The ``tfshard`` command (``python -m tfshard``); exits with one of ``EXIT_CODES``.
-
-    Usage errors are one line too (``error: ...``, exit 2), not the boxed panel typer draws by default.
-    """
-    errors = _click().exceptions
-    command = typer.main.get_command(app)
-    try:
-        code = command.main(args=global_flags_first(sys.argv[1:] if args is None else list(args)),
-                            prog_name="tfshard", standalone_mode=False)
-    except errors.NoArgsIsHelpError as e:
-        typer.echo(e.format_message())
-        code = 2
-    except errors.UsageError as e:
-        hint = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
-        typer.echo(f"error: {' '.join(e.format_message().split())}{hint}", err=True)
-        code = 2
-    except errors.ClickException as e:
-        typer.echo(f"error: {' '.join(e.format_message().split())}", err=True)
-        code = e.exit_code
-    except typer.Abort:
-        typer.echo("error: aborted", err=True)
-        code = 1
-    sys.exit(code if isinstance(code, int) else 0)
+    """The ``tfshard`` command (``python -m tfshard``); exits with one of ``EXIT_CODES``."""
+    sys.exit(console.run(app, sys.argv[1:] if args is None else list(args), "tfshard"))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Requires the ``beam`` extra: from a clone of tfshard, ``pip install -e ".[beam]"
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 from collections.abc import Iterable, Sequence
@@ -48,6 +49,18 @@ class _WriteShard:
         yield spec.file_name
 
 
+def _quiet_beam_logs() -> None:
+    """Beam's own INFO/WARNING logs off; it warns about optional GCP clients on the root logger at import."""
+    logging.getLogger("apache_beam").setLevel(logging.CRITICAL)
+    logging.disable(logging.WARNING)
+    try:
+        import apache_beam  # noqa: F401
+    except ImportError:
+        pass  # __call__ says how to install it
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 class BeamRunner:
     """Runs the shard writing of a conversion as a Beam pipeline.
 
@@ -56,14 +69,17 @@ class BeamRunner:
         e.g. ``"--runner=DirectRunner --direct_num_workers=2 --direct_running_mode=multi_processing"``
         or ``"--runner=DataflowRunner --project=p --region=r --temp_location=gs://b/tmp --setup_file=./setup.py"``.
         Default: the DirectRunner.
+      quiet_logs: silence Beam's own logs (the CLI does, unless -v/--debug).
 
     Example:
       convert_images("photos/", "gs://b/photos-tfr", runner=BeamRunner("--runner=DirectRunner"))
     """
 
-    def __init__(self, pipeline_args: str | Sequence[str] | None = None):
+    def __init__(self, pipeline_args: str | Sequence[str] | None = None, quiet_logs: bool = False):
         args = shlex.split(pipeline_args) if isinstance(pipeline_args, str) else list(pipeline_args or [])
         self.pipeline_args = args
+        if quiet_logs:
+            _quiet_beam_logs()
 
     def __call__(self, job, out: str, todo, ordered, options) -> None:
         try:

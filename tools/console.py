@@ -1,0 +1,128 @@
+"""How ``tfshard`` talks to a terminal: TensorFlow loaded quietly, errors as one line, signals as a clean stop,
+and exit codes a shell can read. ``cli.py`` holds the commands; this is what they share. Loads no TensorFlow
+at import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import signal
+import sys
+
+import typer
+
+from .report import short_tf_error
+
+EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
+              130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
+GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
+
+
+def load_tensorflow(debug: bool) -> None:
+    """Imports TensorFlow once, up front; without ``debug`` its C++ start-up chatter is kept off stderr.
+
+    The CUDA-enabled wheel prints "Could not find cuda drivers" on CPU-only hosts
+    before TF_CPP_MIN_LOG_LEVEL is read, so only an fd-level redirect hides it.
+    """
+    if debug or "tensorflow" in sys.modules:
+        import tensorflow  # noqa: F401
+
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def reportable() -> tuple[type[BaseException], ...]:
+    """What a command reports as one line: bad input, OS errors (a full disk), a missing optional extra (the
+    message says what to install) and, once it is loaded, TensorFlow's op errors."""
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        return ValueError, OSError, ImportError, tf.errors.OpError
+    return ValueError, OSError, ImportError
+
+
+def one_line(error: BaseException) -> str:
+    """``error: ...``: the error's message on one line (a TensorFlow op error without its graph-function noise)."""
+    message = str(error)
+    if "tensorflow" in sys.modules:
+        import tensorflow as tf
+
+        if isinstance(error, tf.errors.OpError):
+            message = f"{short_tf_error(error.message) or type(error).__name__} (TensorFlow {type(error).__name__})"
+    return f"error: {' '.join(message.split()) or type(error).__name__}"
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what Slurm, Kubernetes and ``kill`` send), raised in the main thread to stop like Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """For the block, SIGTERM stops the command as Ctrl-C does: the work stops cleanly, resumable."""
+    def terminate(signum, frame):
+        raise Terminated()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminate)
+    except ValueError:  # not the main thread (an embedding caller): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tuple[str, int]:
+    """Ctrl-C or SIGTERM: the line to print and the exit code, 128 + the signal number, as shells expect."""
+    terminated = isinstance(error, Terminated)
+    how = "terminated (SIGTERM)" if terminated else "interrupted"
+    tail = "; run the same command again to resume (committed shards are kept)" if resumable else ""
+    return f"{what}: {how}{tail}", 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
+def global_flags_first(args: list[str]) -> list[str]:
+    """Moves ``--debug``/``-v`` to the front, so they work after the subcommand too (before any ``--``)."""
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    return flags + [a for a in args[:end] if a not in GLOBAL_FLAGS] + args[end:]
+
+
+def _click():
+    """The click typer runs on: vendored as ``typer._click`` since typer 0.22, the ``click`` package before."""
+    return getattr(typer, "_click", None) or importlib.import_module("click")
+
+
+def run(app: typer.Typer, args: list[str], prog_name: str) -> int:
+    """Runs the typer ``app`` on ``args``; returns one of ``EXIT_CODES``. Usage errors are one line too
+    (``error: ...``, exit 2), not the boxed panel typer draws by default."""
+    errors = _click().exceptions
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=global_flags_first(args), prog_name=prog_name, standalone_mode=False)
+    except errors.NoArgsIsHelpError as e:
+        typer.echo(e.format_message())
+        code = 2
+    except errors.UsageError as e:
+        hint = f"; see `{e.ctx.command_path} --help`" if e.ctx is not None else ""
+        typer.echo(f"error: {' '.join(e.format_message().split())}{hint}", err=True)
+        code = 2
+    except errors.ClickException as e:
+        typer.echo(f"error: {' '.join(e.format_message().split())}", err=True)
+        code = e.exit_code
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        code = 1
+    return code if isinstance(code, int) else 0
