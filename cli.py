@@ -210,6 +210,13 @@ def episodes(
         "1GiB", help="Reject episodes whose headers declare more data (memory: a worker holds ~2 copies of one)."
     ),
     on_error: OnError = typer.Option(OnError.fail, help="Unreadable or mismatched files: fail, or skip and record."),
+    labels: Optional[str] = typer.Option(
+        None, "--labels", help="CSV of `path,label` rows (path relative to SRC) labelling each episode."
+    ),
+    class_folders: bool = typer.Option(
+        True, "--class-folders/--no-class-folders",
+        help="Label episodes by folder when every file is SRC/[split/]<class>/<episode> (2+ classes).",
+    ),
     workers: Optional[int] = typer.Option(None, help="Loader processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
@@ -225,7 +232,7 @@ def episodes(
         from .ingest.convert import convert_episodes
 
         episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
-                                 max_episode_bytes=max_episode_bytes)
+                                 max_episode_bytes=max_episode_bytes, labels_file=labels, class_folders=class_folders)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    episode=episode)
         _convert_and_report(convert_episodes, src, out, options, quiet, workers=workers, overwrite=overwrite,
@@ -243,6 +250,11 @@ def episodes(
 def info(
     out: str = typer.Argument(..., help="A dataset folder."),
     as_json: bool = typer.Option(False, "--json", help="Print the manifest as JSON."),
+    length: int | None = typer.Option(None, "--length", min=1,
+                                      help="Episodes: also count the windows of this length per split, and the "
+                                           "episodes too short for one."),
+    shift: int = typer.Option(1, "--shift", min=1, help="With --length: steps between window starts."),
+    horizon: int = typer.Option(0, "--horizon", min=0, help="With --length: forecast steps after each window."),
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
     try:
@@ -251,12 +263,13 @@ def info(
         from .format.manifest import to_json
 
         manifest = load_manifest(out)
+        if as_json:
+            typer.echo(to_json(manifest), nl=False)
+            return
+        lines = describe_lines(out, manifest, None if length is None else (length, shift, horizon))
     except _errors() as e:
         _fail(e)
-    if as_json:
-        typer.echo(to_json(manifest), nl=False)
-        return
-    _echo_lines(describe_lines(out, manifest))
+    _echo_lines(lines)
 
 
 @app.command()

@@ -55,8 +55,20 @@ Memory: the bytes of the resident variables against the episodes' own bytes (the
 to whole rows), and the start index's bytes per window. The run ends with a table of the windows reader's
 ratios per channel count: measured in this one run, target, met or MISSED.
 
+3. The tasks (unless ``--no-tasks``; ``benchmarks/window_tasks.py``), once, after the channel counts: the same
+   ``--episodes`` with 10 channels saved as ``obs`` (8) and ``action`` (2) in 4 class folders, converted, so each
+   episode is labelled. Iterated from Python, interleaved: the default ``readers.windows(..., features="obs")``,
+   the same with ``sampling_rate=1, time_range=None, padding=None`` spelled out (the new options cost nothing on
+   the default path), and both tasks' ``(x, y)``. Then, per task, part 2's four ``model.fit`` inputs with the
+   task's targets: forecasting (``targets=readers.Targets("action", width=16, offset=16)``: obs -> the next 16
+   steps of action, a dense forecaster, mse) and labelled classification (``targets="label"``: a dense classifier
+   of the episode's class folder, sparse cross-entropy), the Sequence doing the same work with numpy. Each input's
+   ``(x, y)`` over the first 3 episodes is checked against numpy slicing, as a multiset, exactly. Its goals get
+   their own table at the end: the same ones as part 2's fit goals, per task.
+
 Run it with ``.venv/bin/python benchmarks/windows.py`` (~3.5 minutes on 2 cores for F=1 and 8, ~100 s of it
-model.fit; ``--quick``: about a minute; ``--no-fit`` skips part 2).
+model.fit, and ~4-5 minutes more for the tasks; ``--quick``: about 2-3 minutes, a minute or so of it the tasks;
+``--no-fit`` skips the model.fit parts, ``--no-tasks`` part 3).
 """
 
 from __future__ import annotations
@@ -506,9 +518,11 @@ def autoencoder(shape: Shape):
     ])
 
 
-def fit_epochs(inputs: dict[str, FitInput], shape: Shape, epochs: int) -> dict[str, list[Run]]:
+def fit_epochs(inputs: dict[str, FitInput], shape: Shape, epochs: int, make_model=None,
+               loss="mse") -> dict[str, list[Run]]:
     """Per fit input, a fresh model compiled once and fitted one epoch per call, the inputs interleaved; the
-    epochs' runs from ``on_epoch_begin`` to ``on_epoch_end`` (Keras' own iterator, steps and metric read)."""
+    epochs' runs from ``on_epoch_begin`` to ``on_epoch_end`` (Keras' own iterator, steps and metric read).
+    ``make_model(shape)``: the model (default the autoencoder), compiled with ``loss``."""
     import keras
 
     class Clock(keras.callbacks.Callback):
@@ -527,9 +541,9 @@ def fit_epochs(inputs: dict[str, FitInput], shape: Shape, epochs: int) -> dict[s
 
     models, clocks = {}, {}
     for name, fit_input in inputs.items():
-        model = autoencoder(shape)  # same seed: the same initial weights for each
+        model = (make_model or autoencoder)(shape)  # same seed: the same initial weights for each
         model = fit_input.wrap(model) if fit_input.wrap else model
-        model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
+        model.compile(optimizer=keras.optimizers.Adam(), loss=loss)
         models[name], clocks[name] = model, Clock(fit_input.batches * shape.batch)
     for _ in range(epochs):  # one epoch of each in turn, so drift on the machine hits every input alike
         for name, fit_input in inputs.items():
@@ -684,22 +698,11 @@ def compare(shape: Shape, settings: Settings) -> list[Target]:
 
     fit_rate = {}
     if fit_runs:
-        timed_runs = {name: r[1:] for name, r in fit_runs.items()}  # the first epoch traces: not counted
-        fit_best = {name: min(r, key=lambda run: run.seconds) for name, r in timed_runs.items()}
-        fit_rate = {name: run.windows / run.seconds for name, run in fit_best.items()}
-        print(f"\nmodel.fit of a dense autoencoder, F={shape.features}: each epoch = all {fit_batches[FIT_WINDOWS]} "
-              f"batches of {shape.batch} ({fit_batches[FIT_WINDOWS] * shape.batch} windows); "
-              f"{settings.fit_epochs} epochs each, the first not counted; best of the other "
-              f"{settings.fit_epochs - 1} shown, and the worst")
-        print(f"{'fit input':<40} {'steps':>5} {'best s':>7} {'worst s':>7} {'ms/step':>7} {'windows/s':>10} "
-              f"{'vs (b)':>7} {'vs (c)':>6} {'busy':>4} {'other':>5}  check ({n_check} windows)")
-        for name, run in fit_best.items():
-            overhead = run.seconds / fit_best[FIT_SAME].seconds - 1
-            worst = max(r.seconds for r in timed_runs[name])
-            print(f"{name:<40} {fit_batches[name]:5d} {run.seconds:7.3f} {worst:7.3f} "
-                  f"{run.seconds / fit_batches[name] * 1e3:7.3f} {fit_rate[name]:10.0f} {overhead:+7.1%} "
-                  f"{fit_rate[name] / fit_rate[FIT_SEQUENCE]:5.2f}x {run.cpu / run.seconds / cpus:4.0%} "
-                  f"{run.other:5.0%}  {fit_checks[name]}")
+        fit_rate = fit_table(
+            f"model.fit of a dense autoencoder, F={shape.features}: each epoch = all {fit_batches[FIT_WINDOWS]} "
+            f"batches of {shape.batch} ({fit_batches[FIT_WINDOWS] * shape.batch} windows); {settings.fit_epochs} "
+            f"epochs each, the first not counted; best of the other {settings.fit_epochs - 1} shown, and the worst",
+            fit_runs, fit_batches, fit_checks, n_check, FIT_SAME, FIT_SEQUENCE)
 
     def fit_ratio(name: str, against: str, overhead: bool) -> float | None:
         if not fit_rate:
@@ -727,19 +730,42 @@ def compare(shape: Shape, settings: Settings) -> list[Target]:
     ]
 
 
+def fit_table(title: str, runs: dict[str, list[Run]], steps: dict[str, int], checks: dict[str, str], n_check: int,
+              same: str, sequence: str) -> dict[str, float]:
+    """Prints one model.fit table (the first epoch of each input not counted: it traces); returns windows/s of the
+    best epoch of each. ``same``/``sequence``: the rows the overhead and the ratio are measured against."""
+    timed = {name: r[1:] for name, r in runs.items()}
+    best = {name: min(r, key=lambda run: run.seconds) for name, r in timed.items()}
+    rate = {name: run.windows / run.seconds for name, run in best.items()}
+    cpus = len(os.sched_getaffinity(0))
+    print(f"\n{title}")
+    print(f"{'fit input':<40} {'steps':>5} {'best s':>7} {'worst s':>7} {'ms/step':>7} {'windows/s':>10} "
+          f"{'vs (b)':>7} {'vs (c)':>6} {'busy':>4} {'other':>5}  check ({n_check} windows)")
+    for name, run in best.items():
+        overhead = run.seconds / best[same].seconds - 1
+        worst = max(r.seconds for r in timed[name])
+        print(f"{name:<40} {steps[name]:5d} {run.seconds:7.3f} {worst:7.3f} "
+              f"{run.seconds / steps[name] * 1e3:7.3f} {rate[name]:10.0f} {overhead:+7.1%} "
+              f"{rate[name] / rate[sequence]:5.2f}x {run.cpu / run.seconds / cpus:4.0%} "
+              f"{run.other:5.0%}  {checks[name]}")
+    return rate
+
+
 def slow_batches(contender: Contender, settings: Settings) -> int | None:
     return settings.slow_batches if contender.timing == "batches" else None
 
 
-def print_targets(features: int, targets: list[Target]) -> None:
-    title = f"the windows reader's goals, F={features}, measured in this run"
-    print(f"\n{title:<52} {'measured':>9}  {'target':<10}")
+def print_targets(part: str, targets: list[Target]) -> None:
+    """The goals' table of one part (``"F=8"``, ``"tasks"``): measured, target, met or MISSED."""
+    title = f"the windows reader's goals, {part}, measured in this run"
+    width = max(52, *(len(t.label) for t in targets))
+    print(f"\n{title:<{width}} {'measured':>9}  {'target':<10}")
     for t in targets:
         if t.value is None:
-            print(f"{t.label:<52} {'-':>9}  {t.target_text:<10} not run (--no-fit)")
+            print(f"{t.label:<{width}} {'-':>9}  {t.target_text:<10} not run (--no-fit)")
             continue
         met = t.value >= t.target if t.at_least else t.value <= t.target
-        print(f"{t.label:<52} {t.shown.format(t.value):>9}  {t.target_text:<10} {'met' if met else 'MISSED'}")
+        print(f"{t.label:<{width}} {t.shown.format(t.value):>9}  {t.target_text:<10} {'met' if met else 'MISSED'}")
 
 
 def main() -> None:
@@ -759,6 +785,8 @@ def main() -> None:
     parser.add_argument("--fit-epochs", type=int, default=None,
                         help="model.fit epochs per input, the first not counted (default 4; --quick 3)")
     parser.add_argument("--no-fit", dest="fit", action="store_false", help="skip the model.fit measurements")
+    parser.add_argument("--no-tasks", dest="tasks", action="store_false",
+                        help="skip part 3: forecasting and labelled classification (benchmarks/window_tasks.py)")
     parser.add_argument("--data-dir", default="bench-data", help="cache folder for generated episodes")
     args = parser.parse_args()
     settings = Settings(
@@ -773,8 +801,13 @@ def main() -> None:
         parser.error("--episodes, --features, --length, --shift, --batch-size, --repeats, --slow-batches must be >= 1")
     if args.fit and settings.fit_epochs < 2:
         parser.error("--fit-epochs must be at least 2 (the first is not counted)")
-    if args.length > MIN_STEPS:
-        parser.error(f"--length must be at most {MIN_STEPS} (the shortest episode)")
+    if args.tasks:
+        import window_tasks  # benchmarks/window_tasks.py, beside this file (no TensorFlow at import)
+
+    longest = MIN_STEPS - (window_tasks.HORIZON if args.tasks else 0)  # the forecast's span: window and horizon
+    if args.length > longest:
+        parser.error(f"--length must be at most {longest} (the shortest episode"
+                     f"{', less the forecast horizon' if args.tasks else ''})")
     started = time.perf_counter()
 
     import keras  # noqa: F401  (imported before timing, so no contender pays for it)
@@ -784,7 +817,9 @@ def main() -> None:
     results = {}
     for features in dict.fromkeys(args.features):  # each channel count once, in the order given
         shape = Shape(args.length, args.shift, args.batch_size, features, seed=0)
-        results[features] = compare(shape, settings)
+        results[f"F={features}"] = compare(shape, settings)
+    if args.tasks:
+        results["tasks"] = window_tasks.run(settings, args.length, args.shift, args.batch_size)
 
     print("\n".join([
         "",
@@ -798,8 +833,8 @@ def main() -> None:
         "model.fit: one epoch per fit call, the four inputs interleaved, timed on_epoch_begin -> on_epoch_end; vs (b):",
         "input overhead against the same model fed one repeated batch; vs (c): windows/s against the Sequence in fit.",
     ]))
-    for features, targets in results.items():
-        print_targets(features, targets)
+    for part, targets in results.items():
+        print_targets(part, targets)
     print(f"\nwhole benchmark: {time.perf_counter() - started:.0f} s")
 
 

@@ -20,12 +20,14 @@ from .records import EPISODE_FEATURES, IMAGE_FEATURES, episode_features  # noqa:
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 1 << 30  # checked before a manifest or state file is read into memory
 KINDS = ("images", "episodes")
+# What an episode dataset's labels are: "class" (an int index into class_names) or "value" (a float); None: none.
+LABEL_KINDS = ("class", "value")
 # Every episode data dtype the readers decode (tf.io.decode_raw, plus a bitcast for <u4/<u8), spelt as the
 # writer spells it: little-endian, '|' for one byte. Plain strings, so the scan checks inputs against them without
 # TensorFlow; anything else (float128 '<f16', complex256 '<c32', big-endian) converts but no reader can load.
 EPISODE_DTYPES = frozenset({"|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8",
                             "<f2", "<f4", "<f8", "<c8", "<c16"})
-_DTYPES = frozenset({"string", "int64"}) | EPISODE_DTYPES
+_DTYPES = frozenset({"string", "int64", "float32"}) | EPISODE_DTYPES  # float32: a value label
 
 
 def check_format_version(version: Any, source: str) -> None:
@@ -51,12 +53,17 @@ class ShardInfo:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeInfo:
-    """One episode of an episode split: its id, source file, length in steps, and its shard's index in the split."""
+    """One episode of an episode split: its id, source file, length in steps, its shard's index in the split, and
+    its label (an index into ``class_names`` or a float, as the manifest's ``labels`` says; None when unlabelled).
+
+    A value label is the float32 the records hold, as a Python float, so the two agree exactly.
+    """
 
     id: int
     source: str
     length: int
     shard: int
+    label: int | float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +121,7 @@ class Manifest:
     ignored: dict[str, int]
     format_version: int = FORMAT_VERSION
     ignored_files: list[str] = dataclasses.field(default_factory=list)
+    labels: str | None = None  # episodes only: None, or one of LABEL_KINDS
 
     def __post_init__(self):
         check_format_version(self.format_version, MANIFEST_NAME)

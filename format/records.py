@@ -33,11 +33,21 @@ EPISODE_FEATURES = {
     "episode/source": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
 }
 DATA_PREFIX = "data/"  # episode feature ``obs`` is stored under ``data/obs``
+LABEL_KEY = "episode/label"  # in every chunk record of a labelled episode dataset
+LABEL_FEATURES = {  # by the manifest's ``labels``
+    "class": {"dtype": "int64", "shape": [], "description": "0-based index into class_names"},
+    "value": {"dtype": "float32", "shape": [], "description": "the episode's value label"},
+}
 
 
-def episode_features(schema: dict[str, tuple[str, tuple[int, ...]]]) -> dict[str, Any]:
-    """``EPISODE_FEATURES`` plus one ``data/<name>`` entry per feature: numpy dtype string and trailing shape."""
+def episode_features(schema: dict[str, tuple[str, tuple[int, ...]]], labels: str | None = None) -> dict[str, Any]:
+    """``EPISODE_FEATURES`` plus one ``data/<name>`` entry per feature: numpy dtype string and trailing shape.
+
+    ``labels``: None, or ``"class"``/``"value"``, which adds ``episode/label`` (int64 or float32).
+    """
     features = dict(EPISODE_FEATURES)
+    if labels is not None:
+        features[LABEL_KEY] = dict(LABEL_FEATURES[labels])
     for name, (dtype, shape) in sorted(schema.items()):
         features[f"{DATA_PREFIX}{name}"] = {
             "dtype": dtype,

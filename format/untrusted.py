@@ -17,6 +17,7 @@ from .manifest import (
     EPISODE_DTYPES,
     FORMAT_VERSION,
     KINDS,
+    LABEL_KINDS,
     SPLIT_TYPES,
     EpisodeInfo,
     EpisodeSplitInfo,
@@ -30,6 +31,7 @@ from .manifest import (
     is_finite_number,
 )
 from .names import MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_shard_name
+from .records import DATA_PREFIX, LABEL_FEATURES, LABEL_KEY
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -129,18 +131,36 @@ def _check_features(check: _Checker, features: Any) -> None:
     for key, spec in check.mapping(features, "features").items():
         where = f"features[{key!r}]"
         check.keys(check.mapping(spec, where), where, {"dtype", "shape"}, {"description"})
-        if not (isinstance(spec["dtype"], str) and spec["dtype"] in _DTYPES):
-            check.fail(f"{where}.dtype", f"must be 'string', 'int64' or a dtype the readers decode "
-                       f"({', '.join(sorted(EPISODE_DTYPES))})", spec["dtype"])
+        # raw episode data (data/<name>) is only ever a numpy dtype: 'float32' is a label's, no reader decodes it
+        allowed = EPISODE_DTYPES if isinstance(key, str) and key.startswith(DATA_PREFIX) else _DTYPES
+        if not (isinstance(spec["dtype"], str) and spec["dtype"] in allowed):
+            check.fail(f"{where}.dtype", f"must be 'string', 'int64', 'float32' (a label) or a dtype the readers "
+                       f"decode ({', '.join(sorted(EPISODE_DTYPES))})", spec["dtype"])
         for i, dim in enumerate(check.sequence(spec["shape"], f"{where}.shape")):
             check.count(dim, f"{where}.shape[{i}]")
 
 
-def _episodes_from(check: _Checker, episodes: Any, where: str, shards: int) -> list[EpisodeInfo]:
+def label_problem(label: Any, labels: str | None, classes: int) -> str | None:
+    """What is wrong with an episode's ``label`` given the manifest's ``labels``, or None: it must be None without
+    labels, an index into the ``classes`` class names for ``"class"``, a finite number for ``"value"``."""
+    if labels is None and label is not None:
+        return "must be null: the dataset has no labels (labels is null)"
+    if labels == "class" and not is_count(label, 0, classes - 1):
+        return f"must be an index into the {classes} class_names (labels is 'class')"
+    if labels == "value" and not is_finite_number(label):
+        return "must be a finite number (labels is 'value')"
+    return None
+
+
+def _episodes_from(check: _Checker, episodes: Any, where: str, shards: int, labels: str | None = None,
+                   classes: int = 0) -> list[EpisodeInfo]:
     ids, parsed = set(), []
     for i, episode in enumerate(check.sequence(episodes, where)):
         at = f"{where}[{i}]"
-        check.keys(check.mapping(episode, at), at, {"id", "source", "length", "shard"})
+        check.keys(check.mapping(episode, at), at, {"id", "source", "length", "shard"}, {"label"})
+        problem = label_problem(episode.get("label"), labels, classes)
+        if problem is not None:
+            check.fail(f"{at}.label", problem, episode.get("label"))
         check.count(episode["id"], f"{at}.id")
         check.text(episode["source"], f"{at}.source")
         check.count(episode["length"], f"{at}.length", low=1)
@@ -177,7 +197,7 @@ def _class_counts(check: _Checker, where: str, counts: dict, class_names: list[s
 
 
 def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str, class_names: list[str],
-                     consistency: bool = True) -> SplitInfo:
+                     consistency: bool = True, labels: str | None = None) -> SplitInfo:
     where = f"splits[{name!r}]"
     split_type = SPLIT_TYPES[kind]
     own = {f.name for f in dataclasses.fields(split_type)}
@@ -207,7 +227,8 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
         check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
         return ImageSplitInfo(**fields, class_counts=raw.get("class_counts", {}), pixel_mean=raw.get("pixel_mean"),
                               pixel_std=raw.get("pixel_std"))
-    episodes = _episodes_from(check, raw.get("episodes"), f"{where}.episodes", len(parsed))
+    episodes = _episodes_from(check, raw.get("episodes"), f"{where}.episodes", len(parsed), labels,
+                              len(class_names))
     if len(episodes) > raw["records"]:
         check.fail(f"{where}.episodes", f"lists more episodes than the split's {raw['records']} records",
                    len(episodes))
@@ -217,6 +238,27 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
                 check.numbers(values, f"{where}.{field}[{feature!r}]")
     return EpisodeSplitInfo(**fields, episodes=episodes, feature_mean=raw.get("feature_mean"),
                             feature_std=raw.get("feature_std"))
+
+
+def _check_labels(check: _Checker, labels: Any, raw: dict, consistency: bool) -> None:
+    """``labels``: null, or for episodes ``"class"`` (with class_names) or ``"value"`` (without); its features key."""
+    if labels is not None and (not isinstance(labels, str) or labels not in LABEL_KINDS):
+        check.fail("labels", f"must be null or one of {LABEL_KINDS}", labels)
+    if labels is not None and raw["kind"] != "episodes":
+        check.fail("labels", f"must be null for a {raw['kind']} dataset (episode datasets only)", labels)
+    if raw["kind"] == "episodes" and (labels == "class") != bool(raw["class_names"]):
+        need = "must name the classes (labels is 'class')" if labels == "class" else \
+            f"must be empty: an episode dataset has class names only with labels 'class' (labels is {labels!r})"
+        check.fail("class_names", need, raw["class_names"])
+    if not consistency:
+        return
+    features = raw["features"]
+    if labels is None and LABEL_KEY in features:
+        check.fail(f"features[{LABEL_KEY!r}]", "must be absent: the dataset has no labels (labels is null)",
+                   features[LABEL_KEY])
+    if labels is not None and features.get(LABEL_KEY, {}).get("dtype") != LABEL_FEATURES[labels]["dtype"]:
+        check.fail(f"features[{LABEL_KEY!r}]", f"must be a {LABEL_FEATURES[labels]['dtype']} feature "
+                   f"(labels is {labels!r})", features.get(LABEL_KEY))
 
 
 def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:
@@ -234,7 +276,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    optional = {"format_version", "ignored_files"}
+    optional = {"format_version", "ignored_files", "labels"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -249,6 +291,8 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         if consistency and name in seen:
             check.fail(f"class_names[{i}]", "names a class a second time", name)
         seen.add(name)
+    labels = raw.get("labels")
+    _check_labels(check, labels, raw, consistency)
     check.mapping(raw["options"], "options")
     for i, item in enumerate(check.sequence(raw["rejected"], "rejected")):
         check.keys(check.mapping(item, f"rejected[{i}]"), f"rejected[{i}]", {"path", "reason"})
@@ -263,7 +307,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         if not SPLIT_NAME.match(name):
             check.fail("splits", "split names must be letters, digits or _", name)
         splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"], raw["class_names"],
-                                        consistency)
+                                        consistency, labels)
     return Manifest(**{**raw, "splits": splits})
 
 

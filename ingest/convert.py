@@ -83,7 +83,9 @@ def convert_episodes(
     for longer ones, with raw little-endian bytes per feature; the manifest holds
     each feature's dtype and trailing shape, per-feature mean/std, and every
     episode's id, source and length (so window counts need no data pass). Same
-    plan, workers, atomic commits and resume as ``convert_images``.
+    plan, workers, atomic commits and resume as ``convert_images``. Episodes are
+    labelled by class folders (``src/<class>/<episode>``) or by a labels CSV
+    (``options.episode.labels_file``); see ``EpisodeOptions``.
 
     Args:
       src: source folder; ``src/<split>/...`` when every top-level folder is a split name.
@@ -99,7 +101,8 @@ def convert_episodes(
 
     Raises:
       FileNotFoundError: ``src`` does not exist.
-      InputError: no episodes, a bad episode with ``on_error="fail"``, a NaN with ``on_nan="fail"``.
+      InputError: no episodes, a bad episode (or labels row) with ``on_error="fail"``, a NaN with
+        ``on_nan="fail"``, a bad labels file, a feature named ``label`` in a labelled dataset.
       OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
 
     Example:

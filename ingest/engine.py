@@ -142,6 +142,7 @@ def _assemble(
         rejected=sorted(rejected, key=lambda r: r["path"]),
         ignored=job.ignored,
         ignored_files=job.ignored_files,
+        labels=job.labels,
     )
 
 

@@ -70,11 +70,17 @@ class EpisodeOptions:
       max_episode_bytes: an episode whose arrays the headers declare larger than
         this is rejected before anything is loaded (a worker holds about two
         copies of one episode; a small compressed ``.npz`` can declare gigabytes).
+      labels_file: a CSV of ``path,label`` rows (``ingest/labels.py``) giving each episode a label;
+        episodes it names no label for are left out and counted. Wins over ``class_folders``.
+      class_folders: label episodes by their folder when every episode file is one folder below its split
+        root (``SRC/<class>/<ep>.npy``) and there are at least two such folders (``class_folder_labels``).
     """
 
     on_nan: str = "fail"
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
+    labels_file: str | None = None
+    class_folders: bool = True
 
     def __post_init__(self):
         if self.on_nan not in ON_NAN:
@@ -91,6 +97,7 @@ class EpisodeSource:
     schema: Schema
     length: int
     episode_id: int = -1  # position in the sorted list of every episode file under SRC
+    label: int | float | None = None  # an index into class_names, a value, or None (unlabelled)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +145,7 @@ class PreparedEpisode:
     length: int
     chunks: list
     sums: dict  # name -> FeatureSums
+    label: int | float | None = None
 
 
 def _describe(schema: Schema) -> str:
@@ -238,7 +246,7 @@ def scan_episode_files(root: str) -> SourceTree:
     top_dirs = [e for e in top if os.path.isdir(os.path.join(root, e))]
     top_episodes = [e for e in top if e not in top_dirs and e.lower().endswith(EPISODE_EXTENSIONS)]
     use_splits = bool(split_folders(root, top_dirs, top_episodes))
-    tree = SourceTree(root=root, class_names=[], files={}, rejected=[])
+    tree = SourceTree(root=root, class_names=[], files={}, rejected=[], use_splits=use_splits)
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         tree.ignored_hidden += sum(n.startswith(".") for n in filenames)
@@ -264,6 +272,30 @@ def scan_episode_files(root: str) -> SourceTree:
     tree.files = {s: sorted(f, key=lambda x: x.relpath) for s, f in sorted(tree.files.items())}
     tree.finish_ignored()
     return tree
+
+
+def class_folder_labels(tree: SourceTree) -> tuple[list[str], dict[str, int]] | None:
+    """Class names and each episode file's label when the tree is class folders, else None.
+
+    The rule, decided on the files the scan found (unreadable ones too) before any header is read: every episode
+    file is exactly one folder below its split root (``SRC/<class>/<ep>.npy``, or ``SRC/<split>/<class>/<ep>.npy``
+    when the top folders are splits), and there are at least two class folders over all splits. The class names
+    are sorted; a label is its folder's index.
+
+        class_folder_labels(scan_episode_files("src"))  # (['run', 'sit', 'walk'], {'run/0.npy': 0, ...})
+    """
+    paths = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
+    folders = {}
+    for path in paths:
+        parts = path.split("/")[1:] if tree.use_splits else path.split("/")
+        if len(parts) != 2:
+            return None
+        folders[path] = parts[0]
+    class_names = sorted(set(folders.values()))
+    if len(class_names) < 2:
+        return None
+    index = {name: i for i, name in enumerate(class_names)}
+    return class_names, {path: index[folder] for path, folder in folders.items()}
 
 
 def feature_sums(array: np.ndarray) -> tuple[FeatureSums, bool]:
@@ -341,4 +373,4 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
                     return Rejection(relpath, f"{reason}; left out (--on-nan skip)", chosen=True)
             data[name] = block.tobytes()
         chunks.append((start, stop - start, data))
-    return PreparedEpisode(source.file, source.episode_id, source.length, chunks, sums)
+    return PreparedEpisode(source.file, source.episode_id, source.length, chunks, sums, source.label)

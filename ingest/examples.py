@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..format.records import DATA_PREFIX, IMAGE_FEATURES, serialize
+from ..format.records import DATA_PREFIX, IMAGE_FEATURES, LABEL_KEY, serialize
 from ..format.tfrecord import frame_records, gzip_member
 from .episodes import PreparedEpisode
 from .images import PreparedImage
@@ -79,8 +79,10 @@ def episode_records(episode: PreparedEpisode, features: dict) -> tuple[list[list
     """One record per chunk (see ``EPISODE_FEATURES``; the reader joins them by id), and the episode's
     manifest entry and feature sums.
 
-    ``features``: the dataset's feature table (``EPISODE_FEATURES`` plus a ``data/<name>`` entry per feature).
+    ``features``: the dataset's feature table (``EPISODE_FEATURES`` plus a ``data/<name>`` entry per feature, and
+    ``episode/label`` in a labelled dataset: the episode's label is then in every chunk record).
     """
+    labelled = LABEL_KEY in features
     records = []
     for index, (start, steps, data) in enumerate(episode.chunks):
         values = {
@@ -93,6 +95,9 @@ def episode_records(episode: PreparedEpisode, features: dict) -> tuple[list[list
             "episode/source": _text(episode.source.relpath),
             **{f"{DATA_PREFIX}{name}": raw for name, raw in data.items()},
         }
+        if labelled:
+            values[LABEL_KEY] = episode.label
         records.append(serialize(features, values))
-    entry = {"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length}
+    entry = {"id": episode.episode_id, "source": episode.source.relpath, "length": episode.length,
+             "label": episode.label}
     return records, (entry, episode.sums)

@@ -20,9 +20,12 @@ from typing import Any
 
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import IMAGE_FEATURES, episode_features
+from ..format.untrusted import label_problem
+from . import labels as labels_lib
 from .episodes import (
     EpisodeSource,
     FeatureSums,
+    class_folder_labels,
     common_schema,
     prepare_episode,
     read_episode_header,
@@ -31,7 +34,7 @@ from .episodes import (
 from .errors import InputError
 from .examples import ImageItemStats, encode_item, episode_records, image_records
 from .images import PixelSums, prepare_image
-from .scan import IMAGE_EXTENSIONS, Rejection, SourceFile, scan_image_folders
+from .scan import IMAGE_EXTENSIONS, MAX_LISTED_IGNORED, Rejection, SourceFile, SourceTree, scan_image_folders
 
 
 def _fail_on(src: str, rejected: list[Rejection], on_error: str) -> None:
@@ -73,6 +76,7 @@ class ImageJob:
 
     kind = "images"
     unit = "img"
+    labels = None  # images are labelled by class folder, as the records' own keys say (not the episodes' labels)
     nothing_found = f"no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC"
 
     def __init__(self, src: str, options):
@@ -139,7 +143,7 @@ class ImageJob:
 
 @dataclasses.dataclass
 class EpisodeShardStats:
-    episodes: list[dict] = dataclasses.field(default_factory=list)  # {"id", "source", "length"}
+    episodes: list[dict] = dataclasses.field(default_factory=list)  # {"id", "source", "length", "label"}
     sums: dict[str, FeatureSums] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -151,6 +155,36 @@ class EpisodeShardStats:
         return cls(raw["episodes"], sums)
 
 
+LABEL_FEATURE = "label"  # what readers call an episode's label: no feature of a labelled dataset may be called so
+
+
+def _episode_labels(src: str, tree: SourceTree, options, on_error: str):
+    """The labels of a scanned episode tree: from ``options.labels_file``, else its class folders, else none.
+
+    Returns:
+      ``(labels, by_path, rejected, unlabelled)``: a ``labels.Labels`` (None: unlabelled), each labelled
+      file's label, the bad rows of the labels file as Rejections, and the files no row names (sorted).
+
+    Raises:
+      InputError: a bad labels file; a bad row with ``on_error="fail"``.
+    """
+    found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
+    if options.labels_file is not None:
+        rows = labels_lib.read_rows(options.labels_file)
+        labels, problems = labels_lib.decide(rows, src, found)
+        if problems and on_error == "fail":
+            raise problems[0].error(options.labels_file)
+        rejected = [Rejection(p.path or p.text, p.reason(options.labels_file)) for p in problems]
+        named = set(rows.values)
+        unlabelled = sorted(p for p in found if p not in named)
+        return labels, labels.by_path, rejected, unlabelled
+    folders = class_folder_labels(tree) if options.class_folders else None
+    if folders is None:
+        return None, {}, [], []
+    class_names, by_path = folders
+    return labels_lib.Labels("class", class_names, by_path), by_path, [], []
+
+
 class EpisodeJob:
     """Numpy episodes: one record per episode chunk (most episodes are one chunk)."""
 
@@ -160,29 +194,44 @@ class EpisodeJob:
 
     def __init__(self, src: str, options):
         tree = scan_episode_files(src)
+        labels, by_path, label_rejects, unlabelled = _episode_labels(src, tree, options.episode, options.on_error)
         found, unreadable = tree.files, tree.rejected
         every = sorted((f for files in found.values() for f in files), key=lambda f: f.relpath)
-        headers = [read_episode_header(f, options.episode.max_episode_bytes) for f in every]
         # An id is the file's position among every episode file found, readable or not, so leaving one out
         # never renumbers the others.
         ids = {rel: i for i, rel in enumerate(sorted([f.relpath for f in every] + [r.relpath for r in unreadable]))}
-        episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath])
+        if labels is not None:  # only the labelled episodes are read (an unlabelled one is left out, even unreadable)
+            every = [f for f in every if f.relpath in by_path]
+            unreadable = [r for r in unreadable if r.relpath in by_path]
+        headers = [read_episode_header(f, options.episode.max_episode_bytes) for f in every]
+        episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath], label=by_path.get(h.file.relpath))
                     for h in headers if isinstance(h, EpisodeSource)]
         schema, odd = common_schema(episodes)
+        if labels is not None and LABEL_FEATURE in schema:
+            holder = next(e for e in episodes if e.schema == schema)
+            raise InputError(
+                f"{holder.file.path}: has an array named {LABEL_FEATURE!r}, but a labelled dataset yields each "
+                f"episode's label as {LABEL_FEATURE!r} (got features {sorted(schema)!r:.100}); rename the array, "
+                "or convert without labels (--no-class-folders, or drop --labels)"
+            )
         unusable = unreadable + [h for h in headers if isinstance(h, Rejection)] + odd
         # An empty episode is not an error (nothing is lost): it is always skipped, with its reason recorded.
         _fail_on(src, [r for r in unusable if not r.chosen], options.on_error)
         odd_paths = {r.relpath for r in odd}
         self.src = src
         self.schema = schema
+        self.labels = None if labels is None else labels.kind
         self.items: dict[str, list[EpisodeSource]] = {
             split: [e for e in episodes if e.file.split == split and e.file.relpath not in odd_paths] for split in found
         }
-        self.rejected = sorted(unusable, key=lambda r: r.relpath)
+        self.rejected = sorted(unusable + label_rejects, key=lambda r: r.relpath)
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
         self.ignored_files = tree.ignored_files
-        self.class_names: list[str] = []
-        self.features = episode_features({n: (s.dtype, s.shape) for n, s in schema.items()})
+        if options.episode.labels_file is not None:
+            self.ignored["unlabelled"] = len(unlabelled)
+            self.ignored_files = sorted(tree.ignored_files + unlabelled)[:MAX_LISTED_IGNORED]
+        self.class_names: list[str] = [] if labels is None else labels.class_names
+        self.features = episode_features({n: (s.dtype, s.shape) for n, s in schema.items()}, self.labels)
         self.prepare = functools.partial(
             encode_item,
             prepare=functools.partial(prepare_episode, schema=schema, options=options.episode),
@@ -197,10 +246,13 @@ class EpisodeJob:
 
     @staticmethod
     def source_key(item: EpisodeSource) -> tuple:
-        return item.file.relpath, item.file.size, item.file.mtime_ns, item.file.ctime_ns, item.episode_id
+        key = item.file.relpath, item.file.size, item.file.mtime_ns, item.file.ctime_ns, item.episode_id
+        return key if item.label is None else (*key, item.label)  # a relabelled episode is another input
 
     def identity(self) -> dict:
-        return {"schema": self.features}
+        if self.labels is None:
+            return {"schema": self.features}
+        return {"schema": self.features, "labels": self.labels, "class_names": self.class_names}
 
     @staticmethod
     def new_stats() -> EpisodeShardStats:
@@ -213,9 +265,12 @@ class EpisodeJob:
             raise ValueError(f"{len(stats.episodes)} episodes in a shard of {records} records")
         steps = 0
         for episode in stats.episodes:
-            if set(episode) != {"id", "source", "length"} or not isinstance(episode["source"], str):
+            if set(episode) != {"id", "source", "length", "label"} or not isinstance(episode["source"], str):
                 raise ValueError(f"not an episode entry (got {episode!r:.80})")
             _count(episode["id"])
+            problem = label_problem(episode["label"], self.labels, len(self.class_names))
+            if problem is not None:
+                raise ValueError(f"episode {episode['id']!r:.20}: label {problem} (got {episode['label']!r:.40})")
             steps += _count(episode["length"], low=1)
         for name, sums in stats.sums.items():
             if name not in self.schema or _count(sums.count) != steps:

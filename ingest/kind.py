@@ -33,7 +33,8 @@ class Kind(Protocol):
       rejected: inputs left out at scan time, each with its reason.
       ignored: counts of files that are not inputs ({"hidden": n, "other": n}).
       ignored_files: the first of those "other" files, by path relative to ``src`` (capped).
-      class_names: the label names (empty for episodes).
+      class_names: the label names (episodes: only with ``labels == "class"``).
+      labels: the manifest's ``labels``: None, or for episodes ``"class"`` / ``"value"``.
       features: the manifest's ``features`` table (record keys, dtypes, shapes).
       prepare: a picklable ``item -> EncodedItem | Rejection`` (``ingest/examples.py``), run in worker
         processes without TensorFlow: the item read, checked and turned into framed TFRecord bytes.
@@ -48,6 +49,7 @@ class Kind(Protocol):
     ignored: dict[str, int]
     ignored_files: list[str]
     class_names: list[str]
+    labels: str | None
     features: dict[str, Any]
     prepare: Callable[[Any], Any]
 

@@ -57,6 +57,13 @@ class ConvertOptions:
             )
 
     def identity(self, kind: str) -> dict:
-        """The options that change the written bytes of a ``kind`` dataset (``on_error`` never does)."""
+        """The options that change the written bytes of a ``kind`` dataset (``on_error`` never does).
+
+        How episodes are labelled (``labels_file``, ``class_folders``) is left out: the labels themselves are part
+        of the inputs' identity (``EpisodeJob.identity``, ``source_key``), wherever the labels file lies.
+        """
         other_kind = {"images": "episode", "episodes": "image"}[kind]
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
+        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
+        if "episode" in found:
+            found["episode"] = {k: v for k, v in found["episode"].items() if k not in ("labels_file", "class_folders")}
+        return found

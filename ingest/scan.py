@@ -68,6 +68,7 @@ class SourceTree:
     ignored_hidden: int = 0
     ignored_other: int = 0
     ignored_files: list[str] = dataclasses.field(default_factory=list)
+    use_splits: bool = False  # the top-level folders are splits (``split_folders``)
 
     def ignore(self, relpath: str) -> None:
         """Counts and (within the cap) names a file left out for its extension."""

@@ -20,9 +20,10 @@ from .images import images
 from .normalize import normalization
 from .windows.dataset import windows
 from .windows.in_model import ModelWindows, WindowGather, model_windows
+from .windows.layout import Targets
 from .windows.resident import resident_windows
 
-__all__ = ["DatasetInfo", "ModelWindows", "WindowGather", "episodes", "images", "info", "model_windows",
+__all__ = ["DatasetInfo", "ModelWindows", "Targets", "WindowGather", "episodes", "images", "info", "model_windows",
            "normalization", "preview", "resident_windows", "windows"]
 
 

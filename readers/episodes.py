@@ -15,15 +15,22 @@ import tensorflow as tf
 
 from ..format.manifest import EpisodeInfo
 from ..format.names import tf_compression_type
-from ..format.records import data_features, episode_parse_spec
+from ..format.records import data_features, episode_parse_spec, parse_spec
 from . import files as files_lib
 from .arguments import check_reading
 from .guard import ShardGuard, checkpointable
-from .windows.layout import Concatenated
+from .windows.layout import LABEL, Concatenated, label_array, pad_fill
+from .windows.starts import WindowSpec
 
 AUTOTUNE = tf.data.AUTOTUNE
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
 _RAW_TWIN = {np.dtype("<u4"): tf.int32, np.dtype("<u8"): tf.int64}
+LABEL_KEY = "episode/label"  # the record key of an episode's label (a dataset converted with episode labels)
+
+
+def labelled(dataset: files_lib.DatasetInfo) -> bool:
+    """Whether the dataset's episodes carry labels (class folders or ``--labels FILE`` at conversion)."""
+    return getattr(dataset.manifest, "labels", None) is not None
 
 
 def feature_schema(dataset: files_lib.DatasetInfo) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -65,11 +72,12 @@ def decode_feature(raw: tf.Tensor, dtype: np.dtype, shape: tuple[int, ...],
     return tf.reshape(values, [-1 if steps is None else steps, *shape])
 
 
-def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Dataset:
+def _join_chunks(records: tf.data.Dataset, names: Sequence[str], with_label: bool = False) -> tf.data.Dataset:
     """Parsed chunk records of one shard → one ``(meta, joined)`` per episode, each feature's bytes joined in order.
 
-    ``meta``: the episode's id, length and source, from its last chunk record.
+    ``meta``: the episode's id, length and source (and label), from its last chunk record.
     """
+    meta_keys = ("id", "length", "source", "label") if with_label else ("id", "length", "source")
     empty = {n: tf.constant(b"") for n in names}
 
     def step(joined, record):
@@ -78,39 +86,44 @@ def _join_chunks(records: tf.data.Dataset, names: Sequence[str]) -> tf.data.Data
             n: tf.strings.join([tf.where(first, tf.constant(b""), joined[n]), record[f"data/{n}"]]) for n in names
         }
         last = tf.equal(record["episode/chunk"], record["episode/chunks"] - 1)
-        meta = {key: record[f"episode/{key}"] for key in ("id", "length", "source")}
+        meta = {key: record[f"episode/{key}"] for key in meta_keys}
         return joined, (last, meta, joined)
 
     joined = records.scan(empty, step).filter(lambda last, meta, joined: last)
     return joined.map(lambda last, meta, joined: (meta, joined))
 
 
-def _manifest_length(episodes: list[EpisodeInfo]):
-    """A graph function: episode id → its length in the manifest, or -1 for an id the manifest does not list.
+def _manifest_lookup(episodes: list[EpisodeInfo], label_dtype: tf.DType | None = None):
+    """A graph function: episode id → ``(length, label)`` in the manifest; length -1 for an id it does not list.
 
     Sorted constants and a binary search: they serialise with the graph (a tf.data service ships it to its workers).
+    ``label_dtype``: the labels' dtype (None: the dataset has none; the label is then 0).
     """
     order = sorted(episodes, key=lambda e: e.id)
+    dtype = label_dtype or tf.int64
     if not order:
-        return lambda episode_id: tf.constant(-1, tf.int64)
+        return lambda episode_id: (tf.constant(-1, tf.int64), tf.zeros([], dtype))
     ids = tf.constant([e.id for e in order], tf.int64)
     lengths = tf.constant([e.length for e in order], tf.int64)
+    labels = tf.constant(label_array([e.label for e in order]) if label_dtype else np.zeros(len(order), np.int64))
 
     def lookup(episode_id):
         i = tf.minimum(tf.searchsorted(ids, tf.reshape(episode_id, [1]))[0], len(order) - 1)
-        return tf.where(tf.equal(ids[i], episode_id), lengths[i], tf.constant(-1, tf.int64))
+        return tf.where(tf.equal(ids[i], episode_id), lengths[i], tf.constant(-1, tf.int64)), labels[i]
 
     return lookup
 
 
-def _decode_episode(schema, where: str, fix: str, manifest_length, with_keys: bool = False):
-    """Decodes a joined episode, checking its rows against its records' length and that length against the manifest.
+def _decode_episode(schema, where: str, fix: str, manifest_lookup, with_keys: bool = False,
+                    with_label: bool = False):
+    """Decodes a joined episode, checking its rows against its records' length and that length (and its label)
+    against the manifest.
 
-    ``with_keys``: returns ``({"episode": id}, episode)``.
+    ``with_keys``: returns ``({"episode": id}, episode)``. ``with_label``: the episode gains ``"label"``.
     """
 
     def decode(meta, joined):
-        expected = manifest_length(meta["id"])
+        expected, label = manifest_lookup(meta["id"])
         tf.debugging.Assert(
             tf.equal(meta["length"], expected),
             [f"{where}: episode", meta["id"], meta["source"], "has", meta["length"],
@@ -124,6 +137,13 @@ def _decode_episode(schema, where: str, fix: str, manifest_length, with_keys: bo
                 tf.shape(values, out_type=tf.int64)[0], meta["length"],
                 message=f"{where}: feature {n!r} does not match the episode length; {fix}",
             )
+        if with_label:
+            tf.debugging.Assert(
+                tf.equal(meta["label"], label),
+                [f"{where}: episode", meta["id"], meta["source"], "has label", meta["label"],
+                 "in its records, the manifest says", label, f"; {fix}"],
+            )
+            episode[LABEL] = meta["label"]
         return ({"episode": meta["id"]}, episode) if with_keys else episode
 
     return decode
@@ -160,7 +180,8 @@ def episodes(
         episode's id, its place in the sorted source files.
 
     Returns:
-      A dataset of dicts ``{feature: [T, ...]}``, one per episode (with ``with_keys``, pairs).
+      A dataset of dicts ``{feature: [T, ...]}``, one per episode (with ``with_keys``, pairs). A dataset converted
+      with episode labels adds ``"label"``: a scalar, int64 (an index into ``class_names``) or float32.
 
     Raises:
       FileNotFoundError: a shard is missing.
@@ -177,13 +198,13 @@ def episodes(
     dataset = files_lib.info(path)
     return stream_episodes(dataset, split, select_features(dataset, features), shuffle_files=shuffle_files, seed=seed,
                            input_context=input_context, num_parallel_reads=num_parallel_reads,
-                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys)
+                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys, with_label=labelled(dataset))
 
 
 def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *, shuffle_files: bool,
                     seed: int | None, input_context, num_parallel_reads: int | None, read_buffer_bytes: int,
-                    with_keys: bool, local: bool = True) -> tf.data.Dataset:
-    """``readers.episodes`` of checked arguments.
+                    with_keys: bool, local: bool = True, with_label: bool = False) -> tf.data.Dataset:
+    """``readers.episodes`` of checked arguments; ``with_label``: each episode's ``"label"`` too (a labelled dataset).
 
     ``local``: the pipeline runs in this process, so its reads are guarded (``readers/guard.py``) and its length is
     known; False for tf.data service workers, which cannot run the guard's Python and each read a share of the files.
@@ -192,9 +213,14 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context)
     shards = files_lib.check_shards(dataset, split, chosen)
     spec = episode_parse_spec(schema)
+    label_dtype = None
+    if with_label:
+        spec.update(parse_spec(dataset.manifest.features, [LABEL_KEY]))
+        label_dtype = spec[LABEL_KEY].dtype
     compression = tf_compression_type(dataset.manifest.compression)
     decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
-                             _manifest_length(files_lib.split_info(dataset, split).episodes), with_keys)
+                             _manifest_lookup(files_lib.split_info(dataset, split).episodes, label_dtype),
+                             with_keys, with_label)
     checks = ShardGuard(shards, strict=True)
 
     def open_records(shard):
@@ -202,7 +228,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
 
     def read_one(index, shard):  # chunks are joined per shard, so a join never sees another episode's chunk
         records = checks.read(index, shard, open_records) if local else open_records(shard)
-        return _join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema))
+        return _join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema), with_label)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     if shuffle_files:
@@ -228,26 +254,28 @@ def _fix(path: str) -> str:
 class _Placer:
     """Copies chunk records straight to their place in the concatenated arrays, checking each against the manifest.
 
-    The episodes are laid out as ``layout`` says (in its order, padded to whole
-    rows). The arrays are made with ``np.empty`` and only the padding is zeroed:
-    every chunk must belong to an episode the manifest lists for the shards read,
-    carry that episode's length, lie inside it, hold ``steps`` rows of every
-    feature and be seen once, and ``arrays()`` then checks that each episode's
-    chunks tile it exactly, so a row that no chunk filled is never handed out.
+    The episodes are laid out as ``layout`` says (in its order; each episode's ``time_range`` slice after its
+    history padding, then zeros to whole rows). The arrays are made with ``np.empty`` and only the padding is
+    filled: every chunk must belong to an episode the manifest lists for the shards read, carry that episode's
+    length (and label), lie inside it, hold ``steps`` rows of every feature and be seen once, and ``arrays()`` then
+    checks that each episode's chunks tile it exactly, so a row that no chunk filled is never handed out.
     """
 
     def __init__(self, where: str, fix: str, episodes: list[EpisodeInfo], layout: Concatenated, schema: dict,
-                 shards: Sequence[int]):
+                 shards: Sequence[int], pad_value=0):
         self.where, self.fix, self.schema, self.shards = where, fix, schema, list(shards)
+        spec, pad = layout.spec, layout.pad
         offsets = layout.offsets.tolist()
-        self.episodes = {e.id: (e, offset) for e, offset in zip(episodes, offsets)}
+        # id -> (entry, where its slice starts in the arrays, its slice [lo, hi))
+        self.episodes = {e.id: (e, offset + pad, *spec.bounds(e.length)) for e, offset in zip(episodes, offsets)}
         self.spans: dict[int, list[tuple[int, int]]] = {e.id: [] for e in episodes}
         self.seen: set[tuple[int, int]] = set()
         self._arrays = {n: np.empty((layout.steps, *shape), dtype) for n, (dtype, shape) in schema.items()}
-        ends = [offset + e.length for e, offset in zip(episodes, offsets)]
-        for end, next_start in zip(ends, offsets[1:] + [layout.steps]):
-            for array in self._arrays.values():
-                array[end:next_start] = 0
+        fills = {n: pad_fill(pad_value, dtype, n, where) if pad else 0 for n, (dtype, _) in schema.items()}
+        for (_, begin, lo, hi), next_start in zip(self.episodes.values(), offsets[1:] + [layout.steps]):
+            for n, array in self._arrays.items():
+                array[begin - pad : begin] = fills[n]
+                array[begin + hi - lo : next_start] = 0
         self._row_bytes = {n: dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for n, (dtype, shape) in
                            schema.items()}
 
@@ -262,7 +290,7 @@ class _Placer:
             source = record["episode/source"].decode("utf-8", "surrogateescape")
             raise self._error(episode_id, source, f"not an episode the manifest lists for shards {self.shards} "
                                                   f"(got episode/id={episode_id})")
-        entry, offset = self.episodes[episode_id]
+        entry, begin, lo, hi = self.episodes[episode_id]
         fail = lambda problem: self._error(episode_id, entry.source, problem)  # noqa: E731
         if (episode_id, chunk) in self.seen:
             raise fail(f"chunk {chunk} appears twice (got a second record with episode/chunk={chunk})")
@@ -270,6 +298,9 @@ class _Placer:
         if length != entry.length:
             raise fail(f"its records say {length} steps, the manifest says {entry.length} "
                        f"(got episode/length={length})")
+        if LABEL_KEY in record and record[LABEL_KEY] != label_array([entry.label])[0]:
+            raise fail(f"its records say label {record[LABEL_KEY]!r}, the manifest says {entry.label!r} "
+                       f"(got episode/label={record[LABEL_KEY]!r})")
         if start < 0 or steps < 0 or start + steps > length:
             raise fail(f"chunk {chunk} lies outside the episode's {length} steps (got episode/start={start}, "
                        f"episode/steps={steps})")
@@ -278,15 +309,18 @@ class _Placer:
             if len(raw) != steps * self._row_bytes[n]:
                 raise fail(f"chunk {chunk} feature {n!r} holds {len(raw)} bytes, not {steps} steps of "
                            f"{dtype.name}{list(shape)} (got {len(raw)} != {steps * self._row_bytes[n]})")
-        at = offset + start
-        for n, (dtype, shape) in self.schema.items():
-            self._arrays[n][at : at + steps] = np.frombuffer(record[f"data/{n}"], dtype).reshape(steps, *shape)
+        first, last = max(start, lo), min(start + steps, hi)  # the part of the chunk inside the slice
+        if first < last:
+            at = begin + first - lo
+            for n, (dtype, shape) in self.schema.items():
+                values = np.frombuffer(record[f"data/{n}"], dtype).reshape(steps, *shape)
+                self._arrays[n][at : at + last - first] = values[first - start : last - start]
         self.spans[episode_id].append((start, steps))
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The filled arrays, once every episode's chunks tile its steps exactly (else a ValueError naming it)."""
         for episode_id, spans in self.spans.items():
-            entry, _ = self.episodes[episode_id]
+            entry = self.episodes[episode_id][0]
             covered = 0
             for start, steps in sorted(spans):
                 if start != covered:
@@ -309,32 +343,44 @@ def load_concatenated(
     shards: Sequence[int] | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
     row: int = 1,
+    spec: WindowSpec | None = None,
+    pad_value=0,
+    labels: bool = False,
 ) -> Concatenated:
-    """The episodes of a split (or of some of its shards) laid end to end in source (episode id) order, each padded
-    with zeros to whole rows of ``row`` steps.
+    """The episodes of a split (or of some of its shards) laid end to end in source (episode id) order, as the
+    windows of ``spec`` need them (``Concatenated``: each episode's ``time_range`` slice after its history padding
+    of ``pad_value``, then zeros to whole rows of ``row`` steps); ``spec`` None: whole episodes.
 
     Shards are read in parallel, in any order: each chunk is copied straight to
     its place (episode offset from the manifest's lengths + its start step), so
-    nothing is sorted and no intermediate list of episodes is kept.
+    nothing is sorted and no intermediate list of episodes is kept. Only a slice's
+    steps are copied: a ``time_range`` of 20% holds 20% of the data.
+
+    ``labels``: also every episode's label from the manifest (each record's checked against it).
 
     Raises:
       FileNotFoundError: a shard is missing.
       ValueError: a shard that is not a regular file or not the manifest's size, or a chunk record that
         disagrees with the manifest (see ``_Placer``), naming the episode.
     """
+    spec = spec or WindowSpec(1)
     info = files_lib.split_info(dataset, split)
     chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
     shards = files_lib.check_shards(dataset, split, list(chosen))
     wanted = set(chosen)
     episodes = sorted((e for e in info.episodes if e.shard in wanted), key=lambda e: e.id)
-    layout = Concatenated({}, [e.length for e in episodes], [e.id for e in episodes], row)
-    placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, layout, schema, chosen)
+    layout = Concatenated({}, [e.length for e in episodes], [e.id for e in episodes], row, spec,
+                          label_array([e.label for e in episodes]) if labels else None)
+    placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, layout, schema, chosen,
+                     pad_value)
     records = files_lib.interleave_records(
         shards, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
     )
-    spec = episode_parse_spec(schema)
-    parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, spec), num_parallel_calls=AUTOTUNE)
+    parse = episode_parse_spec(schema)
+    if labels:
+        parse.update(parse_spec(dataset.manifest.features, [LABEL_KEY]))
+    parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, parse), num_parallel_calls=AUTOTUNE)
     for batch in parsed.prefetch(AUTOTUNE).as_numpy_iterator():
         columns = {key: values.tolist() for key, values in batch.items()}
         for i in range(len(columns["episode/id"])):

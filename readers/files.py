@@ -20,7 +20,7 @@ from ..format.names import tf_compression_type
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
-from .windows.starts import window_count
+from .windows.layout import TargetsArg, window_spec
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,21 @@ class DatasetInfo:
                              "pass an episodes dataset (`tfshard episodes SRC OUT`)")
         return split_info(self, split).episode_lengths
 
-    def num_windows(self, split: str, length: int, shift: int = 1, horizon: int = 0) -> int:
-        """Windows per epoch of ``readers.windows(length=, shift=)`` (``horizon``: an int ``targets``), no data pass."""
-        return window_count(self.episode_lengths(split), length, shift, horizon)
+    def num_windows(self, split: str, length: int, shift: int = 1, horizon: int = 0, *, targets: TargetsArg = None,
+                    sampling_rate: int = 1, time_range: tuple | None = None, padding: str | None = None) -> int:
+        """Windows per epoch of ``readers.windows(length=, shift=, ...)`` with the same arguments, no data pass
+        (``horizon``: an int ``targets``, as before ``targets=`` was here)."""
+        spec = window_spec(length, shift, targets if targets is not None else (horizon or None),
+                           sampling_rate=sampling_rate, time_range=time_range, padding=padding, where=self.path)
+        return spec.count(self.episode_lengths(split))
+
+    def too_short(self, split: str, length: int, shift: int = 1, *, targets: TargetsArg = None,
+                  sampling_rate: int = 1, time_range: tuple | None = None, padding: str | None = None) -> int:
+        """Episodes of the split that give no window with these arguments (shorter than the span, or their
+        ``time_range`` slice is): the reader skips them and logs how many."""
+        spec = window_spec(length, shift, targets, sampling_rate=sampling_rate, time_range=time_range,
+                           padding=padding, where=self.path)
+        return spec.too_short(self.episode_lengths(split))
 
     def shard_paths(self, split: str) -> list[str]:
         return [join(self.path, shard.file) for shard in split_info(self, split).shards]

@@ -63,6 +63,20 @@ def main(images: str, episodes: str, one_shard: str, result_path: str) -> None:
         {"device": arrays["data"].device, "values": sorted(set(arrays["data"].numpy().reshape(-1).tolist()))}
         for arrays in ds.resident_arrays
     ]
+    # The window options under the same strategy: targets with a gap, sampling_rate, a split in time, padding, keys.
+    options = dict(length=3, shift=2, batch_size=2 * strategy.num_replicas_in_sync, features="data",
+                   targets=readers.Targets(width=1, offset=2), sampling_rate=2, time_range=(0.2, 1.0),
+                   padding="start", pad_value=-1.0, seed=0, strategy=strategy, with_keys=True)
+    shaped = []
+    for keys, (x, y) in readers.windows(episodes, **options):
+        step(x["inputs"])  # the collective: equal steps on both workers
+        for k, inputs, target in zip(strategy.experimental_local_results(keys),
+                                     strategy.experimental_local_results(x),
+                                     strategy.experimental_local_results(y)):
+            shaped += [[int(e), int(s), i[:, 0].tolist(), m.tolist(), t[:, 0].tolist()] for e, s, i, m, t in zip(
+                k["episode"].numpy(), k["step"].numpy(), inputs["inputs"].numpy(), inputs["mask"].numpy(),
+                target.numpy())]
+    result["shaped"] = shaped
     with open(result_path, "w") as f:
         json.dump(result, f)
 

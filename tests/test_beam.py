@@ -55,6 +55,26 @@ def test_episodes_on_beam_with_chunked_episodes_match_the_local_run(tmp_path):
     assert beam == local and _files(tmp_path / "beam") == _files(tmp_path / "local")
 
 
+@pytest.mark.parametrize("labelling", ["class folders", "labels file"])
+def test_labelled_episodes_on_beam_match_the_local_run(tmp_path, labelling):
+    src = tmp_path / "episodes"
+    rels = [f"{split}/{name}/ep{i}.npy" for split in ("train", "val") for name in ("run", "sit") for i in range(3)]
+    save_episodes(src, dict(zip(rels, random_episodes(range(4, 4 + len(rels)), seed=5))))
+    labels_file = None
+    if labelling == "labels file":  # value labels: float32 in the records, their float in the manifest
+        labels_file = tmp_path / "labels.csv"
+        labels_file.write_text("path,label\n" + "".join(f"{rel},{i / 7}\n" for i, rel in enumerate(rels)))
+    options = ConvertOptions(num_shards=2, on_error="fail",
+                             episode=EpisodeOptions(max_record_bytes=64, labels_file=labels_file and str(labels_file)))
+    local = convert_episodes(str(src), str(tmp_path / "local"), options, workers=0, progress=False)
+    beam = convert_episodes(str(src), str(tmp_path / "beam"), options, progress=False,
+                            runner=BeamRunner(["--runner=DirectRunner"]))
+
+    assert local.labels == ("class" if labels_file is None else "value")
+    assert all(e.label is not None for split in local.splits.values() for e in split.episodes)
+    assert beam == local and _files(tmp_path / "beam") == _files(tmp_path / "local")
+
+
 @pytest.mark.slow
 def test_multi_process_direct_runner_gives_the_same_files(tmp_path, images_src):
     options = ConvertOptions(num_shards=2)

@@ -32,6 +32,23 @@ def test_info_reads_no_data(image_tree, tmp_path, cli):
     assert cli("info", out).exit_code == 0  # the manifest alone answers info
 
 
+def test_info_counts_windows_and_the_episodes_too_short_for_one(image_tree, tmp_path, cli):
+    import numpy as np
+
+    os.makedirs(tmp_path / "runs")
+    for i, steps in enumerate([5, 40, 100]):
+        np.save(tmp_path / "runs" / f"e{i}.npy", np.zeros((steps, 2), np.float32))
+    assert cli("episodes", tmp_path / "runs", tmp_path / "out", "--quiet").exit_code == 0
+    result = cli("info", tmp_path / "out", "--length", "30", "--shift", "5", "--horizon", "4")
+    assert result.exit_code == 0, result.output
+    # (40 - 34) // 5 + 1 + (100 - 34) // 5 + 1 windows; the 5-step episode gives none, and info says so
+    assert "train: 16 windows; 1 of 3 episodes too short for one; padding='start' serves them" in result.output
+    src, _ = image_tree
+    convert_images(src, str(tmp_path / "images"), ConvertOptions(num_shards=1), workers=0, progress=False)
+    refused = cli("info", tmp_path / "images", "--length", "4")
+    assert refused.exit_code == 1 and "windows are for episode datasets" in refused.output
+
+
 def test_bad_option_is_one_line_naming_the_value(image_tree, tmp_path, cli):
     src, _ = image_tree
     result = cli("images", src, tmp_path / "out", "--shard-size", "12 parsecs")

@@ -119,3 +119,25 @@ def test_workers_run_equal_steps_of_their_own_windows_reshuffled_each_epoch(clus
             assert w == tuple(w[0] + np.arange(4, dtype=np.float32))
         assert first != second  # a new order every epoch
         assert r["epochs"][0]["global_count"] == len(first) * 2
+
+
+@pytest.mark.slow
+def test_window_options_under_two_workers_give_each_window_once_and_exactly(cluster_run):
+    """Targets with a gap, sampling_rate, time_range and padding under MultiWorkerMirroredStrategy: every window
+    once over the workers, each exactly the steps its keys name (episode i holds 1000·i + step)."""
+    base, results = cluster_run
+    seen = [tuple(w[:2]) for r in results for w in r["shaped"]]
+    assert len(seen) == len(set(seen)) > 0
+    ids = {e.source: e.id for e in readers.info(str(base / "episodes-tfr")).manifest.splits["train"].episodes}
+    value_of = {ids[f"e{i}.npy"]: i for i in range(len(LENGTHS))}
+    for r in results:
+        for episode, step, inputs, mask, target in r["shaped"]:
+            steps = LENGTHS[value_of[episode]]
+            lo = int(np.floor(0.2 * steps))
+            points = [step + 2 * k for k in range(5)]  # 3 inputs and 2 more points, 2 steps apart
+            expected = [1000.0 * value_of[episode] + p if p >= lo else -1.0 for p in points]
+            assert inputs == expected[:3] and target == expected[4:] and mask == [p >= lo for p in points[:3]]
+    total = readers.info(str(base / "episodes-tfr")).num_windows(
+        "train", 3, 2, targets=readers.Targets(width=1, offset=2), sampling_rate=2, time_range=(0.2, 1.0),
+        padding="start")
+    assert len(seen) <= total and len(seen) >= total // 2  # equal steps: each worker's share cut to the smallest

@@ -126,3 +126,16 @@ def test_counts_below_one_are_refused_naming_the_dataset(episode_dataset, bad):
     (what, value), = bad.items()  # length and shift in readers.windows' own words (test_preview_attacks.py)
     with pytest.raises(ValueError, match=f"{episode_dataset}: {what} must be .*\\(got ({what}=)?{value}\\)"):
         readers.preview(episode_dataset, **bad)
+
+
+def test_episode_plot_names_episodes_by_their_ids_and_labels(tmp_path):
+    from tfshard.tools.preview import _label_text
+
+    episodes = random_episodes([40, 50, 60, 70], seed=3)
+    save_episodes(tmp_path / "src", {f"{name}/e{i}.npy": e for i, (name, e) in
+                                     enumerate(zip(["walk", "run", "walk", "run"], episodes))})
+    convert_episode_tree(tmp_path / "src", tmp_path / "out")
+    manifest = readers.info(str(tmp_path / "out")).manifest
+    assert [_label_text(manifest, i) for i in (0, 1)] == ["run", "walk"]
+    picture = readers.preview(str(tmp_path / "out"), n=2, length=8)
+    assert picture.size[0] > 0

@@ -144,7 +144,8 @@ def test_window_arguments_are_refused_exactly_as_readers_windows_refuses_them(ru
         ours = _refusal(functools.partial(readers.preview, runs, length=length, shift=shift))
         assert ours == theirs, (length, shift)
     assert _refusal(lambda: readers.preview(runs, length=101)) == (
-        f"{runs}: split 'train' has no episode of at least 101 steps (longest 100); pass a shorter length")
+        f"{runs}: split 'train' has no episode of at least 101 steps (longest 100); pass a shorter length, or "
+        "padding='start' (padded windows)")
 
 
 def _windows_panel(picture: Image.Image) -> np.ndarray:

@@ -459,11 +459,13 @@ def test_normalization_layer_uses_the_manifest_statistics(dataset, dtype):
     np.testing.assert_allclose(out[0, 0, 1], 1.0, atol=1e-4)
 
 
-def test_normalization_refuses_an_episodes_dataset(tmp_path):
-    save_episodes(tmp_path / "src", {"a.npy": np.zeros((5, 2), np.float32)})
+def test_normalization_of_an_episodes_dataset_is_per_feature_and_refuses_image_options(tmp_path):
+    save_episodes(tmp_path / "src", {"a.npy": np.arange(10, dtype=np.float32).reshape(5, 2)})
     convert_episode_tree(tmp_path / "src", tmp_path / "out")
-    with pytest.raises(ValueError, match="no pixel statistics"):
-        readers.normalization(str(tmp_path / "out"))
+    layer = readers.normalization(str(tmp_path / "out"))  # the one feature, "data"
+    np.testing.assert_allclose(layer(np.asarray([[[4.0, 5.0]]], np.float32)).numpy(), [[[0.0, 0.0]]], atol=1e-6)
+    with pytest.raises(ValueError, match="dtype='uint8' is for images"):
+        readers.normalization(str(tmp_path / "out"), dtype="uint8")
 
 
 # --- the default recipe done per image in the decode map ----------------------------------------------------------

@@ -281,7 +281,7 @@ def test_unknown_feature_and_split_are_named(plain):
         readers.windows(plain.out, length=3, batch_size=2, features="nope")
     with pytest.raises(ValueError, match=r"no feature\(s\) \['nope'\]"):
         readers.windows(plain.out, length=3, batch_size=2, features=["obs", "nope"])
-    with pytest.raises(ValueError, match=r"targets='nope' is neither 'same' nor a feature"):
+    with pytest.raises(ValueError, match=r"targets='nope' is neither 'same', 'label' nor a feature"):
         readers.windows(plain.out, length=3, batch_size=2, targets="nope")
     with pytest.raises(ValueError, match=r"no split 'val'"):
         readers.windows(plain.out, "val", length=3, batch_size=2)
@@ -308,9 +308,10 @@ def test_bad_sizes_name_the_argument(plain, resident, argument, value):
 def test_bad_targets_are_refused(plain):
     with pytest.raises(ValueError, match=r"horizon must be at least 1 step \(got targets=0\)"):
         readers.windows(plain.out, length=3, batch_size=2, targets=0)
-    with pytest.raises(TypeError, match=r"targets must be None, 'same', a feature name or a horizon \(got True\)"):
+    refused = r"targets must be None, 'same', 'label', a feature name, a horizon or a readers.Targets \(got "
+    with pytest.raises(TypeError, match=refused + r"True\)"):
         readers.windows(plain.out, length=3, batch_size=2, targets=True)
-    with pytest.raises(TypeError, match=r"targets must be None, 'same', a feature name or a horizon \(got "):
+    with pytest.raises(TypeError, match=refused):
         readers.windows(plain.out, length=3, batch_size=2, targets=np.bool_(True))
     with pytest.raises(ValueError, match=r"horizon must be at least 1 step \(got targets=0\)"):
         readers.windows(plain.out, length=3, batch_size=2, targets=np.int32(0))
@@ -333,6 +334,7 @@ def test_a_numpy_integer_horizon_is_taken_like_an_int(plain, resident):
 @pytest.mark.parametrize("length, targets", [(51, None), (48, 3), (48, np.int64(3)), (1000, None)])
 def test_window_longer_than_every_episode_is_an_error(plain, length, targets):
     fix = "pass a shorter length" + (" or horizon" if targets else "")  # the horizon only when there is one
+    fix += re.escape(", or padding='start' (padded windows)")
     with pytest.raises(ValueError, match=rf"no episode of at least {length + (targets or 0)} steps \(longest 50\); "
                                          rf"{fix}$"):
         readers.windows(plain.out, length=length, batch_size=2, targets=targets)

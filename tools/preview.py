@@ -33,7 +33,7 @@ from ..readers.episodes import feature_schema
 from ..readers.image_ops import decode_center_crop, decode_random_crop
 from ..readers.windows.dataset import resident_layout
 from ..readers.windows.layout import check_window_args
-from ..readers.windows.starts import window_count
+from ..readers.windows.starts import WindowSpec
 from . import fonts as fonts_lib
 
 LABEL_WIDTH = 150  # the class-name column of a contact sheet
@@ -179,6 +179,13 @@ def check_episode_args(path: str, split: str, episodes: int, length: int | None,
     return length, shift
 
 
+def _label_text(manifest, label) -> str:
+    """An episode's label as people read it: its class name, or its value."""
+    if getattr(manifest, "labels", None) == "class" and 0 <= int(label) < len(manifest.class_names):
+        return manifest.class_names[int(label)]
+    return f"{float(label):.4g}"
+
+
 def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: int | None = None,
                  shift: int | None = None, max_windows: int = 12) -> Image.Image:
     """One panel per feature (the first ``MAX_PANELS``, by name) with the first ``episodes`` episodes over time
@@ -205,8 +212,15 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
     info = files_lib.split_info(dataset, split)
     every = sorted(feature_schema(dataset))
     names = every[:MAX_PANELS]
-    shown = [{k: v.numpy() for k, v in e.items()} for e in read_episodes(path, split, features=names).take(episodes)]
-    steps = info.episode_lengths[0]
+    read = read_episodes(path, split, features=names, with_keys=True).take(episodes)
+    shown, names_of = [], []  # each episode's values, and its name in the legend: its real id (and label)
+    for keys, episode in read:
+        values = {k: v.numpy() for k, v in episode.items()}
+        label = values.pop("label", None)
+        names_of.append(f"episode {int(keys['episode'])}" + ("" if label is None else
+                                                            f" ({_label_text(dataset.manifest, label)})"))
+        shown.append(values)
+    steps = len(shown[0][names[0]])  # the first episode read: the one whose windows are drawn
     figure = Figure(figsize=(10, 2.2 * (len(names) + 1)), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(names) + 1, 1)
@@ -214,20 +228,20 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
         for index, episode in enumerate(shown):
             values = np.asarray(episode[name]).reshape(len(episode[name]), -1)
             if values.shape[1]:
-                ax.plot(values[:, 0].real.astype(np.float64), linewidth=0.8, label=f"episode {index}")
+                ax.plot(values[:, 0].real.astype(np.float64), linewidth=0.8, label=names_of[index])
         width = "" if shown[0][name].ndim == 1 else f"[0] of {list(shown[0][name].shape[1:])}"
         ax.set_title(f"{name}{width}: {_stats_text(info.feature_mean.get(name), info.feature_std.get(name))}",
                      fontsize=9, loc="left")
         ax.legend(fontsize=7, loc="upper right")
     ax = axes[-1]
-    count = window_count([steps], length, shift)
+    count = WindowSpec(length, shift).count([steps])
     shown_windows = list(range(count))
     if count > max_windows:  # the first ones and the last few, so the end of the episode shows too
         shown_windows = shown_windows[: max_windows - 4] + shown_windows[-4:]
     if count:
         ax.broken_barh([(0, steps)], (-1.2, 0.8), color="0.7")  # the episode, under its windows
     else:  # not an error: the reader takes its windows from the longer episodes
-        ax.text(0.5, 0.5, f"episode 0 has {steps} steps, fewer than the window's {length}: it yields no window",
+        ax.text(0.5, 0.5, f"{names_of[0]} has {steps} steps, fewer than the window's {length}: it yields no window",
                 transform=ax.transAxes, ha="center", va="center", fontsize=9)
     for level, k in enumerate(shown_windows):  # window k of one episode starts at k * shift (readers/starts.py)
         ax.broken_barh([(k * shift, length)], (level, 0.8), color=f"C{k % 10}")
@@ -237,7 +251,7 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
     ax.set_yticks([])
     more = f", {len(shown_windows)} shown" if count > max_windows else ""
     hidden = f"; {len(every) - len(names)} more features not shown" if len(every) > len(names) else ""
-    ax.set_title(f"windows of episode 0 ({steps} steps): length {length}, shift {shift}, {count} windows{more}"
+    ax.set_title(f"windows of {names_of[0]} ({steps} steps): length {length}, shift {shift}, {count} windows{more}"
                  f"{hidden}", fontsize=9, loc="left")
     out = io.BytesIO()
     figure.savefig(out, format="png")

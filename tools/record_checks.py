@@ -17,7 +17,15 @@ import tensorflow as tf
 
 from ..format import manifest as manifest_lib
 from ..format.names import tf_compression_type
-from ..format.records import DATA_PREFIX, IMAGE_FEATURES, data_features, episode_parse_spec, parse_spec
+from ..format.records import (
+    DATA_PREFIX,
+    IMAGE_FEATURES,
+    LABEL_FEATURES,
+    LABEL_KEY,
+    data_features,
+    episode_parse_spec,
+    parse_spec,
+)
 from ..ingest.episodes import FeatureSums, feature_sums
 from .report import short_tf_error
 
@@ -138,7 +146,7 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
     step_bytes = _step_bytes(manifest.features)
     listed = [e for e in split.episodes if e.shard == shard_index]
     expected = {e.id: e for e in listed}
-    problems, seen_order, covered, chunks, misnamed = [], [], {}, {}, set()
+    problems, seen_order, covered, chunks, misnamed, mislabelled = [], [], {}, {}, set(), set()
     shard_sums: dict[str, FeatureSums] = {}
     episode_sums: dict[str, FeatureSums] = {}
 
@@ -161,6 +169,10 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
         name = f"episode {episode_id} ({entry.source})"
         if length != entry.length:
             problems.append(f"{path}: {name} has {length} steps, the manifest says {entry.length}; {_LIES}")
+        label_problem = _label_problem(record[LABEL_KEY], entry.label, manifest.labels)
+        if label_problem is not None and episode_id not in mislabelled:  # once per episode
+            mislabelled.add(episode_id)
+            problems.append(f"{path}: {name} {label_problem}; {_LIES}")
         if _text(record["episode/source"]) != entry.source and episode_id not in misnamed:  # once per episode
             misnamed.add(episode_id)
             problems.append(f"{path}: {name} comes from {_text(record['episode/source'])!r} in its records, "
@@ -200,6 +212,27 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
     return problems[:20]
 
 
+def _label_spec(labels: str | None):
+    """``episode/label`` as the manifest's ``labels`` says; NaN when absent. Without labels it is read as float32:
+    a label the manifest does not know is then a number (a float label) or a type error (an int64 one)."""
+    if labels == "class":
+        return tf.io.FixedLenFeature([], tf.int64, default_value=-1)
+    return tf.io.FixedLenFeature([], tf.float32, default_value=math.nan)
+
+
+def _label_problem(held, label, labels: str | None) -> str | None:
+    """What a record's ``episode/label`` (``held``, parsed by ``_label_spec``) says against the manifest's entry."""
+    if labels is None:
+        return None if math.isnan(held) else f"has a label ({float(held)!r}) in its records, the manifest has none"
+    missing = held == -1 if labels == "class" else math.isnan(held)
+    if missing:
+        return f"has no {LABEL_KEY} in its records, the manifest says label {label!r}"
+    expected = label if labels == "class" else np.float32(label)
+    if label is None or held != expected:
+        return f"has label {held.item()!r} in its records, the manifest says {label!r}"
+    return None
+
+
 def read_shard(path: str, shard: manifest_lib.ShardInfo, shard_index: int, split, manifest,
                 tally: Tally) -> list[str]:
     """The one read of a shard: every record (TensorFlow checks both CRCs of each), parsed, counted and checked.
@@ -210,7 +243,8 @@ def read_shard(path: str, shard: manifest_lib.ShardInfo, shard_index: int, split
         parsed = _Parsed(path, manifest.compression, parse_spec(IMAGE_FEATURES, (LABEL, _TEXT)), _IMAGE_BATCH)
         problems = _image_problems(parsed, path, manifest.class_names, tally)
     else:
-        parsed = _Parsed(path, manifest.compression, episode_parse_spec(_step_bytes(manifest.features)), 1)
+        spec = {**episode_parse_spec(_step_bytes(manifest.features)), LABEL_KEY: _label_spec(manifest.labels)}
+        parsed = _Parsed(path, manifest.compression, spec, 1)
         problems = _episode_problems(parsed, path, shard_index, split, manifest, tally)
     tally.records += parsed.count
     if parsed.error is not None:
@@ -267,6 +301,18 @@ def _statistics_problems(where: str, split: manifest_lib.EpisodeSplitInfo, featu
                             f"{their_std[i]!r} ({len(differ)} of {width} element(s) differ); the dtype or the "
                             f"statistics are wrong: {REWRITE}")
     return problems
+
+
+def labels_problems(manifest_path: str, manifest) -> list[str]:
+    """The features table must declare ``episode/label`` as the manifest's ``labels`` says (and only then)."""
+    declared = manifest.features.get(LABEL_KEY)
+    labels = getattr(manifest, "labels", None)
+    if labels is None and declared is not None:
+        return [f"{manifest_path}: field features[{LABEL_KEY!r}]: declared, but labels is null; {REWRITE}"]
+    if labels is not None and (declared or {}).get("dtype") != LABEL_FEATURES[labels]["dtype"]:
+        return [f"{manifest_path}: field features[{LABEL_KEY!r}]: must be {LABEL_FEATURES[labels]['dtype']} for "
+                f"labels {labels!r} (got {declared!r:.80}); {REWRITE}"]
+    return []
 
 
 def split_problems(manifest_path: str, name: str, split, manifest, tally: Tally) -> list[str]:

@@ -41,6 +41,29 @@ def _rate(manifest, seconds: float, status) -> str:
     return f" in {seconds:.1f} s ({records / seconds:,.0f} img/s)"
 
 
+def _label_kind(manifest) -> str:
+    """``class: 3 classes (run, sit, walk)`` or ``value (float32)``."""
+    if manifest.labels == "value":
+        return "value (float32)"
+    names = manifest.class_names
+    shown = ", ".join(names[:10]) + (f", ... {len(names) - 10} more" if len(names) > 10 else "")
+    return f"class, {len(names)} classes ({shown})"
+
+
+def _label_counts(manifest, split) -> str:
+    """A split's episodes per class (``run 2, sit 0, walk 3``), or its values' ``min .. mean .. max``."""
+    labels = [e.label for e in split.episodes]
+    if manifest.labels == "value":
+        if not labels:
+            return "none"
+        return f"min {min(labels):.6g}, mean {sum(labels) / len(labels):.6g}, max {max(labels):.6g}"
+    counts = [0] * len(manifest.class_names)
+    for label in labels:
+        counts[label] += 1
+    shown = ", ".join(f"{n} {c}" for n, c in list(zip(manifest.class_names, counts))[:20])
+    return shown + (f", ... {len(counts) - 20} more classes" if len(counts) > 20 else "")
+
+
 def summary_lines(out: str, manifest, seconds: float | None = None, status=None) -> list[str]:
     """The per-split table and totals; ``seconds``: how long this run took (no rate without it).
 
@@ -57,6 +80,12 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
                      f"{_mb(split.bytes):>12}{steps}")
     rate = _rate(manifest, seconds, status) if seconds else ""
     lines.append(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
+    labels = getattr(manifest, "labels", None)
+    unlabelled = manifest.ignored.get("unlabelled")
+    if labels is not None:
+        labelled = sum(len(split.episodes) for split in manifest.splits.values())
+        left_out = "" if unlabelled is None else f", {unlabelled:,} unlabelled (no row in the labels file; left out)"
+        lines.append(f"  labels: {labelled:,} episodes labelled ({_label_kind(manifest)}){left_out}")
     converted = manifest.options.get("converted_images", 0)
     if converted:
         lines.append(f"  converted to JPEG: {converted} (non-JPEG content, CMYK, EXIF rotation, resize...)")
@@ -70,23 +99,49 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     if any(ignored.values()):
         kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
         listed = manifest.ignored_files
-        lines.append(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind} files{':' if listed else ''}")
+        unlabelled = f", {ignored['unlabelled']} unlabelled episode" if ignored.get("unlabelled") else ""
+        lines.append(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind}{unlabelled} files"
+                     f"{':' if listed else ''}")
         for path in listed[:10]:
             lines.append(f"    {path}")
-        if listed and ignored["other"] > len(listed[:10]):
-            more = ignored["other"] - len(listed[:10])
+        named = ignored["other"] + ignored.get("unlabelled", 0)  # the files ignored_files names the first of
+        if listed and named > len(listed[:10]):
+            more = named - len(listed[:10])
             lines.append(f"    ... and {more} more (dataset.json names the first {len(listed)})")
     return lines
 
 
-def describe_lines(out: str, manifest) -> list[str]:
-    """What ``tfshard info`` shows: kind, features or classes, per-split statistics, options, then the summary."""
+def window_lines(manifest, length: int, shift: int = 1, horizon: int = 0) -> list[str]:
+    """Per split: the windows ``readers.windows(length=, shift=, targets=horizon or None)`` yields an epoch, and the
+    episodes too short for any (the reader skips them and logs it), from the manifest alone."""
+    from ..readers.windows.starts import WindowSpec  # pure numpy, but under the readers package (TensorFlow)
+
+    if manifest.kind != "episodes":
+        raise ValueError(f"--length: windows are for episode datasets (got kind {manifest.kind!r}); drop --length")
+    spec = WindowSpec(length, shift, offset=horizon, width=horizon)
+    span = f"{spec.extent} steps" if not horizon else f"{length} + {horizon} steps"
+    lines = [f"  windows of {span} every {shift} (readers.windows(length={length}, shift={shift}"
+             f"{f', targets={horizon}' if horizon else ''})):"]
+    for name, split in manifest.splits.items():
+        lengths = split.episode_lengths
+        short = spec.too_short(lengths)
+        fix = "; padding='start' serves them" if short else ""
+        lines.append(f"    {name}: {spec.count(lengths):,} windows; {short} of {len(lengths)} episodes too short for "
+                     f"one{fix}")
+    return lines
+
+
+def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = None) -> list[str]:
+    """What ``tfshard info`` shows: kind, features or classes, per-split statistics, options, then the summary;
+    ``window``: ``(length, shift, horizon)``, the windows and too-short episodes per split too."""
     lines = []
     lines.append(f"{out}: {manifest.kind}, format {manifest.format_version}, "
                  f"compression {manifest.compression or 'none'}")
     if manifest.kind == "episodes":
         data = data_features(manifest.features)
         lines.append("  features: " + ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in data.items()))
+        if getattr(manifest, "labels", None) is not None:
+            lines.append(f"  labels: {_label_kind(manifest)}")
         for name, split in manifest.splits.items():
             lengths = split.episode_lengths
             lines.append(f"  {name}: {len(lengths)} episodes, {sum(lengths):,} steps, length "
@@ -95,7 +150,13 @@ def describe_lines(out: str, manifest) -> list[str]:
                 mean, std = (split.feature_mean or {}).get(feature), (split.feature_std or {}).get(feature)
                 if mean is not None:
                     lines.append(f"    {feature}: mean {_short_list(mean)}, std {_short_list(std)}")
+            if getattr(manifest, "labels", None) is not None:
+                lines.append(f"    labels: {_label_counts(manifest, split)}")
+        if window is not None:
+            lines.extend(window_lines(manifest, *window))
     else:
+        if window is not None:
+            window_lines(manifest, *window)  # refuses it, naming the flag
         lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
         for name, split in manifest.splits.items():
             counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())

@@ -16,7 +16,7 @@ from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
-from .record_checks import LABEL, REWRITE, Tally, read_shard, split_problems
+from .record_checks import LABEL, REWRITE, Tally, labels_problems, read_shard, split_problems
 from .tfds import LABELS_FILE, tfds_label_names, tfds_shard_lengths
 
 
@@ -31,7 +31,8 @@ class VerifyError(ValueError):
 def verify(out: str) -> manifest_lib.Manifest:
     """Checks every shard of ``out`` against its manifest: presence, size, sha256, record CRCs and counts; each
     image record's label and class text against ``class_names``; each episode chunk's id, source, length, steps
-    and bytes; and each split's totals, class counts and feature statistics against what its records hold.
+    and bytes, and its label against the episode's; and each split's totals, class counts and feature statistics
+    against what its records hold.
 
     Returns:
       The manifest, when everything matches.
@@ -44,7 +45,7 @@ def verify(out: str) -> manifest_lib.Manifest:
     """
     manifest = load_manifest(out, consistency=False)  # its fields against each other: weighed against the records
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
-    problems = []
+    problems = labels_problems(manifest_path, manifest)
     listed = set()
     fix = REWRITE
     for name, split in manifest.splits.items():

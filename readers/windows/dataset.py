@@ -23,28 +23,42 @@ import tensorflow as tf
 from .. import files as files_lib
 from .. import service as service_lib
 from ..arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
-from ..episodes import feature_schema, load_concatenated, select_features
-from .layout import Layout, Targets, check_window_args
+from ..episodes import feature_schema, labelled, load_concatenated, select_features
+from .layout import Layout, TargetsArg, check_window_args, pad_fill
 from .resident import Source, build_resident
-from .starts import window_count
 from .streamed import streamed_windows
 
 DEFAULT_SHUFFLE_BUFFER = 16384
+PAD_HINT = ", or padding='start' (padded windows)"
 
 
-def _plan(path: str, split: str, features, targets: Targets, length: int, shift: int):
-    """The dataset, what to gather and how to shape it, and the feature schema; refuses a split with no window."""
+def _plan(path: str, split: str, features, targets: TargetsArg, length: int, shift: int, **shape):
+    """The dataset, what to gather and how to shape it, and the feature schema; refuses a split with no window.
+
+    ``shape``: ``sampling_rate``, ``time_range``, ``padding``, ``pad_value`` (see ``windows``).
+    """
     dataset = files_lib.info(path)
     chosen = select_features(dataset, features)
     schema = feature_schema(dataset)
     # A one-feature dataset (``.npy`` sources name it "data") gives tensors unasked, so a Sequential takes it as is.
     single = isinstance(features, str) or (features is None and len(schema) == 1)
-    layout = Layout(list(chosen), single, targets, list(schema), path)
+    layout = Layout(list(chosen), single, targets, list(schema), path, length=length, shift=shift,
+                    labelled=labelled(dataset), **shape)
+    if layout.masked:  # refused before anything is read: a pad_value a feature's dtype cannot hold
+        for name in layout.gathered:
+            pad_fill(layout.pad_value, schema[name][0], name, path)
     lengths = dataset.episode_lengths(split)
-    if window_count(lengths, length, shift, layout.horizon) == 0:
+    if layout.spec.count(lengths) == 0:
+        spec = layout.spec
+        slices = [hi - lo for lo, hi in map(spec.bounds, lengths)]
+        longest = (f"in its time_range={spec.time_range} (longest slice {max(slices, default=0)} steps)"
+                   if spec.time_range else f"(longest {max(lengths, default=0)})")
+        shorter = ["length"] + ["horizon" if layout.spec.width == spec.offset else "offset"] * bool(spec.offset) + [
+            "sampling_rate"] * (spec.sampling_rate > 1)
         raise ValueError(
-            f"{path}: split {split!r} has no episode of at least {length + layout.horizon} steps (longest "
-            f"{max(lengths, default=0)}); pass a shorter length{' or horizon' if layout.horizon else ''}"
+            f"{path}: split {split!r} has no episode of at least {spec.extent} steps "
+            f"{longest}; pass a shorter "
+            f"{' or '.join(shorter)}{'' if spec.padding else PAD_HINT}"
         )
     return dataset, layout, schema
 
@@ -56,17 +70,19 @@ def shard_source(dataset: files_lib.DatasetInfo, split: str, layout: Layout, sch
 
     def load(shards, row):
         return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
-                                 read_buffer_bytes=read_buffer_bytes, row=row)
+                                 read_buffer_bytes=read_buffer_bytes, row=row, spec=layout.spec,
+                                 pad_value=layout.pad_value, labels=layout.label)
 
     return Source(dataset.episode_lengths(split), [e.shard for e in split_episodes], len(dataset.shard_paths(split)),
                   load, f"{dataset.path}: split {split!r}")
 
 
-def resident_layout(path: str, split: str, *, length: int, shift: int, features=None, targets: Targets = None,
-                    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES) -> tuple[Layout, Source]:
+def resident_layout(path: str, split: str, *, length: int, shift: int, features=None, targets: TargetsArg = None,
+                    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+                    **shape) -> tuple[Layout, Source]:
     """What ``readers.model_windows`` needs of a path: the layout and the episodes' source (arguments checked)."""
     check_window_args(length, shift, 1, path)
-    dataset, layout, schema = _plan(path, split, features, targets, int(length), int(shift))
+    dataset, layout, schema = _plan(path, split, features, targets, int(length), int(shift), **shape)
     return layout, shard_source(dataset, split, layout, schema, read_buffer_bytes)
 
 
@@ -78,7 +94,11 @@ def windows(
     shift: int = 1,
     batch_size: int,
     features: str | Sequence[str] | None = None,
-    targets: Targets = None,
+    targets: TargetsArg = None,
+    sampling_rate: int = 1,
+    time_range: tuple | None = None,
+    padding: str | None = None,
+    pad_value=0,
     shuffle: bool = True,
     seed: int | None = None,
     drop_remainder: bool = True,
@@ -98,9 +118,10 @@ def windows(
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
     Every window lies inside one episode; an epoch holds exactly
-    ``Σ ⌊(T_e − L − H) / S⌋ + 1`` windows over episodes with ``T_e ≥ L + H``
-    (``H`` = forecast horizon, else 0), known from the manifest:
-    ``readers.info(path).num_windows(split, L, S)``.
+    ``Σ ⌊(U_e − E) / S⌋ + 1`` windows over episodes whose used steps ``U_e`` (all ``T_e`` steps, or their
+    ``time_range``) reach the span's extent ``E = (L + offset − 1)·sampling_rate + 1`` (``E = L + H`` for a
+    horizon H), known from the manifest: ``readers.info(path).num_windows(split, L, S, ...)``. Episodes too short
+    for any window are counted and logged, never dropped silently.
 
     Args:
       path: a ``tfshard episodes`` output folder (local or ``gs://``).
@@ -113,7 +134,26 @@ def windows(
         only one (``data``, from ``.npy`` files), as tensors, just as that name gives.
       targets: None (windows only); ``"same"`` (``(x, x)``, the autoencoder case:
         the same tensor twice, no second gather); a feature name (``(x, that
-        feature's window)``); or an int horizon H (``(x, the next H steps of x)``).
+        feature's window)``); an int horizon H (``(x, the next H steps of x)``);
+        ``"label"`` (``(x, the episode's label)``, for a dataset converted with
+        episode labels); or a ``readers.Targets(features, width=, offset=)``: the
+        last ``width`` points of a span of ``length + offset`` points, of any
+        features (forecast another feature, leave a gap, predict the last step).
+        One gather of the span serves inputs and targets.
+      sampling_rate: steps between the points of a window (keras' name): point k
+        of a window starting at step s is step ``s + k·sampling_rate``.
+      time_range: ``(a, b)``: use only the steps ``[⌊a·T⌋, ⌊b·T⌋)`` of each episode
+        (floats in [0, 1]) or ``[a, b)`` (ints), exactly as if each episode were that
+        slice: ``(0.0, 0.8)`` to train and ``(0.8, 1.0)`` to validate, so no window
+        straddles the cut.
+      padding: None, or ``"start"``: also the windows that begin before an
+        episode's (or its slice's) first step, as long as their last input point
+        and the span's end lie in it (so targets after the inputs are always
+        real), and so episodes shorter than the span; the points before the
+        start hold ``pad_value``, and the inputs
+        become ``{"inputs": x, "mask": m}`` with ``m`` bool ``[B, length]``, True
+        where a point is real.
+      pad_value: the value of padded points (default 0).
       shuffle: a new seeded order of windows every epoch. False: resident windows
         come in source order (episode id order: the sorted source files, each
         episode's windows by start step); streamed ones in the manifest's order,
@@ -186,7 +226,8 @@ def windows(
         )
     remote = service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                          input_context=input_context)
-    dataset, layout, schema = _plan(path, split, features, targets, length, shift)
+    dataset, layout, schema = _plan(path, split, features, targets, length, shift, sampling_rate=sampling_rate,
+                                    time_range=time_range, padding=padding, pad_value=pad_value)
     check_resume(repeat, start_step, where, shuffle=shuffle, seed=seed)  # the streamed mode resumes neither, below
     if repeat and not resident:
         raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
@@ -195,7 +236,7 @@ def windows(
         if strategy is not None:
             return strategy.distribute_datasets_from_function(
                 lambda ctx: streamed_windows(
-                    dataset, split, layout, schema, length=length, shift=shift,
+                    dataset, split, layout, schema,
                     batch_size=ctx.get_per_replica_batch_size(batch_size), shuffle=shuffle, seed=seed,
                     drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer, input_context=ctx,
                     read_buffer_bytes=read_buffer_bytes,
@@ -204,11 +245,11 @@ def windows(
                     replicas=ctx.num_replicas_in_sync, pipelines=ctx.num_input_pipelines, with_keys=with_keys,
                 )
             )
-        return streamed_windows(dataset, split, layout, schema, length=length, shift=shift, batch_size=batch_size,
-                         shuffle=shuffle, seed=seed, drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
-                         input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote,
-                         with_keys=with_keys)
+        return streamed_windows(dataset, split, layout, schema, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
+                                input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote,
+                                with_keys=with_keys)
     source = shard_source(dataset, split, layout, schema, read_buffer_bytes)
-    return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
-                          seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
-                          with_keys=with_keys, repeat=repeat, start_step=start_step)
+    return build_resident(source, layout, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                          drop_remainder=drop_remainder, device=device, strategy=strategy, with_keys=with_keys,
+                          repeat=repeat, start_step=start_step)

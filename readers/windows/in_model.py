@@ -28,10 +28,18 @@ import tensorflow as tf
 from .. import files as files_lib
 from ..arguments import check_not_empty, check_reading, check_resume, per_replica_text
 from .dataset import resident_layout
-from .index import gather_windows, index_batches, resumable_options
-from .layout import Concatenated, Layout, Targets, check_window_args
-from .resident import check_batch_divides, default_device, draw_seed, pick_strategy, variables_on
-from .starts import row_steps, window_count, window_starts
+from .index import Episodes, index_batches, resumable_options, window_element
+from .layout import LABEL_ARRAY, Concatenated, Layout, TargetsArg, check_window_args
+from .resident import (
+    check_batch_divides,
+    default_device,
+    draw_seed,
+    pick_strategy,
+    report_short_episodes,
+    resident_variables,
+    variables_on,
+)
+from .starts import row_steps_of, start_rows
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -40,8 +48,8 @@ class _Resident:
     """The resident arrays and how start rows become dataset elements. A plain object on purpose: Keras and
     ``tf.train.Checkpoint`` track only trackable attributes, so the data is never saved with the model."""
 
-    def __init__(self, arrays: dict[str, tf.Variable], layout: Layout, length: int, dtype: tf.DType):
-        self.arrays, self.layout, self.length, self.dtype = arrays, layout, length, dtype
+    def __init__(self, arrays: dict[str, tf.Variable], layout: Layout, episodes: Episodes, dtype: tf.DType):
+        self.arrays, self.layout, self.episodes, self.dtype = arrays, layout, episodes, dtype
         # Per thread (a MirroredStrategy traces each replica's step on its own thread): the start rows of the last
         # gather and its element, so the targets of a step reuse the gather its inputs made.
         self._last = threading.local()
@@ -54,11 +62,13 @@ class _Resident:
         if graph is not None and last is not None and last[0] is starts and last[1] is graph:
             return last[2]
         # Keras builds a model on symbolic inputs of its own dtype (float32 under a strategy): cast them back.
-        rows = tf.cast(starts, self.dtype)
-        gathered = gather_windows(self.arrays, rows, self.layout.gathered, self.length + self.layout.horizon)
-        element = self.layout.shape(gathered, self.length)
+        element = window_element(self.arrays, self.layout, self.episodes, tf.cast(starts, self.dtype))
         self._last.pair = (starts, graph, element)
         return element
+
+    def keys(self, starts: tf.Tensor) -> dict[str, tf.Tensor]:
+        """``{"episode": id, "step": start}`` of each window, as ``readers.windows(with_keys=True)`` gives them."""
+        return self.episodes.keys(*self.episodes.locate(tf.cast(starts, self.dtype)))
 
     def inputs(self, starts: tf.Tensor):
         element = self.element(starts)
@@ -125,12 +135,17 @@ class ModelWindows:
         """Start rows → ``(inputs, targets)`` (or inputs), for a custom training loop."""
         return self.layer._resident.element(starts)
 
+    def keys(self, starts: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Start rows → ``{"episode": int64 [B], "step": int64 [B]}``: each window's episode id and start step (what
+        ``readers.windows(with_keys=True)`` adds), to match predictions to sources in evaluation."""
+        return self.layer._resident.keys(starts)
+
 
 def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, device: str | None):
     if strategy is None:
         return variables_on(data, [device or default_device()])[0]
     with strategy.scope():  # mirrored: one copy per replica, each read on its own device in the step
-        return {n: tf.Variable(data.rows(n), trainable=False, name=f"resident_{n}") for n in data.arrays}
+        return resident_variables(data)
 
 
 def model_windows(
@@ -141,7 +156,11 @@ def model_windows(
     shift: int = 1,
     batch_size: int,
     features: str | Sequence[str] | None = None,
-    targets: Targets = None,
+    targets: TargetsArg = None,
+    sampling_rate: int = 1,
+    time_range: tuple | None = None,
+    padding: str | None = None,
+    pad_value=0,
     shuffle: bool = True,
     seed: int | None = None,
     drop_remainder: bool = True,
@@ -159,7 +178,8 @@ def model_windows(
     dataset is ``readers.windows``' index dataset, and ``layer`` its gather.
 
     Args:
-      path, split, length, shift, features, targets, shuffle, seed, drop_remainder: as for ``readers.windows``.
+      path, split, length, shift, features, targets, sampling_rate, time_range, padding, pad_value, shuffle, seed,
+        drop_remainder: as for ``readers.windows`` (``targets="label"``: the episodes' labels, mirrored too).
       batch_size: windows per step (under a strategy the global batch, split evenly over the replicas).
       device: without a strategy, where the arrays live (default the first GPU, else the CPU).
       strategy: a single-worker ``tf.distribute`` strategy (``MirroredStrategy``,
@@ -171,7 +191,8 @@ def model_windows(
         checkpointable, or started at a saved step (under a strategy, where Keras distributes ``starts``).
 
     Returns:
-      A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays`` and ``wrap(model)``.
+      A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays``, ``wrap(model)``, and
+      ``keys(starts)`` (each window's episode and step: ``with_keys`` for a custom evaluation loop).
 
     Raises:
       ValueError: as ``readers.windows``; a multi-worker strategy; a batch that does not divide over the replicas.
@@ -197,18 +218,22 @@ def model_windows(
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     check_batch_divides(batch_size, replicas, path)
     layout, source = resident_layout(path, split, length=length, shift=shift, features=features, targets=targets,
-                                     read_buffer_bytes=read_buffer_bytes)
+                                     read_buffer_bytes=read_buffer_bytes, sampling_rate=sampling_rate,
+                                     time_range=time_range, padding=padding, pad_value=pad_value)
+    spec = layout.spec
+    report_short_episodes(source.where, spec, source.lengths)
     if drop_remainder:
         what = f"batch_size={batch_size}" if replicas == 1 else per_replica_text(batch_size // replicas, batch_size,
                                                                                   replicas)
-        check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon), "windows",
-                        "for this pipeline", batch_size, what)
-    row = row_steps(source.lengths, length, shift, layout.horizon)
+        check_not_empty(source.where, spec.count(source.lengths), "windows", "for this pipeline", batch_size, what)
+    row = row_steps_of(spec, source.lengths)
     data = source.load(None, row)
     arrays = _variables(data, strategy, device)
-    starts = window_starts(data.lengths, length, shift, layout.horizon, row)
+    starts = start_rows(spec, data.lengths, row)
     index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
                            drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step,
                            where=path)
-    gather = WindowGather(_Resident(arrays, layout, length, index.element_spec.dtype), name="window_gather")
+    dtype = index.element_spec.dtype
+    episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None))
+    gather = WindowGather(_Resident(arrays, layout, episodes, dtype), name="window_gather")
     return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)), gather, arrays, row)

@@ -3,8 +3,10 @@
 ``index_batches`` is a dataset of window *start rows* (int32 below 2**31 rows: 4
 bytes a window): each epoch they are permuted as one op (``stateless_shuffle``,
 seeded per epoch), cut into batches, and (``gather_batches``) every batch becomes
-windows with one vectorised gather of rows ``starts[:, None] + range(span / g)``,
-placed on the arrays' device (``gather_windows``). ``readers/windows/resident.py``
+windows with one vectorised gather of rows ``starts[:, None] + range(points / g)``
+(``sampling_rate`` apart when points are), placed on the arrays' device
+(``gather_windows``); ``Episodes`` adds what a window needs of its episode (keys,
+the mask of a padded window, the label). ``readers/windows/resident.py``
 places the arrays and builds one such pipeline per replica; ``in_model.py`` runs
 the same gather inside the model's step.
 """
@@ -75,18 +77,30 @@ def index_batches(
     return rows(seeds.flat_map(epoch)).apply(tf.data.experimental.assert_cardinality(per_epoch))
 
 
-class Keys:
-    """Which episode (its id: source order) and step each window starts at, computed from its start row."""
+class Episodes:
+    """What a batch of window start rows needs to know of their episodes: which one each window is in, where it
+    starts in it (the keys, the mask of a padded window), and its label. Small constants, one entry per episode.
 
-    def __init__(self, data: Concatenated, dtype: tf.DType):
+    ``labels``: the labels' variable (on the arrays' device), or None.
+    """
+
+    def __init__(self, data: Concatenated, dtype: tf.DType, labels: tf.Variable | None = None):
         self.row = data.row
-        self.offsets = tf.constant((data.offsets // data.row).astype(dtype.as_numpy_dtype))  # start row of each episode
+        offsets = data.offsets
+        self.first_rows = tf.constant((offsets // data.row).astype(dtype.as_numpy_dtype))  # each segment's first row
+        self.begin = tf.constant((offsets + data.pad).astype(np.int64))  # the step where each episode's slice starts
+        self.lo = tf.constant(np.asarray([data.spec.bounds(t)[0] for t in data.lengths], np.int64))
         self.ids = tf.constant(np.asarray(data.ids, np.int64))
+        self.labels = labels
 
-    def of(self, starts: tf.Tensor) -> dict[str, tf.Tensor]:
-        episode = tf.searchsorted(self.offsets, starts, side="right") - 1
-        step = tf.cast(starts - tf.gather(self.offsets, episode), tf.int64) * self.row
-        return {"episode": tf.gather(self.ids, episode), "step": step}
+    def locate(self, starts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Each window's episode (index) and start step relative to its slice (negative: padded)."""
+        episode = tf.searchsorted(self.first_rows, starts, side="right") - 1
+        return episode, tf.cast(starts, tf.int64) * self.row - tf.gather(self.begin, episode)
+
+    def keys(self, episode: tf.Tensor, start: tf.Tensor) -> dict[str, tf.Tensor]:
+        """``{"episode": id, "step": start}``: the episode's id (source order) and the step of the episode itself."""
+        return {"episode": tf.gather(self.ids, episode), "step": tf.gather(self.lo, episode) + start}
 
 
 def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
@@ -99,32 +113,49 @@ def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
     return tf.raw_ops.ResourceGather(resource=handle, indices=rows, dtype=array.dtype)
 
 
-def gather_windows(arrays: dict, starts: tf.Tensor, names: Sequence[str], span: int) -> dict[str, tf.Tensor]:
-    """Windows ``[B, span, ...]`` of the row-shaped arrays ``[rows, g, ...]`` at start rows ``starts`` ``[B]``:
-    one gather of ``span / g`` consecutive rows per window and feature, on the arrays' device."""
+def gather_windows(arrays: dict, starts: tf.Tensor, names: Sequence[str], points: int,
+                   sampling_rate: int = 1) -> dict[str, tf.Tensor]:
+    """The span's ``points`` points ``[B, points, ...]`` of the row-shaped arrays ``[rows, g, ...]`` at start rows
+    ``starts`` ``[B]``, on the arrays' device: one gather of ``points / g`` consecutive rows per window and feature,
+    or, ``sampling_rate`` steps apart (rows of one step then), of ``points`` rows ``sampling_rate`` apart."""
     out = {}
     for name in names:
         array = arrays[name]
         row = array.shape[1]
         with tf.device(array.device):
-            rows = starts[:, None] + tf.range(span // row, dtype=starts.dtype)
-            gathered = _gather_rows(array, rows)  # [B, span / g, g, ...]: contiguous blocks of g steps
-            out[name] = tf.reshape(gathered, [tf.shape(starts)[0], span, *array.shape[2:]])  # no -1: [T, 0] too
+            steps = tf.range(points // row if sampling_rate == 1 else points, dtype=starts.dtype)
+            rows = starts[:, None] + (steps if sampling_rate == 1 else steps * sampling_rate)
+            gathered = _gather_rows(array, rows)  # [B, points / g, g, ...]: contiguous blocks of g steps
+            out[name] = tf.reshape(gathered, [tf.shape(starts)[0], points, *array.shape[2:]])  # no -1: [T, 0] too
     return out
 
 
-def gather_batches(make_index: Callable, arrays: dict, layout: Layout, length: int,
-                    keys: Keys | None = None) -> tf.data.Dataset:
-    """``make_index``: ``index_batches`` with its arguments bound; the gather runs in its map."""
-    span = length + layout.horizon
+def window_element(arrays: dict, layout: Layout, episodes: Episodes, starts: tf.Tensor, with_keys: bool = False):
+    """What ``readers.windows`` yields for a batch of start rows: one gather of the span, the element shaped by
+    ``layout``, with the mask of padded windows, the episodes' labels and the keys as they ask."""
+    spec = layout.spec
+    gathered = gather_windows(arrays, starts, layout.gathered, spec.points, spec.sampling_rate)
+    mask = labels = keys = None
+    if layout.masked or layout.label or with_keys:
+        episode, start = episodes.locate(starts)
+        if layout.masked:
+            points = tf.range(spec.length, dtype=tf.int64) * spec.sampling_rate
+            mask = start[:, None] + points[None, :] >= 0
+        if layout.label:
+            with tf.device(episodes.labels.device):
+                labels = _gather_rows(episodes.labels, episode)
+        if with_keys:
+            keys = episodes.keys(episode, start)
+    element = layout.shape(gathered, mask, labels)
+    return element if keys is None else (keys, element)
 
-    def gather(batch_starts):
-        # Runs where the arrays are; only the [B, L, ...] result leaves the device (to the host: see readers.windows).
-        element = layout.shape(gather_windows(arrays, batch_starts, layout.gathered, span), length)
-        return element if keys is None else (keys.of(batch_starts), element)
 
-    return make_index(then=gather).prefetch(AUTOTUNE).with_options(
-        resumable_options(small=make_index.keywords.get("repeat", False)))
+def gather_batches(make_index: Callable, arrays: dict, layout: Layout, episodes: Episodes,
+                   with_keys: bool = False) -> tf.data.Dataset:
+    """``make_index``: ``index_batches`` with its arguments bound; the gather runs in its map, where the arrays are
+    (only the element leaves the device: to the host, see ``readers.windows``)."""
+    return make_index(then=lambda starts: window_element(arrays, layout, episodes, starts, with_keys)).prefetch(
+        AUTOTUNE).with_options(resumable_options(small=make_index.keywords.get("repeat", False)))
 
 
 def resumable_options(small: bool) -> tf.data.Options:

@@ -1,8 +1,10 @@
-"""What a windows reader gathers and how it shapes each element; the argument checks its modes share.
+"""What a windows reader gathers and how it shapes each element; ``Targets``; the episodes laid out in memory.
 
-``Layout`` turns ``features``/``targets`` into the names to gather and the element
-structure: a tensor for one feature, a dict for several; ``(x, x)`` for
-``targets="same"``; ``(x, y)`` for a target feature; past and future for a horizon.
+``Layout`` turns ``features``/``targets`` (and ``sampling_rate``, ``time_range``, ``padding``) into a
+``WindowSpec`` (``starts.py``: which windows each episode gives), the names to gather (inputs and target features,
+gathered together: one gather of the whole span serves both) and the element: a tensor for one feature, a dict for
+several; ``(x, x)`` for ``targets="same"``; ``(x, y)`` for step targets; ``(x, label)`` for episode labels; with
+``padding``, inputs ``{"inputs": x, "mask": m}``.
 """
 
 from __future__ import annotations
@@ -14,45 +16,160 @@ from typing import Union
 import numpy as np
 
 from ..arguments import MAX_BATCH_SIZE, MAX_WINDOW_STEPS, check_count
-from .starts import episode_offsets
+from .starts import WindowSpec, segment_offsets, segment_steps
 
-Targets = Union[None, str, int]
+LABEL = "label"  # targets="label": the episode's label (a dataset converted with episode labels)
+LABEL_ARRAY = "episode/label"  # the resident arrays' key of the per-episode labels (no feature has a "/")
+
+
+@dataclasses.dataclass(frozen=True)
+class Targets:
+    """What a window predicts, as TensorFlow's time-series tutorial puts it (its ``WindowGenerator``'s ``shift`` is
+    ``offset`` here, so as not to clash with the reader's ``shift`` between windows).
+
+    The inputs are the window's ``length`` points; the whole span is ``length + offset`` points; the targets are
+    the **last ``width`` points of that span**, of ``features`` (default: the input features).
+
+        Targets(width=16, offset=16)             # the next 16 steps (what targets=16 means)
+        Targets("action", width=16, offset=16)   # the next 16 steps of another feature
+        Targets(width=10, offset=20)             # steps 11..20 after the window: a gap of 10
+        Targets(width=1, offset=0)               # the window's own last step
+        Targets("y", width=length, offset=0)     # feature y over the same steps (what targets="y" means)
+
+    Attributes:
+      features: a feature name (targets are a tensor), a list of names (a dict), or None: the inputs' features,
+        in the inputs' structure.
+      width: target points, at most ``length + offset``.
+      offset: points the span reaches past the inputs.
+    """
+
+    features: str | Sequence[str] | None = None
+    width: int = dataclasses.field(default=1, kw_only=True)
+    offset: int = dataclasses.field(default=0, kw_only=True)
+
+    def __post_init__(self):
+        for name, low in (("width", 1), ("offset", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"Targets: {name} must be an integer of at least {low} (got {name}={value!r})")
+            object.__setattr__(self, name, int(value))
+        if not (self.features is None or isinstance(self.features, str)):
+            object.__setattr__(self, "features", tuple(self.features))
+
+
+TargetsArg = Union[None, str, int, Targets]
+
+
+def as_targets(targets: TargetsArg, length: int, where: str) -> Targets | str | None:
+    """The shortcuts as what they mean: ``None``; ``"same"`` and ``"label"`` (kept: they shape the element their
+    own way); a feature name → ``Targets(name, width=length, offset=0)``; an int H → ``Targets(width=H, offset=H)``."""
+    if isinstance(targets, bool) or not (targets is None or isinstance(targets, (str, int, np.integer, Targets))):
+        raise TypeError(f"{where}: targets must be None, 'same', 'label', a feature name, a horizon or a "
+                        f"readers.Targets (got {targets!r})")
+    if isinstance(targets, (int, np.integer)):  # a horizon, numpy ints too (length and shift may come from numpy)
+        if targets < 1:
+            raise ValueError(f"{where}: a forecast horizon must be at least 1 step (got targets={int(targets)!r})")
+        return Targets(width=int(targets), offset=int(targets))
+    if isinstance(targets, str) and targets not in ("same", LABEL):
+        return Targets(targets, width=length, offset=0)
+    return targets
+
+
+def window_spec(length: int, shift: int = 1, targets: TargetsArg = None, *, sampling_rate: int = 1,
+                time_range=None, padding: str | None = None, where: str = "windows") -> WindowSpec:
+    """The ``WindowSpec`` of a reader's arguments (which windows each episode gives), without reading anything."""
+    targets = as_targets(targets, length, where)
+    offset, width = (targets.offset, targets.width) if isinstance(targets, Targets) else (0, 0)
+    try:
+        return WindowSpec(length, shift, offset=offset, width=width, sampling_rate=sampling_rate,
+                          time_range=time_range, padding=padding)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def label_array(labels: Sequence) -> np.ndarray:
+    """Per-episode labels as the reader yields them: int64 for class indices (ints), float32 for values."""
+    values = np.asarray(labels)
+    if values.dtype.kind in "iub":
+        return values.astype(np.int64)
+    if values.dtype.kind == "f":
+        return values.astype(np.float32)
+    raise TypeError(f"labels: ints (class indices) or floats (values), one per episode (got dtype {values.dtype})")
+
+
+def pad_fill(pad_value, dtype: np.dtype, name: str, where: str):
+    """``pad_value`` as a value of a feature's dtype, refused when the dtype cannot hold it exactly."""
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):  # a NaN or too large a value for the dtype: refused below
+            value = np.asarray(pad_value).astype(dtype)
+        exact = bool(value == pad_value) or (np.isnan(pad_value) and bool(np.isnan(value)))
+    except (TypeError, ValueError, OverflowError):
+        exact = False
+    if not exact:
+        raise ValueError(f"{where}: pad_value={pad_value!r} cannot be held by feature {name!r} of dtype "
+                         f"{np.dtype(dtype).name}; pass a pad_value that dtype holds exactly")
+    return value
 
 
 class Layout:
     """What to gather and how to shape it: inputs (one name → tensors, several → dicts) and targets."""
 
-    def __init__(self, names: list[str], single: bool, targets: Targets, available: Sequence[str], where: str):
-        if isinstance(targets, bool) or not (targets is None or isinstance(targets, (str, int, np.integer))):
-            raise TypeError(f"{where}: targets must be None, 'same', a feature name or a horizon (got {targets!r})")
-        if isinstance(targets, np.integer):  # a horizon from numpy arithmetic, as length and shift may be
-            targets = int(targets)
-        if isinstance(targets, int) and targets < 1:
-            raise ValueError(f"{where}: a forecast horizon must be at least 1 step (got targets={targets!r})")
-        if isinstance(targets, str) and targets != "same" and targets not in available:
-            raise ValueError(
-                f"{where}: targets={targets!r} is neither 'same' nor a feature; the features are {sorted(available)}"
-            )
+    def __init__(self, names: list[str], single: bool, targets: TargetsArg, available: Sequence[str], where: str, *,
+                 length: int, shift: int, sampling_rate: int = 1, time_range=None, padding: str | None = None,
+                 pad_value=0, labelled: bool = False):
+        given, targets = targets, as_targets(targets, length, where)
+        if targets == LABEL and not labelled:
+            raise ValueError(f"{where}: targets='label' needs episode labels, and this data has none; convert with "
+                             "class folders (SRC/<class>/<episode>.npy) or --labels FILE")
         self.inputs, self.single, self.targets = names, single, targets
-        self.horizon = targets if isinstance(targets, int) else 0
-        extra = [targets] if isinstance(targets, str) and targets not in ("same", *names) else []
-        self.gathered = names + extra
+        self.label = targets == LABEL
+        self.same = targets == "same"
+        self.spec = window_spec(length, shift, targets, sampling_rate=sampling_rate, time_range=time_range,
+                                padding=padding, where=where)
+        if isinstance(targets, Targets):
+            target_names = list(names) if targets.features is None else (
+                [targets.features] if isinstance(targets.features, str) else list(targets.features))
+            unknown = [n for n in target_names if n not in available]
+            if unknown and isinstance(given, str):
+                raise ValueError(f"{where}: targets={given!r} is neither 'same', 'label' nor a feature; the features "
+                                 f"are {sorted(available)}")
+            if unknown:
+                raise ValueError(f"{where}: targets={targets!r}: no feature(s) {unknown}; the features are "
+                                 f"{sorted(available)}")
+            self.target_names = target_names
+            self.target_single = single if targets.features is None else isinstance(targets.features, str)
+        else:
+            self.target_names, self.target_single = [], False
+        if padding is not None and not isinstance(pad_value, (int, float, np.integer, np.floating, bool)):
+            raise TypeError(f"{where}: pad_value must be a number (got pad_value={pad_value!r})")
+        self.pad_value = pad_value
+        self.gathered = names + [n for n in self.target_names if n not in names]
 
-    def shape(self, gathered: dict, length: int):
-        """``gathered`` holds windows of ``length + horizon`` steps per name; returns the dataset element."""
-        def pick(values):
-            return values[self.inputs[0]] if self.single else {n: values[n] for n in self.inputs}
+    @property
+    def masked(self) -> bool:
+        """Windows may start before their episode's first step: the inputs carry a mask."""
+        return self.spec.padding is not None
 
-        if self.horizon:
-            past = {n: v[:, :length] for n, v in gathered.items()}
-            future = {n: v[:, length:] for n, v in gathered.items()}
-            return pick(past), pick(future)
-        inputs = pick(gathered)
+    def shape(self, gathered: dict, mask=None, labels=None):
+        """``gathered`` holds the span's points per name (``[B, points, ...]``); returns the dataset element."""
+        spec = self.spec
+
+        def pick(values, names, single):
+            return values[names[0]] if single else {n: values[n] for n in names}
+
+        whole = spec.points == spec.length
+        inputs = pick(gathered if whole else {n: v[:, :spec.length] for n, v in gathered.items()},
+                      self.inputs, self.single)
+        shaped = inputs if mask is None else {"inputs": inputs, "mask": mask}
         if self.targets is None:
-            return inputs
-        if self.targets == "same":  # the autoencoder case: the very same tensor, no second gather or zip
-            return inputs, inputs
-        return inputs, gathered[self.targets]
+            return shaped
+        if self.same:  # the autoencoder case: the very same tensor, no second gather or zip
+            return shaped, inputs
+        if self.label:
+            return shaped, labels
+        start = spec.points - spec.width
+        targets = {n: gathered[n] if start == 0 and whole else gathered[n][:, start:] for n in self.target_names}
+        return shaped, pick(targets, self.target_names, self.target_single)
 
 
 def check_window_args(length: int, shift: int, batch_size: int, where: str) -> None:
@@ -63,46 +180,68 @@ def check_window_args(length: int, shift: int, batch_size: int, where: str) -> N
 
 @dataclasses.dataclass
 class Concatenated:
-    """Episodes laid end to end in source (episode id) order, each padded with zeros to whole rows of ``row`` steps.
+    """Episodes laid end to end in source (episode id) order, as the windows of ``spec`` need them: each episode's
+    slice (``spec.bounds``) after ``spec.pad_steps(row)`` steps of ``pad_value``, then zeros to whole rows of
+    ``row`` steps.
 
     ``arrays``: one per feature, ``[steps including padding, *shape]``, a whole number of rows long.
+    ``lengths``: every episode's whole length (its slice is taken from it).
     """
 
     arrays: dict[str, np.ndarray]
     lengths: list[int]
     ids: list[int]
     row: int
+    spec: WindowSpec
+    labels: np.ndarray | None = None  # per episode, in the order of ``ids`` (``label_array``)
 
     @property
     def offsets(self) -> np.ndarray:
-        """Where each episode starts in the arrays, in steps (multiples of ``row``)."""
-        return episode_offsets(self.lengths, self.row)
+        """Where each episode's segment starts in the arrays, in steps (multiples of ``row``)."""
+        return segment_offsets(self.spec, self.lengths, self.row)
+
+    @property
+    def pad(self) -> int:
+        """Steps of padding before each episode's slice."""
+        return self.spec.pad_steps(self.row)
 
     @property
     def steps(self) -> int:
-        """The arrays' length: every episode and its padding."""
-        return int(sum(t + (-t % self.row) for t in self.lengths))
+        """The arrays' length: every segment."""
+        return int(sum(segment_steps(self.spec, self.lengths, self.row)))
 
     def rows(self, name: str) -> np.ndarray:
         """A feature's array viewed as ``[rows, row, ...]`` (explicit sizes: a zero-width feature has no -1)."""
         array = self.arrays[name]
         return array.reshape(len(array) // self.row, self.row, *array.shape[1:])
 
+    def empty(self, dtype: np.dtype, shape: tuple[int, ...], pad_value=0) -> np.ndarray:
+        """An array for one feature: ``pad_value`` in every history padding, zeros elsewhere."""
+        out = np.zeros((self.steps, *shape), dtype)
+        if self.pad and pad_value:
+            for offset in self.offsets.tolist():
+                out[offset : offset + self.pad] = pad_value
+        return out
+
     @classmethod
-    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int, where: str) -> Concatenated:
+    def of(cls, episodes: dict[str, list[np.ndarray]], ids: list[int], row: int, spec: WindowSpec, where: str,
+           pad_value=0, labels: list | None = None) -> Concatenated:
         """From per-episode arrays in memory (in the order of ``ids``), each feature's dtype promoted over its
         episodes as ``np.concatenate`` would; episodes of one feature with other trailing shapes are refused."""
         names = list(episodes)
         lengths = [len(e) for e in episodes[names[0]]]
-        made = cls({}, lengths, list(ids), row)
+        made = cls({}, lengths, list(ids), row, spec, None if labels is None else label_array(labels))
         for name, parts in episodes.items():
             parts = [np.asarray(p) for p in parts]
             trailing = sorted({p.shape[1:] for p in parts})
             if len(trailing) > 1:
                 raise ValueError(f"{where}: episodes[{name!r}]: every episode of a feature must have the same shape "
                                  f"after its time axis (got {trailing})")
-            out = np.zeros((made.steps, *trailing[0]), np.result_type(*parts))
+            dtype = np.result_type(*parts)
+            out = made.empty(dtype, trailing[0], pad_fill(pad_value, dtype, name, where) if spec.padding else 0)
             for offset, part in zip(made.offsets.tolist(), parts):
-                out[offset : offset + len(part)] = part
+                lo, hi = spec.bounds(len(part))
+                at = offset + made.pad
+                out[at : at + hi - lo] = part[lo:hi]
             made.arrays[name] = out
         return made

@@ -27,17 +27,28 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from ..arguments import check_not_empty, check_resume, per_replica_text
-from .index import Keys, gather_batches, index_batches
-from .layout import Concatenated, Layout, Targets, check_window_args
-from .starts import row_steps, window_count, window_starts
+from .index import Episodes, gather_batches, index_batches
+from .layout import LABEL_ARRAY, Concatenated, Layout, TargetsArg, check_window_args
+from .starts import row_steps_of, start_rows
 
-AUTOTUNE = tf.data.AUTOTUNE
+log = logging.getLogger(__name__)
+
+
+def report_short_episodes(where: str, spec, lengths: Sequence[int]) -> int:
+    """Logs how many episodes give no window (never silent); returns that count."""
+    short = spec.too_short(lengths)
+    if short:
+        fix = "" if spec.padding else "; padding='start' serves them too"
+        log.warning("%s: %d of %d episodes give no window (shorter than the span of %d steps, or their time_range "
+                    "slice is)%s", where, short, len(lengths), spec.extent, fix)
+    return short
 
 
 def default_device() -> str:
@@ -54,7 +65,7 @@ class Source:
     lengths: list[int]
     shard_of: list[int]  # episode -> shard index (in memory: each episode is its own "shard")
     num_shards: int
-    load: Callable[[Sequence[int] | None, int], Concatenated]  # (shards (None: all), steps per row)
+    load: Callable[[Sequence[int] | None, int], Concatenated]  # (shards (None: all), steps per row), as the layout asks
     where: str
 
     def worker_shards(self, worker: int, workers: int) -> list[int]:
@@ -90,6 +101,14 @@ def check_batch_divides(batch_size: int, replicas: int, where: str) -> None:
         )
 
 
+def resident_variables(data: Concatenated) -> dict[str, tf.Variable]:
+    """One variable per feature, shaped in rows (``[rows, g, ...]``), and the episodes' labels when there are."""
+    placed = {n: tf.Variable(data.rows(n), trainable=False, name=f"resident_{n}") for n in data.arrays}
+    if data.labels is not None:
+        placed[LABEL_ARRAY] = tf.Variable(np.asarray(data.labels), trainable=False, name="resident_labels")
+    return placed
+
+
 def variables_on(data: Concatenated, devices: Sequence[str]) -> list[dict[str, tf.Variable]]:
     """One plain variable per feature on each device, shaped in rows: ``[rows, g, ...]``.
 
@@ -103,8 +122,7 @@ def variables_on(data: Concatenated, devices: Sequence[str]) -> list[dict[str, t
         placed = []
         for device in devices:
             with tf.device(device):
-                placed.append({n: tf.Variable(data.rows(n), trainable=False, name=f"resident_{n}")
-                               for n in data.arrays})
+                placed.append(resident_variables(data))
         return placed
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -115,8 +133,6 @@ def build_resident(
     source: Source,
     layout: Layout,
     *,
-    length: int,
-    shift: int,
     batch_size: int,
     shuffle: bool,
     seed: int | None,
@@ -128,39 +144,41 @@ def build_resident(
     start_step: int = 0,
 ):
     start_step = check_resume(repeat, start_step, source.where, shuffle=shuffle, seed=seed)
-    row = row_steps(source.lengths, length, shift, layout.horizon)  # one layout for every replica and worker
+    spec = layout.spec
+    report_short_episodes(source.where, spec, source.lengths)
+    row = row_steps_of(spec, source.lengths)  # one layout for every replica and worker
     options = dict(shuffle=shuffle, seed=draw_seed(seed), drop_remainder=drop_remainder, repeat=repeat,
                    start_step=start_step, where=source.where)
     strategy = pick_strategy(strategy)
     if strategy is None:
         if drop_remainder:
-            check_not_empty(source.where, window_count(source.lengths, length, shift, layout.horizon), "windows",
-                             "for this pipeline", batch_size, f"batch_size={batch_size}")
+            check_not_empty(source.where, spec.count(source.lengths), "windows", "for this pipeline", batch_size,
+                            f"batch_size={batch_size}")
         data = source.load(None, row)
         (resident,) = variables_on(data, [device or default_device()])
-        starts = window_starts(data.lengths, length, shift, layout.horizon, row)
+        starts = start_rows(spec, data.lengths, row)
         index = functools.partial(index_batches, starts, batch_size=batch_size, replica=0, replicas=1, **options)
-        keys = Keys(data, tf.as_dtype(starts.dtype)) if with_keys else None
-        return _with_arrays(gather_batches(index, resident, layout, length, keys), [resident])
+        episodes = Episodes(data, tf.as_dtype(starts.dtype), resident.get(LABEL_ARRAY))
+        return _with_arrays(gather_batches(index, resident, layout, episodes, with_keys), [resident])
 
     replicas = strategy.num_replicas_in_sync
     check_batch_divides(batch_size, replicas, source.where)
     if isinstance(strategy, tf.distribute.MirroredStrategy):  # one worker: every replica holds every episode
         if drop_remainder:
-            total = window_count(source.lengths, length, shift, layout.horizon)
+            total = spec.count(source.lengths)
             check_not_empty(source.where, total // replicas, "windows",
                             f"per replica ({total} over {replicas} replicas)", batch_size // replicas,
                             per_replica_text(batch_size // replicas, batch_size, replicas))
         data = source.load(None, row)
         per_device = variables_on(data, strategy.extended.worker_devices)
-        starts = window_starts(data.lengths, length, shift, layout.horizon, row)
+        starts = start_rows(spec, data.lengths, row)
 
         def replica_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
             i = context.input_pipeline_id
             index = functools.partial(index_batches, starts, batch_size=batch_size // replicas, replica=i,
                                       replicas=replicas, **options)
-            keys = Keys(data, tf.as_dtype(starts.dtype)) if with_keys else None
-            return gather_batches(index, per_device[i], layout, length, keys)
+            episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[i].get(LABEL_ARRAY))
+            return gather_batches(index, per_device[i], layout, episodes, with_keys)
 
         per_replica = tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
@@ -181,8 +199,7 @@ def build_resident(
         # replica on that replica's device, and every worker runs the same number of steps (the smallest share).
         worker, workers = context.input_pipeline_id, context.num_input_pipelines
         shards = source.worker_shards(worker, workers)
-        equal = min(window_count(source.lengths_in(source.worker_shards(w, workers)), length, shift, layout.horizon)
-                    for w in range(workers))
+        equal = min(spec.count(source.lengths_in(source.worker_shards(w, workers))) for w in range(workers))
         devices = strategy.extended.worker_devices
         if drop_remainder:
             check_not_empty(source.where, equal // len(devices), "windows",
@@ -190,15 +207,15 @@ def build_resident(
                              "local replicas)", batch_size // replicas,
                              per_replica_text(batch_size // replicas, batch_size, replicas))
         data = source.load(shards, row)
-        starts = window_starts(data.lengths, length, shift, layout.horizon, row)
+        starts = start_rows(spec, data.lengths, row)
         per_device = variables_on(data, devices)
         placed.extend(per_device)
         datasets = []
         for r in range(len(devices)):
             index = functools.partial(index_batches, starts, batch_size=batch_size // replicas, replica=r,
                                       replicas=len(devices), limit=equal, **options)
-            keys = Keys(data, tf.as_dtype(starts.dtype)) if with_keys else None
-            datasets.append(gather_batches(index, per_device[r], layout, length, keys))
+            episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[r].get(LABEL_ARRAY))
+            datasets.append(gather_batches(index, per_device[r], layout, episodes, with_keys))
         if len(datasets) == 1:
             return datasets[0]
         # The per-worker iterator hands elements to local replicas round robin: element r goes to replica r.
@@ -221,7 +238,12 @@ def resident_windows(
     shift: int = 1,
     batch_size: int,
     features: str | Sequence[str] | None = None,
-    targets: Targets = None,
+    targets: TargetsArg = None,
+    sampling_rate: int = 1,
+    time_range: tuple | None = None,
+    padding: str | None = None,
+    pad_value=0,
+    labels: Sequence | None = None,
     shuffle: bool = True,
     seed: int | None = None,
     drop_remainder: bool = True,
@@ -238,6 +260,7 @@ def resident_windows(
         same ``T_e`` for every feature of one episode).
       features: as for ``windows``, except that None always gives dicts, even
         for a one-key mapping: here the caller named every feature.
+      labels: one label per episode (ints or floats), for ``targets="label"``.
       with_keys: as for ``windows``; an episode's id is its index in the lists.
       Others: as for ``windows``.
 
@@ -254,7 +277,9 @@ def resident_windows(
     unknown = [n for n in names if n not in episodes]
     if unknown or not names:
         raise ValueError(f"{where}: no feature(s) {unknown or names!r}; episodes has {sorted(episodes)}")
-    layout = Layout(names, isinstance(features, str), targets, list(episodes), where)
+    layout = Layout(names, isinstance(features, str), targets, list(episodes), where, length=length, shift=shift,
+                    sampling_rate=sampling_rate, time_range=time_range, padding=padding, pad_value=pad_value,
+                    labelled=labels is not None)
     lengths = [len(e) for e in episodes[layout.gathered[0]]]
     if not lengths:
         raise ValueError(f"{where}: episodes[{layout.gathered[0]!r}] holds no episode; pass at least one array")
@@ -264,13 +289,16 @@ def resident_windows(
             raise ValueError(
                 f"{where}: episodes[{name!r}]: episode lengths {other} differ from {layout.gathered[0]!r}'s {lengths}"
             )
+    if labels is not None and len(labels) != len(lengths):
+        raise ValueError(f"{where}: labels: one per episode (got {len(labels)} labels for {len(lengths)} episodes)")
+
     def load(shards, row):
         chosen = list(range(len(lengths))) if shards is None else list(shards)
-        return Concatenated.of({n: [episodes[n][i] for i in chosen] for n in layout.gathered}, chosen, row, where)
+        wanted = [labels[i] for i in chosen] if layout.label else None
+        return Concatenated.of({n: [episodes[n][i] for i in chosen] for n in layout.gathered}, chosen, row,
+                               layout.spec, where, layout.pad_value, wanted)
 
     source = Source(lengths, list(range(len(lengths))), len(lengths), load, where)
-    return build_resident(source, layout, length=length, shift=shift, batch_size=batch_size, shuffle=shuffle,
-                          seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
-                          with_keys=with_keys, repeat=repeat, start_step=start_step)
-
-
+    return build_resident(source, layout, batch_size=batch_size, shuffle=shuffle, seed=seed,
+                          drop_remainder=drop_remainder, device=device, strategy=strategy, with_keys=with_keys,
+                          repeat=repeat, start_step=start_step)

@@ -15,17 +15,56 @@ from .. import files as files_lib
 from ..arguments import check_not_empty
 from ..episodes import stream_episodes
 from ..options import quiet_options
-from .starts import window_count
+from .layout import LABEL
+from .resident import report_short_episodes
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def streamed_windows(dataset, split, layout, schema, *, length, shift, batch_size, shuffle, seed, drop_remainder,
-              shuffle_buffer, input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1,
-              with_keys=False):
+def _slice_bounds(spec, steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """``spec.bounds`` in the graph: the same floor of the same float64 products."""
+    if spec.time_range is None:
+        return tf.constant(0, tf.int64), steps
+    a, b = spec.time_range
+    if isinstance(a, float):
+        total = tf.cast(steps, tf.float64)
+        return tf.cast(tf.floor(a * total), tf.int64), tf.cast(tf.floor(b * total), tf.int64)
+    return tf.minimum(tf.constant(a, tf.int64), steps), tf.minimum(tf.constant(b, tf.int64), steps)
+
+
+def episode_windows(layout, keys: dict, episode: dict, pad_value=0) -> tuple:
+    """One episode's windows, as ``spec.starts`` places them: ``(keys, gathered, mask, label)`` per window, each
+    window one gather of its span's points from the episode's slice (padded before it with ``pad_value``).
+
+    ``keys``: ``{"episode": id}``; ``episode``: its features (and ``"label"`` when the layout yields labels)."""
+    spec = layout.spec
+    steps = tf.shape(episode[layout.gathered[0]], out_type=tf.int64)[0]
+    lo, hi = _slice_bounds(spec, steps)
+    used = hi - lo
+    first = -(spec.history // spec.shift)
+    last = tf.math.floordiv(used - spec.extent, spec.shift)
+    count = tf.maximum(last - first + 1, 0)
+    starts = (first + tf.range(count, dtype=tf.int64)) * spec.shift  # from the slice's first step; < 0: padded
+    positions = spec.history + starts[:, None] + tf.range(spec.points, dtype=tf.int64) * spec.sampling_rate
+    gathered = {}
+    for name in layout.gathered:
+        values = episode[name][lo:hi]
+        if spec.history:
+            pad = tf.fill(tf.concat([[spec.history], tf.shape(values)[1:]], 0), tf.cast(pad_value, values.dtype))
+            values = tf.concat([pad, values], 0)
+        gathered[name] = tf.gather(values, positions)
+    mask = (starts[:, None] + tf.range(spec.length, dtype=tf.int64) * spec.sampling_rate >= 0) if layout.masked \
+        else tf.zeros([count, 0], tf.bool)
+    label = tf.fill([count], episode[LABEL]) if layout.label else tf.zeros([count], tf.int64)
+    window_keys = {"episode": tf.fill([count], keys["episode"]), "step": lo + starts}
+    return window_keys, gathered, mask, label
+
+
+def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, seed, drop_remainder, shuffle_buffer,
+                     input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1, with_keys=False):
     """``batch_size``: this pipeline's batch (per replica under a strategy of ``replicas`` over ``pipelines``)."""
     path = dataset.path
-    span = length + layout.horizon
+    spec = layout.spec
     gathered_schema = {n: schema[n] for n in layout.gathered}
     if remote is not None:
         # The service splits the epoch (not input_context), and each epoch is a new job built from this graph:
@@ -33,7 +72,8 @@ def streamed_windows(dataset, split, layout, schema, *, length, shift, batch_siz
         seed, input_context = None, None
     mine = set(files_lib.pipeline_shards(dataset, split, input_context=input_context))
     lengths = [e.length for e in files_lib.split_info(dataset, split).episodes if e.shard in mine]
-    count = window_count(lengths, length, shift, layout.horizon)  # this pipeline's windows (episodes are checked)
+    count = spec.count(lengths)  # this pipeline's windows (every episode's length is checked as it is read)
+    report_short_episodes(f"{path}: split {split!r}", spec, lengths)
     if drop_remainder:
         # Under a strategy one pipeline feeds several replicas; a step takes a batch for each or none at all.
         fed = max(1, replicas // pipelines)
@@ -44,18 +84,11 @@ def streamed_windows(dataset, split, layout, schema, *, length, shift, batch_siz
     episodes = stream_episodes(
         dataset, split, gathered_schema, shuffle_files=shuffle, seed=seed, input_context=input_context,
         num_parallel_reads=None, read_buffer_bytes=read_buffer_bytes, with_keys=True, local=remote is None,
+        with_label=layout.label,
     )
 
     def to_windows(keys, episode):
-        steps = tf.shape(episode[layout.gathered[0]])[0]
-        starts = tf.range(0, tf.maximum(steps - span + 1, 0), shift)  # none from an episode shorter than span
-        positions = starts[:, None] + tf.range(span)
-        windows_ = {n: tf.gather(v, positions) for n, v in episode.items()}
-        if not with_keys:
-            return tf.data.Dataset.from_tensor_slices(windows_)
-        # Each window carries its episode id and start step through the shuffle.
-        keys = {"episode": tf.fill(tf.shape(starts), keys["episode"]), "step": tf.cast(starts, tf.int64)}
-        return tf.data.Dataset.from_tensor_slices((keys, windows_))
+        return tf.data.Dataset.from_tensor_slices(episode_windows(layout, keys, episode, layout.pad_value))
 
     windows_ = episodes.flat_map(to_windows)
     if shuffle:
@@ -70,10 +103,8 @@ def streamed_windows(dataset, split, layout, schema, *, length, shift, batch_siz
         batches = batches.apply(tf.data.experimental.assert_cardinality(
             count // batch_size if drop_remainder else -(-count // batch_size)))
 
-    def shape(*batch):
-        if with_keys:
-            keys, gathered = batch
-            return keys, layout.shape(gathered, length)
-        return layout.shape(batch[0], length)
+    def shape(keys, gathered, mask, label):
+        element = layout.shape(gathered, mask if layout.masked else None, label if layout.label else None)
+        return (keys, element) if with_keys else element
 
     return batches.map(shape, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE).with_options(quiet_options())
