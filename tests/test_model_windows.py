@@ -153,12 +153,25 @@ def test_device_places_the_arrays_and_the_gather(data):
 def test_gather_windows_runs_on_the_device_of_the_arrays():
     with tf.device("/CPU:2"):
         rows = tf.Variable(np.arange(48, dtype=np.float32).reshape(12, 4))  # 12 rows of 4 steps
-    traced = tf.function(lambda s: gather_windows({"x": rows}, s, ["x"], 8)["x"]).get_concrete_function(
+    traced = tf.function(lambda s: gather_windows({"x": rows}, s, {"x": (0, 8)})["x"]).get_concrete_function(
         tf.TensorSpec([2], tf.int32))
     (gather,) = _gathers(traced)
     assert gather.device.endswith("CPU:2")
     np.testing.assert_array_equal(traced(tf.constant([0, 5], tf.int32)).numpy(),
                                   [np.arange(0, 8), np.arange(20, 28)])
+    # Only the rows holding points [5, 11) of each span: rows 1-2 past each start, cut to the points.
+    part = gather_windows({"x": rows}, tf.constant([0, 5], tf.int32), {"x": (5, 6)})["x"]
+    np.testing.assert_array_equal(part.numpy(), [np.arange(5, 11), np.arange(25, 31)])
+
+
+def test_an_input_only_feature_gathers_only_the_inputs_rows(tmp_path):
+    """Forecasting another feature: obs gathers L steps and action only its W target steps, nothing sliced off."""
+    episodes = {"obs": [np.arange(64, dtype=np.float32)[:, None]], "action": [np.arange(64, dtype=np.float32)]}
+    layout = readers.resident_windows(episodes, length=8, shift=4, batch_size=2, features="obs",
+                                      targets=readers.Targets("action", width=2, offset=4))
+    x, y = next(iter(layout))
+    assert x.shape == (2, 8, 1) and y.shape == (2, 2)
+    np.testing.assert_array_equal(y.numpy() - x.numpy()[:, 0, 0:1], [[10, 11], [10, 11]])
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ the same gather inside the model's step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -93,9 +93,13 @@ class Episodes:
         self.ids = tf.constant(np.asarray(data.ids, np.int64))
         self.labels = labels
 
+    def episode_of(self, starts: tf.Tensor) -> tf.Tensor:
+        """Each window's episode (its index here, not its id)."""
+        return tf.searchsorted(self.first_rows, starts, side="right") - 1
+
     def locate(self, starts: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """Each window's episode (index) and start step relative to its slice (negative: padded)."""
-        episode = tf.searchsorted(self.first_rows, starts, side="right") - 1
+        episode = self.episode_of(starts)
         return episode, tf.cast(starts, tf.int64) * self.row - tf.gather(self.begin, episode)
 
     def keys(self, episode: tf.Tensor, start: tf.Tensor) -> dict[str, tf.Tensor]:
@@ -113,39 +117,49 @@ def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
     return tf.raw_ops.ResourceGather(resource=handle, indices=rows, dtype=array.dtype)
 
 
-def gather_windows(arrays: dict, starts: tf.Tensor, names: Sequence[str], points: int,
+def gather_windows(arrays: dict, starts: tf.Tensor, ranges: dict[str, tuple[int, int]],
                    sampling_rate: int = 1) -> dict[str, tf.Tensor]:
-    """The span's ``points`` points ``[B, points, ...]`` of the row-shaped arrays ``[rows, g, ...]`` at start rows
-    ``starts`` ``[B]``, on the arrays' device: one gather of ``points / g`` consecutive rows per window and feature,
-    or, ``sampling_rate`` steps apart (rows of one step then), of ``points`` rows ``sampling_rate`` apart."""
+    """For each name, points ``[first, first + count)`` of every window's span (``ranges``), ``[B, count, ...]``,
+    from the row-shaped arrays ``[rows, g, ...]`` at start rows ``starts`` ``[B]``, on the arrays' device: one
+    gather of the consecutive rows holding them per window and feature (cut to the points when they do not fill
+    whole rows), or, ``sampling_rate`` steps apart (rows of one step then), of ``count`` rows that far apart."""
     out = {}
-    for name in names:
+    for name, (first, count) in ranges.items():
         array = arrays[name]
         row = array.shape[1]
         with tf.device(array.device):
-            steps = tf.range(points // row if sampling_rate == 1 else points, dtype=starts.dtype)
-            rows = starts[:, None] + (steps if sampling_rate == 1 else steps * sampling_rate)
-            gathered = _gather_rows(array, rows)  # [B, points / g, g, ...]: contiguous blocks of g steps
-            out[name] = tf.reshape(gathered, [tf.shape(starts)[0], points, *array.shape[2:]])  # no -1: [T, 0] too
+            if sampling_rate == 1:
+                low, high = first // row, -(-(first + count) // row)
+                rows = starts[:, None] + tf.range(low, high, dtype=starts.dtype)
+            else:
+                rows = starts[:, None] + tf.range(first, first + count, dtype=starts.dtype) * sampling_rate
+            gathered = _gather_rows(array, rows)  # [B, rows, g, ...]: contiguous blocks of g steps
+            steps = rows.shape[1] * row
+            gathered = tf.reshape(gathered, [tf.shape(starts)[0], steps, *array.shape[2:]])  # no -1: [T, 0] too
+            skip = first - low * row if sampling_rate == 1 else 0
+            out[name] = gathered if steps == count else gathered[:, skip : skip + count]
     return out
 
 
 def window_element(arrays: dict, layout: Layout, episodes: Episodes, starts: tf.Tensor, with_keys: bool = False):
-    """What ``readers.windows`` yields for a batch of start rows: one gather of the span, the element shaped by
-    ``layout``, with the mask of padded windows, the episodes' labels and the keys as they ask."""
+    """What ``readers.windows`` yields for a batch of start rows: one gather per feature of the points it needs
+    (``Layout.point_ranges``), the element shaped by ``layout``, with the mask of padded windows, the episodes'
+    labels and the keys as they ask."""
     spec = layout.spec
-    gathered = gather_windows(arrays, starts, layout.gathered, spec.points, spec.sampling_rate)
+    gathered = gather_windows(arrays, starts, layout.point_ranges(), spec.sampling_rate)
     mask = labels = keys = None
-    if layout.masked or layout.label or with_keys:
+    if layout.masked or with_keys:
         episode, start = episodes.locate(starts)
-        if layout.masked:
-            points = tf.range(spec.length, dtype=tf.int64) * spec.sampling_rate
-            mask = start[:, None] + points[None, :] >= 0
-        if layout.label:
-            with tf.device(episodes.labels.device):
-                labels = _gather_rows(episodes.labels, episode)
-        if with_keys:
-            keys = episodes.keys(episode, start)
+    elif layout.label:  # the label alone needs no start step: two ops fewer a batch
+        episode = episodes.episode_of(starts)
+    if layout.masked:
+        points = tf.range(spec.length, dtype=tf.int64) * spec.sampling_rate
+        mask = start[:, None] + points[None, :] >= 0
+    if layout.label:
+        with tf.device(episodes.labels.device):
+            labels = _gather_rows(episodes.labels, episode)
+    if with_keys:
+        keys = episodes.keys(episode, start)
     element = layout.shape(gathered, mask, labels)
     return element if keys is None else (keys, element)
 

@@ -145,20 +145,39 @@ class Layout:
         self.pad_value = pad_value
         self.gathered = names + [n for n in self.target_names if n not in names]
 
+    def point_ranges(self) -> dict[str, tuple[int, int]]:
+        """``{name: (first point, points)}``: what of the span each gathered feature needs: an input-only feature
+        its first ``length`` points, a target-only one the last ``width``, one that is both the whole span. The
+        resident gather takes just those rows, so no step it will not yield is copied (nor sliced off again)."""
+        spec = self.spec
+        targets = set(self.target_names)
+        ranges = {}
+        for name in self.gathered:
+            if name in self.inputs and name in targets:
+                ranges[name] = (0, spec.points)
+            elif name in targets:
+                ranges[name] = (spec.points - spec.width, spec.width)
+            else:
+                ranges[name] = (0, spec.length)
+        return ranges
+
     @property
     def masked(self) -> bool:
         """Windows may start before their episode's first step: the inputs carry a mask."""
         return self.spec.padding is not None
 
     def shape(self, gathered: dict, mask=None, labels=None):
-        """``gathered`` holds the span's points per name (``[B, points, ...]``); returns the dataset element."""
+        """``gathered`` holds per name the span's points (``[B, points, ...]``) or just its ``point_ranges``;
+        returns the dataset element."""
         spec = self.spec
 
         def pick(values, names, single):
             return values[names[0]] if single else {n: values[n] for n in names}
 
-        whole = spec.points == spec.length
-        inputs = pick(gathered if whole else {n: v[:, :spec.length] for n, v in gathered.items()},
+        def span(v) -> bool:  # the whole span, not already cut to what is needed
+            return v.shape[1] == spec.points != spec.length
+
+        inputs = pick({n: v[:, :spec.length] if span(v) else v for n, v in gathered.items() if n in self.inputs},
                       self.inputs, self.single)
         shaped = inputs if mask is None else {"inputs": inputs, "mask": mask}
         if self.targets is None:
@@ -168,7 +187,8 @@ class Layout:
         if self.label:
             return shaped, labels
         start = spec.points - spec.width
-        targets = {n: gathered[n] if start == 0 and whole else gathered[n][:, start:] for n in self.target_names}
+        targets = {n: gathered[n][:, start:] if start and gathered[n].shape[1] == spec.points else gathered[n]
+                   for n in self.target_names}
         return shaped, pick(targets, self.target_names, self.target_single)
 
 
