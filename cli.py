@@ -24,7 +24,7 @@ from .ingest.images import ImageOptions
 from .ingest.options import ConvertOptions
 from .tools import console
 from .tools.console import EXIT_CODES, global_flags_first  # noqa: F401  (the command's API)
-from .tools.report import describe_lines, summary_lines
+from .tools.report import describe_lines, summary_lines, window_of
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Sharded TFRecords from image folders and numpy episodes, verified.")
@@ -253,8 +253,10 @@ def info(
     length: int | None = typer.Option(None, "--length", min=1,
                                       help="Episodes: also count the windows of this length per split, and the "
                                            "episodes too short for one."),
-    shift: int = typer.Option(1, "--shift", min=1, help="With --length: steps between window starts."),
-    horizon: int = typer.Option(0, "--horizon", min=0, help="With --length: forecast steps after each window."),
+    shift: int | None = typer.Option(None, "--shift", min=1,
+                                     help="With --length: steps between window starts (default 1)."),
+    horizon: int | None = typer.Option(None, "--horizon", min=0,
+                                       help="With --length: forecast steps after each window (default 0)."),
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
     try:
@@ -266,7 +268,7 @@ def info(
         if as_json:
             typer.echo(to_json(manifest), nl=False)
             return
-        lines = describe_lines(out, manifest, None if length is None else (length, shift, horizon))
+        lines = describe_lines(out, manifest, window_of(length, shift, horizon))
     except _errors() as e:
         _fail(e)
     _echo_lines(lines)

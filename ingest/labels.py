@@ -7,7 +7,8 @@ linear in rows. Nothing here knows what an input is: the caller matches the rows
 The layout:
   - a header row; the first column is the path (``/`` separators; the split folder included, ``train/run3.npy``);
   - the label column is the one named ``label``, else the second column (more than two columns need a ``label``);
-  - row N is line N of the file (the header is row 1); blank lines are skipped; values are stripped of spaces.
+  - row N is line N of the file (the header is row 1); blank lines are skipped; header names and labels are
+    stripped of spaces, paths are taken as written (a file name may end in a space).
 
 The kind of label is decided over every value (``label_kind``): all integers → classes in numeric order;
 all numbers, one not an integer → ``"value"`` (float32); anything else → class names, sorted.

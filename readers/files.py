@@ -20,7 +20,7 @@ from ..format.names import tf_compression_type
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
-from .windows.layout import TargetsArg, window_spec
+from .windows.layout import LABEL, TargetsArg, window_spec
 
 log = logging.getLogger(__name__)
 
@@ -77,16 +77,26 @@ class DatasetInfo:
                     sampling_rate: int = 1, time_range: tuple | None = None, padding: str | None = None) -> int:
         """Windows per epoch of ``readers.windows(length=, shift=, ...)`` with the same arguments, no data pass
         (``horizon``: an int ``targets``, as before ``targets=`` was here)."""
-        spec = window_spec(length, shift, targets if targets is not None else (horizon or None),
-                           sampling_rate=sampling_rate, time_range=time_range, padding=padding, where=self.path)
+        if horizon and targets is not None:
+            raise ValueError(f"{self.path}: horizon={horizon!r} and targets={targets!r} both say what follows a "
+                             "window; pass one (an int horizon H is targets=H)")
+        spec = self._spec(length, shift, targets if targets is not None else (horizon or None),
+                          sampling_rate=sampling_rate, time_range=time_range, padding=padding)
         return spec.count(self.episode_lengths(split))
+
+    def _spec(self, length, shift, targets, **shape):
+        """The windows' ``WindowSpec``, refused as ``readers.windows`` refuses label targets on unlabelled data."""
+        if isinstance(targets, str) and targets == LABEL and getattr(self.manifest, "labels", None) is None:
+            raise ValueError(f"{self.path}: targets='label' needs episode labels, and this data has none; convert "
+                             "with class folders (SRC/<class>/<episode>.npy) or --labels FILE")
+        return window_spec(length, shift, targets, where=self.path, **shape)
 
     def too_short(self, split: str, length: int, shift: int = 1, *, targets: TargetsArg = None,
                   sampling_rate: int = 1, time_range: tuple | None = None, padding: str | None = None) -> int:
         """Episodes of the split that give no window with these arguments (shorter than the span, or their
         ``time_range`` slice is): the reader skips them and logs how many."""
-        spec = window_spec(length, shift, targets, sampling_rate=sampling_rate, time_range=time_range,
-                           padding=padding, where=self.path)
+        spec = self._spec(length, shift, targets, sampling_rate=sampling_rate, time_range=time_range,
+                          padding=padding)
         return spec.too_short(self.episode_lengths(split))
 
     def shard_paths(self, split: str) -> list[str]:

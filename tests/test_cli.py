@@ -42,7 +42,12 @@ def test_info_counts_windows_and_the_episodes_too_short_for_one(image_tree, tmp_
     result = cli("info", tmp_path / "out", "--length", "30", "--shift", "5", "--horizon", "4")
     assert result.exit_code == 0, result.output
     # (40 - 34) // 5 + 1 + (100 - 34) // 5 + 1 windows; the 5-step episode gives none, and info says so
-    assert "train: 16 windows; 1 of 3 episodes too short for one; padding='start' serves them" in result.output
+    # The 5-step episode cannot end a 34-step span even padded: no hint that padding would help.
+    assert "train: 16 windows; 1 of 3 episodes too short for one\n" in result.output
+    padded = cli("info", tmp_path / "out", "--length", "30", "--shift", "5")  # a padded window fits in 5 steps
+    assert "1 of 3 episodes too short for one; padding='start' serves 1 of them" in padded.output
+    alone = cli("info", tmp_path / "out", "--horizon", "3")
+    assert alone.exit_code == 1 and "pass --length too" in alone.output
     src, _ = image_tree
     convert_images(src, str(tmp_path / "images"), ConvertOptions(num_shards=1), workers=0, progress=False)
     refused = cli("info", tmp_path / "images", "--length", "4")

@@ -191,7 +191,7 @@ def test_too_short_episodes_are_counted_and_logged(converted, caplog):
     with caplog.at_level("WARNING"):
         readers.windows(out, length=5, batch_size=2, features="a")
     assert "3 of 6 episodes give no window" in caplog.text
-    assert "padding='start' serves them too" in caplog.text
+    assert "padding='start' serves 3 of them" in caplog.text
 
 
 def test_a_pad_value_the_dtype_cannot_hold_is_refused(converted):

@@ -111,6 +111,17 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     return lines
 
 
+def window_of(length: int | None, shift: int | None, horizon: int | None) -> tuple[int, int, int] | None:
+    """``tfshard info``'s ``(length, shift, horizon)`` of ``--length/--shift/--horizon``, or None without
+    ``--length``; ``--shift`` or ``--horizon`` alone is refused (they say nothing without a window length)."""
+    if length is None:
+        if shift is not None or horizon is not None:
+            raise ValueError("--shift/--horizon: they shape the windows counted with --length (got no --length); "
+                             "pass --length too")
+        return None
+    return length, 1 if shift is None else shift, 0 if horizon is None else horizon
+
+
 def window_lines(manifest, length: int, shift: int = 1, horizon: int = 0) -> list[str]:
     """Per split: the windows ``readers.windows(length=, shift=, targets=horizon or None)`` yields an epoch, and the
     episodes too short for any (the reader skips them and logs it), from the manifest alone."""
@@ -124,8 +135,8 @@ def window_lines(manifest, length: int, shift: int = 1, horizon: int = 0) -> lis
              f"{f', targets={horizon}' if horizon else ''})):"]
     for name, split in manifest.splits.items():
         lengths = split.episode_lengths
-        short = spec.too_short(lengths)
-        fix = "; padding='start' serves them" if short else ""
+        short, served = spec.too_short(lengths), spec.served_by_padding(lengths)
+        fix = f"; padding='start' serves {served} of them" if served else ""
         lines.append(f"    {name}: {spec.count(lengths):,} windows; {short} of {len(lengths)} episodes too short for "
                      f"one{fix}")
     return lines

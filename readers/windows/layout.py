@@ -54,7 +54,17 @@ class Targets:
                 raise ValueError(f"Targets: {name} must be an integer of at least {low} (got {name}={value!r})")
             object.__setattr__(self, name, int(value))
         if not (self.features is None or isinstance(self.features, str)):
-            object.__setattr__(self, "features", tuple(self.features))
+            try:
+                names = tuple(self.features)
+            except TypeError:
+                names = None
+            if names == ():
+                raise ValueError("Targets: features must name at least one feature (got features=[]); pass None for "
+                                 "the inputs' features, or the names to predict")
+            if not names or not all(isinstance(n, str) for n in names):
+                raise TypeError(f"Targets: features must be None, a feature name or a non-empty list of names "
+                                f"(got features={self.features!r}); pass e.g. Targets('action', width=16, offset=16)")
+            object.__setattr__(self, "features", names)
 
 
 TargetsArg = Union[None, str, int, Targets]
@@ -140,7 +150,7 @@ class Layout:
             self.target_single = single if targets.features is None else isinstance(targets.features, str)
         else:
             self.target_names, self.target_single = [], False
-        if padding is not None and not isinstance(pad_value, (int, float, np.integer, np.floating, bool)):
+        if padding is not None and not isinstance(pad_value, (int, float, complex, bool, np.number, np.bool_)):
             raise TypeError(f"{where}: pad_value must be a number (got pad_value={pad_value!r})")
         self.pad_value = pad_value
         self.gathered = names + [n for n in self.target_names if n not in names]

@@ -45,7 +45,8 @@ def report_short_episodes(where: str, spec, lengths: Sequence[int]) -> int:
     """Logs how many episodes give no window (never silent); returns that count."""
     short = spec.too_short(lengths)
     if short:
-        fix = "" if spec.padding else "; padding='start' serves them too"
+        served = spec.served_by_padding(lengths)
+        fix = f"; padding='start' serves {served} of them" if served else ""
         log.warning("%s: %d of %d episodes give no window (shorter than the span of %d steps, or their time_range "
                     "slice is)%s", where, short, len(lengths), spec.extent, fix)
     return short

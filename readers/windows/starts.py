@@ -63,6 +63,10 @@ class WindowSpec:
         if self.width > self.points:
             raise ValueError(f"width: the targets are the last width points of the span of length + offset = "
                              f"{self.points} points (got width={self.width}); pass width <= {self.points}")
+        if self.extent > INT32_LIMIT:
+            raise ValueError(f"sampling_rate: a window of length + offset = {self.points} points, sampling_rate="
+                             f"{self.sampling_rate} steps apart, spans {self.extent} steps, over {INT32_LIMIT} (got "
+                             f"sampling_rate={self.sampling_rate}, offset={self.offset}); pass a smaller one")
         if self.padding not in PADDINGS:
             raise ValueError(f"padding: must be None or 'start' (got padding={self.padding!r})")
         if self.time_range is not None:
@@ -116,6 +120,13 @@ class WindowSpec:
         """Episodes that give no window (shorter than the span, or whose slice is)."""
         return sum(self.episode_windows(t)[1] == 0 for t in lengths)
 
+    def served_by_padding(self, lengths: Sequence[int]) -> int:
+        """Of the episodes too short for a window, how many ``padding="start"`` would serve (0 with padding): a
+        padded window still needs its span's end in the episode, and its start on a multiple of ``shift``."""
+        if self.padding is not None:
+            return 0
+        return self.too_short(lengths) - dataclasses.replace(self, padding="start").too_short(lengths)
+
     def starts(self, steps: int) -> np.ndarray:
         """Every window start of one episode, in steps from its slice's first step, in order."""
         first, count = self.episode_windows(steps)
@@ -136,6 +147,9 @@ def check_time_range(time_range) -> tuple:
     if all(_is_int(v) for v in (a, b)):
         if not 0 <= a < b:
             raise ValueError(f"time_range: steps must be 0 <= a < b (got time_range={time_range!r})")
+        if b > INT32_LIMIT:
+            raise ValueError(f"time_range: steps must be at most {INT32_LIMIT} (got time_range={time_range!r}); "
+                             "pass the end of the episode, or (a, 1.0) for all of it")
         return int(a), int(b)
     if all(isinstance(v, (float, np.floating)) for v in (a, b)):
         if not 0.0 <= a < b <= 1.0:

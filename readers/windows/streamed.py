@@ -15,7 +15,7 @@ from .. import files as files_lib
 from ..arguments import check_not_empty
 from ..episodes import stream_episodes
 from ..options import quiet_options
-from .layout import LABEL
+from .layout import LABEL, pad_fill
 from .resident import report_short_episodes
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -50,7 +50,9 @@ def episode_windows(layout, keys: dict, episode: dict, pad_value=0) -> tuple:
     for name in layout.gathered:
         values = episode[name][lo:hi]
         if spec.history:
-            pad = tf.fill(tf.concat([[spec.history], tf.shape(values)[1:]], 0), tf.cast(pad_value, values.dtype))
+            # The value resident mode pads with (tf.cast of a Python float would round through float32 first).
+            fill = tf.constant(pad_fill(pad_value, values.dtype.as_numpy_dtype, name, "windows"), values.dtype)
+            pad = tf.fill(tf.concat([[spec.history], tf.shape(values)[1:]], 0), fill)
             values = tf.concat([pad, values], 0)
         gathered[name] = tf.gather(values, positions)
     mask = (starts[:, None] + tf.range(spec.length, dtype=tf.int64) * spec.sampling_rate >= 0) if layout.masked \
