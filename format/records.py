@@ -34,6 +34,7 @@ EPISODE_FEATURES = {
 }
 DATA_PREFIX = "data/"  # episode feature ``obs`` is stored under ``data/obs``
 LABEL_KEY = "episode/label"  # in every chunk record of a labelled episode dataset
+LABEL_NAME = "label"  # what readers call an episode's label: no feature of a labelled dataset may be called so
 LABEL_FEATURES = {  # by the manifest's ``labels``
     "class": {"dtype": "int64", "shape": [], "description": "0-based index into class_names"},
     "value": {"dtype": "float32", "shape": [], "description": "the episode's value label"},

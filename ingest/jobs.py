@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
-from ..format.records import IMAGE_FEATURES, episode_features
+from ..format.records import IMAGE_FEATURES, LABEL_NAME, episode_features
 from ..format.untrusted import label_problem
 from . import labels as labels_lib
 from .episodes import (
@@ -155,7 +155,6 @@ class EpisodeShardStats:
         return cls(raw["episodes"], sums)
 
 
-LABEL_FEATURE = "label"  # what readers call an episode's label: no feature of a labelled dataset may be called so
 
 
 def _episode_labels(src: str, tree: SourceTree, options, on_error: str):
@@ -207,11 +206,11 @@ class EpisodeJob:
         episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath], label=by_path.get(h.file.relpath))
                     for h in headers if isinstance(h, EpisodeSource)]
         schema, odd = common_schema(episodes)
-        if labels is not None and LABEL_FEATURE in schema:
+        if labels is not None and LABEL_NAME in schema:
             holder = next(e for e in episodes if e.schema == schema)
             raise InputError(
-                f"{holder.file.path}: has an array named {LABEL_FEATURE!r}, but a labelled dataset yields each "
-                f"episode's label as {LABEL_FEATURE!r} (got features {sorted(schema)!r:.100}); rename the array, "
+                f"{holder.file.path}: has an array named {LABEL_NAME!r}, but a labelled dataset yields each "
+                f"episode's label as {LABEL_NAME!r} (got features {sorted(schema)!r:.100}); rename the array, "
                 "or convert without labels (--no-class-folders, or drop --labels)"
             )
         unusable = unreadable + [h for h in headers if isinstance(h, Rejection)] + odd

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from ..format.manifest import EpisodeInfo
 from ..format.names import tf_compression_type
-from ..format.records import data_features, episode_parse_spec, parse_spec
+from ..format.records import LABEL_KEY, data_features, episode_parse_spec, parse_spec
 from . import files as files_lib
 from .arguments import check_reading
 from .guard import ShardGuard, checkpointable
@@ -25,12 +25,6 @@ from .windows.starts import WindowSpec
 AUTOTUNE = tf.data.AUTOTUNE
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
 _RAW_TWIN = {np.dtype("<u4"): tf.int32, np.dtype("<u8"): tf.int64}
-LABEL_KEY = "episode/label"  # the record key of an episode's label (a dataset converted with episode labels)
-
-
-def labelled(dataset: files_lib.DatasetInfo) -> bool:
-    """Whether the dataset's episodes carry labels (class folders or ``--labels FILE`` at conversion)."""
-    return getattr(dataset.manifest, "labels", None) is not None
 
 
 def feature_schema(dataset: files_lib.DatasetInfo) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -198,7 +192,7 @@ def episodes(
     dataset = files_lib.info(path)
     return stream_episodes(dataset, split, select_features(dataset, features), shuffle_files=shuffle_files, seed=seed,
                            input_context=input_context, num_parallel_reads=num_parallel_reads,
-                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys, with_label=labelled(dataset))
+                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys, with_label=dataset.labelled)
 
 
 def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *, shuffle_files: bool,
@@ -270,6 +264,9 @@ class _Placer:
         self.episodes = {e.id: (e, offset + pad, *spec.bounds(e.length)) for e, offset in zip(episodes, offsets)}
         self.spans: dict[int, list[tuple[int, int]]] = {e.id: [] for e in episodes}
         self.seen: set[tuple[int, int]] = set()
+        # each episode's label as its records hold it (int64 or float32), made once, not per chunk record
+        labelled = [e for e in episodes if e.label is not None]
+        self.labels = dict(zip([e.id for e in labelled], label_array([e.label for e in labelled]))) if labelled else {}
         self._arrays = {n: np.empty((layout.steps, *shape), dtype) for n, (dtype, shape) in schema.items()}
         fills = {n: pad_fill(pad_value, dtype, n, where) if pad else 0 for n, (dtype, _) in schema.items()}
         for (_, begin, lo, hi), next_start in zip(self.episodes.values(), offsets[1:] + [layout.steps]):
@@ -298,7 +295,7 @@ class _Placer:
         if length != entry.length:
             raise fail(f"its records say {length} steps, the manifest says {entry.length} "
                        f"(got episode/length={length})")
-        if LABEL_KEY in record and record[LABEL_KEY] != label_array([entry.label])[0]:
+        if LABEL_KEY in record and record[LABEL_KEY] != self.labels.get(episode_id):
             raise fail(f"its records say label {record[LABEL_KEY]!r}, the manifest says {entry.label!r} "
                        f"(got episode/label={record[LABEL_KEY]!r})")
         if start < 0 or steps < 0 or start + steps > length:

@@ -20,7 +20,7 @@ from ..format.names import tf_compression_type
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
-from .windows.layout import LABEL, TargetsArg, window_spec
+from .windows.layout import TargetsArg, check_label_targets, window_spec
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,11 @@ class DatasetInfo:
     def splits(self) -> list[str]:
         return list(self.manifest.splits)
 
+    @property
+    def labelled(self) -> bool:
+        """Whether the episodes carry labels (class folders or ``--labels FILE`` at conversion)."""
+        return self.manifest.labels is not None
+
     def num_records(self, split: str) -> int:
         return split_info(self, split).records
 
@@ -86,9 +91,7 @@ class DatasetInfo:
 
     def _spec(self, length, shift, targets, **shape):
         """The windows' ``WindowSpec``, refused as ``readers.windows`` refuses label targets on unlabelled data."""
-        if isinstance(targets, str) and targets == LABEL and getattr(self.manifest, "labels", None) is None:
-            raise ValueError(f"{self.path}: targets='label' needs episode labels, and this data has none; convert "
-                             "with class folders (SRC/<class>/<episode>.npy) or --labels FILE")
+        check_label_targets(targets, self.labelled, self.path)
         return window_spec(length, shift, targets, where=self.path, **shape)
 
     def too_short(self, split: str, length: int, shift: int = 1, *, targets: TargetsArg = None,

@@ -181,7 +181,7 @@ def check_episode_args(path: str, split: str, episodes: int, length: int | None,
 
 def _label_text(manifest, label) -> str:
     """An episode's label as people read it: its class name, or its value."""
-    if getattr(manifest, "labels", None) == "class" and 0 <= int(label) < len(manifest.class_names):
+    if manifest.labels == "class" and 0 <= int(label) < len(manifest.class_names):
         return manifest.class_names[int(label)]
     return f"{float(label):.4g}"
 

@@ -80,7 +80,7 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
                      f"{_mb(split.bytes):>12}{steps}")
     rate = _rate(manifest, seconds, status) if seconds else ""
     lines.append(f"{out}: {manifest.total_records:,} records, {_mb(manifest.total_bytes)}{rate}")
-    labels = getattr(manifest, "labels", None)
+    labels = manifest.labels
     unlabelled = manifest.ignored.get("unlabelled")
     if labels is not None:
         labelled = sum(len(split.episodes) for split in manifest.splits.values())
@@ -151,7 +151,7 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
     if manifest.kind == "episodes":
         data = data_features(manifest.features)
         lines.append("  features: " + ", ".join(f"{n} {v['dtype']}{v['shape']}" for n, v in data.items()))
-        if getattr(manifest, "labels", None) is not None:
+        if manifest.labels is not None:
             lines.append(f"  labels: {_label_kind(manifest)}")
         for name, split in manifest.splits.items():
             lengths = split.episode_lengths
@@ -161,7 +161,7 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
                 mean, std = (split.feature_mean or {}).get(feature), (split.feature_std or {}).get(feature)
                 if mean is not None:
                     lines.append(f"    {feature}: mean {_short_list(mean)}, std {_short_list(std)}")
-            if getattr(manifest, "labels", None) is not None:
+            if manifest.labels is not None:
                 lines.append(f"    labels: {_label_counts(manifest, split)}")
         if window is not None:
             lines.extend(window_lines(manifest, *window))

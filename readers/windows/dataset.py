@@ -23,7 +23,7 @@ import tensorflow as tf
 from .. import files as files_lib
 from .. import service as service_lib
 from ..arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
-from ..episodes import feature_schema, labelled, load_concatenated, select_features
+from ..episodes import feature_schema, load_concatenated, select_features
 from .layout import Layout, TargetsArg, check_window_args, pad_fill
 from .resident import Source, build_resident
 from .streamed import streamed_windows
@@ -43,7 +43,7 @@ def _plan(path: str, split: str, features, targets: TargetsArg, length: int, shi
     # A one-feature dataset (``.npy`` sources name it "data") gives tensors unasked, so a Sequential takes it as is.
     single = isinstance(features, str) or (features is None and len(schema) == 1)
     layout = Layout(list(chosen), single, targets, list(schema), path, length=length, shift=shift,
-                    labelled=labelled(dataset), **shape)
+                    labelled=dataset.labelled, **shape)
     if layout.masked:  # refused before anything is read: a pad_value a feature's dtype cannot hold
         for name in layout.gathered:
             pad_fill(layout.pad_value, schema[name][0], name, path)

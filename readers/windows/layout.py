@@ -15,10 +15,11 @@ from typing import Union
 
 import numpy as np
 
+from ...format.records import LABEL_NAME
 from ..arguments import MAX_BATCH_SIZE, MAX_WINDOW_STEPS, check_count
 from .starts import WindowSpec, segment_offsets, segment_steps
 
-LABEL = "label"  # targets="label": the episode's label (a dataset converted with episode labels)
+LABEL = LABEL_NAME  # targets="label": the episode's label (a dataset converted with episode labels)
 LABEL_ARRAY = "episode/label"  # the resident arrays' key of the per-episode labels (no feature has a "/")
 
 
@@ -85,6 +86,13 @@ def as_targets(targets: TargetsArg, length: int, where: str) -> Targets | str | 
     return targets
 
 
+def check_label_targets(targets, labelled: bool, where: str) -> None:
+    """``targets="label"`` needs a dataset converted with episode labels."""
+    if isinstance(targets, str) and targets == LABEL and not labelled:
+        raise ValueError(f"{where}: targets='label' needs episode labels, and this data has none; convert with "
+                         "class folders (SRC/<class>/<episode>.npy) or --labels FILE")
+
+
 def window_spec(length: int, shift: int = 1, targets: TargetsArg = None, *, sampling_rate: int = 1,
                 time_range=None, padding: str | None = None, where: str = "windows") -> WindowSpec:
     """The ``WindowSpec`` of a reader's arguments (which windows each episode gives), without reading anything."""
@@ -128,9 +136,7 @@ class Layout:
                  length: int, shift: int, sampling_rate: int = 1, time_range=None, padding: str | None = None,
                  pad_value=0, labelled: bool = False):
         given, targets = targets, as_targets(targets, length, where)
-        if targets == LABEL and not labelled:
-            raise ValueError(f"{where}: targets='label' needs episode labels, and this data has none; convert with "
-                             "class folders (SRC/<class>/<episode>.npy) or --labels FILE")
+        check_label_targets(targets, labelled, where)
         self.inputs, self.single, self.targets = names, single, targets
         self.label = targets == LABEL
         self.same = targets == "same"
