@@ -81,8 +81,8 @@ def _bad_file(path: str, problem: str, fix: str = _FIX) -> InputError:
 
 def _clean_path(text: str) -> str | None:
     """A row's path made canonical (``./a.npy`` → ``a.npy``), or None when it leaves SRC (absolute, ``..``)."""
-    if not text or text.startswith("/") or re.match(r"[A-Za-z]:", text) or "\\" in text:
-        return None
+    if not text or text.startswith("/") or text.endswith("/") or re.match(r"[A-Za-z]:", text) or "\\" in text:
+        return None  # absolute, a folder (normpath would drop its slash), or Windows separators
     clean = posixpath.normpath(text)
     return None if clean == ".." or clean.startswith("../") or clean == "." else clean
 
@@ -150,6 +150,10 @@ def _rows(path: str, reader) -> LabelRows:
                                        "quote a field that holds a comma"))
             continue
         clean = _clean_path(row[0])
+        if row[0].endswith("/"):
+            problems.append(RowProblem(number, text, f"path {row[0]!r} names a folder, not an episode file; give "
+                                       "the file's path relative to SRC, without a trailing /"))
+            continue
         if clean is None:
             problems.append(RowProblem(number, text, f"path {row[0]!r} is not inside SRC; give it relative to SRC, "
                                        "with / separators and no .."))

@@ -304,15 +304,21 @@ def _statistics_problems(where: str, split: manifest_lib.EpisodeSplitInfo, featu
 
 
 def labels_problems(manifest_path: str, manifest) -> list[str]:
-    """The features table must declare ``episode/label`` as the manifest's ``labels`` says (and only then)."""
+    """Each class named once (readers refuse a name twice); the features table must declare ``episode/label`` as
+    the manifest's ``labels`` says (and only then)."""
+    problems = []
+    twice = sorted({n for n in manifest.class_names if manifest.class_names.count(n) > 1})
+    if twice:
+        problems.append(f"{manifest_path}: field class_names: names a class a second time (got {twice!r:.80}); "
+                        f"{REWRITE}")
     declared = manifest.features.get(LABEL_KEY)
-    labels = getattr(manifest, "labels", None)
+    labels = manifest.labels
     if labels is None and declared is not None:
-        return [f"{manifest_path}: field features[{LABEL_KEY!r}]: declared, but labels is null; {REWRITE}"]
-    if labels is not None and (declared or {}).get("dtype") != LABEL_FEATURES[labels]["dtype"]:
-        return [f"{manifest_path}: field features[{LABEL_KEY!r}]: must be {LABEL_FEATURES[labels]['dtype']} for "
-                f"labels {labels!r} (got {declared!r:.80}); {REWRITE}"]
-    return []
+        problems.append(f"{manifest_path}: field features[{LABEL_KEY!r}]: declared, but labels is null; {REWRITE}")
+    elif labels is not None and (declared or {}).get("dtype") != LABEL_FEATURES[labels]["dtype"]:
+        problems.append(f"{manifest_path}: field features[{LABEL_KEY!r}]: must be {LABEL_FEATURES[labels]['dtype']} "
+                        f"for labels {labels!r} (got {declared!r:.80}); {REWRITE}")
+    return problems
 
 
 def split_problems(manifest_path: str, name: str, split, manifest, tally: Tally) -> list[str]:
