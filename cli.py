@@ -20,6 +20,7 @@ import typer
 
 from .format.storage import prefer_small_gcs_blocks
 from .ingest.episodes import EpisodeOptions
+from .ingest.holdout import Holdout
 from .ingest.images import ImageOptions
 from .ingest.options import ConvertOptions
 from .tools import console
@@ -39,6 +40,12 @@ class OnError(str, enum.Enum):
 class Runner(str, enum.Enum):
     local = "local"
     beam = "beam"
+
+
+class LabelKind(str, enum.Enum):
+    class_ = "class"
+    multi = "multi"
+    value = "value"
 
 
 class Compression(str, enum.Enum):
@@ -125,11 +132,25 @@ def _runner(runner: Runner, beam_options: str | None):
     return BeamRunner(beam_options or "--runner=DirectRunner", quiet_logs=quiet)
 
 
-def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, **kind):
-    """The ConvertOptions both conversion commands share, plus the kind's own (``image=`` or ``episode=``)."""
+# Held-out splits: the same options, and meaning, for both conversion commands (ingest/holdout.py).
+_VAL_FRACTION = typer.Option(0.0, "--val-fraction", help="Hold out this share of train as a val split (by a "
+                             "seeded hash of each file's path: stable when files are added or removed).")
+_TEST_FRACTION = typer.Option(0.0, "--test-fraction", help="Hold out this share of train as a test split.")
+_SPLIT_SEED = typer.Option(0, "--split-seed", help="Seed of the held-out splits' hash.")
+_STRATIFY = typer.Option(False, "--stratify", help="Exact per-class held-out counts instead of the per-file hash "
+                         "(class labels only; a file's split may then move when others are added).")
+
+
+def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index, holdout,
+                     **kind):
+    """The ConvertOptions both conversion commands share, plus the kind's own (``image=`` or ``episode=``).
+
+    ``holdout``: ``(val_fraction, test_fraction, split_seed, stratify)`` as the options give them.
+    """
     return ConvertOptions(shard_bytes=shard_size, num_shards=num_shards, min_shards=min_shards,
                           compression=None if compression is Compression.none else compression.value,
-                          seed=seed if shuffle else None, on_error=on_error.value, index=index, **kind)
+                          seed=seed if shuffle else None, on_error=on_error.value, index=index,
+                          holdout=Holdout(*holdout), **kind)
 
 
 def _convert_and_report(convert, src, out, options, quiet=False, **run):
@@ -153,7 +174,7 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
 
 @app.command()
 def images(
-    src: str = typer.Argument(..., help="SRC/<class>/<image> or SRC/<split>/<class>/<image>."),
+    src: str = typer.Argument(..., help="SRC/<class>/<image>, SRC/<split>/<class>/<image>, or any with --labels."),
     out: str = typer.Argument(..., help="Output folder (local or gs://); created if missing."),
     shard_size: str = typer.Option("128MiB", help="Target shard size, e.g. 64MiB, 1GB."),
     num_shards: Optional[int] = typer.Option(None, help="Exact shards per split; wins over --shard-size."),
@@ -168,6 +189,16 @@ def images(
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Decode every image to catch corruption "
                                   "(JPEGs at 1/8 scale, strictly: every byte still entropy-decoded)."),
     on_error: OnError = typer.Option(OnError.skip, help="skip: record bad files in the manifest; fail: stop."),
+    labels: Optional[str] = typer.Option(
+        None, "--labels", help="CSV or JSON Lines labelling each image: its path relative to SRC, an optional split "
+        "column, and a label (a class, classes joined by ';', or numbers; several number columns: a vector)."
+    ),
+    label_kind: Optional[LabelKind] = typer.Option(None, "--label-kind", help="What the labels are (default: "
+                                                   "decided from the values)."),
+    val_fraction: float = _VAL_FRACTION,
+    test_fraction: float = _TEST_FRACTION,
+    split_seed: int = _SPLIT_SEED,
+    stratify: bool = _STRATIFY,
     workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
@@ -182,9 +213,10 @@ def images(
         _load_tensorflow()
         from .ingest.convert import convert_images
 
-        image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate)
+        image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate,
+                             labels_file=labels, label_kind=label_kind and label_kind.value)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
-                                   image=image)
+                                   (val_fraction, test_fraction, split_seed, stratify), image=image)
         _convert_and_report(convert_images, src, out, options, quiet, workers=workers, overwrite=overwrite,
                             runner=_runner(runner, beam_options))
     except _errors() as e:
@@ -217,6 +249,10 @@ def episodes(
         True, "--class-folders/--no-class-folders",
         help="Label episodes by folder when every file is SRC/[split/]<class>/<episode> (2+ classes).",
     ),
+    val_fraction: float = _VAL_FRACTION,
+    test_fraction: float = _TEST_FRACTION,
+    split_seed: int = _SPLIT_SEED,
+    stratify: bool = _STRATIFY,
     workers: Optional[int] = typer.Option(None, help="Loader processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
@@ -234,7 +270,7 @@ def episodes(
         episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
                                  max_episode_bytes=max_episode_bytes, labels_file=labels, class_folders=class_folders)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
-                                   episode=episode)
+                                   (val_fraction, test_fraction, split_seed, stratify), episode=episode)
         _convert_and_report(convert_episodes, src, out, options, quiet, workers=workers, overwrite=overwrite,
                             runner=_runner(runner, beam_options))
     except _errors() as e:

@@ -15,7 +15,13 @@ import math
 from typing import Any
 
 from .names import INDEX_NAME, MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_output_name, is_shard_name  # noqa: F401
-from .records import EPISODE_FEATURES, IMAGE_FEATURES, episode_features  # noqa: F401  (the tables the manifest holds)
+from .records import (  # noqa: F401  (the tables the manifest holds)
+    EPISODE_FEATURES,
+    IMAGE_FEATURES,
+    IMAGE_LABEL_KINDS,
+    episode_features,
+    image_features,
+)
 
 FORMAT_VERSION = 1
 MAX_MANIFEST_BYTES = 1 << 30  # checked before a manifest or state file is read into memory
@@ -79,6 +85,9 @@ class SplitInfo:
 class ImageSplitInfo(SplitInfo):
     """An image split: per-class counts and per-RGB-channel pixel statistics in [0, 1].
 
+    ``class_counts``: images per class; with multi-label, the images holding each class (a count per class, so
+    they may sum to more or less than ``records``); empty for value labels.
+
     The statistics are measured on the decode done for validation (1/8-scale for
     passthrough JPEGs, which leaves the mean exact and understates the std by the
     variance inside 8x8 blocks); None with ``validate=False``.
@@ -121,7 +130,11 @@ class Manifest:
     ignored: dict[str, int]
     format_version: int = FORMAT_VERSION
     ignored_files: list[str] = dataclasses.field(default_factory=list)
-    labels: str | None = None  # episodes only: None, or one of LABEL_KINDS
+    # Episodes: None (unlabelled), or one of LABEL_KINDS. Images: None (class folders), or one of IMAGE_LABEL_KINDS
+    # (a labels file): "class" and None read alike; "multi" and "value" change the label key (records.image_features).
+    labels: str | None = None
+    label_columns: list[str] = dataclasses.field(default_factory=list)  # images, labels "value": the value columns
+    split_rule: dict[str, Any] | None = None  # held-out splits decided at conversion (ingest/holdout.py), else None
 
     def __post_init__(self):
         check_format_version(self.format_version, MANIFEST_NAME)

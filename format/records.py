@@ -23,6 +23,15 @@ IMAGE_FEATURES = {
     "image/filename": {"dtype": "string", "shape": [], "description": "path relative to the source folder"},
 }
 
+# Image labels other than classes (``tfshard images --labels FILE``): the manifest's ``labels`` names the kind, and
+# the kind's key replaces ``image/class/label`` (``image_features``). Class folders, and a labels file of classes,
+# keep ``IMAGE_FEATURES`` as they are.
+IMAGE_LABEL_KINDS = ("class", "multi", "value")
+MULTI_LABEL_KEY = "image/class/labels"  # multi-label: the sorted 0-based class indices of the image (any number)
+VALUE_KEY = "image/value"  # regression: one float32 per label column
+IMAGE_LABEL_KEYS = {None: "image/class/label", "class": "image/class/label", "multi": MULTI_LABEL_KEY,
+                    "value": VALUE_KEY}
+
 EPISODE_FEATURES = {
     "episode/id": {"dtype": "int64", "shape": [], "description": "position of the source file in sorted order"},
     "episode/length": {"dtype": "int64", "shape": [], "description": "time steps of the whole episode"},
@@ -58,6 +67,30 @@ def episode_features(schema: dict[str, tuple[str, tuple[int, ...]]], labels: str
     return features
 
 
+def image_features(labels: str | None = None, columns: int = 1) -> dict[str, Any]:
+    """The record keys of an image dataset whose labels are of kind ``labels`` (the manifest's ``labels``).
+
+    None or ``"class"``: ``IMAGE_FEATURES``. ``"multi"``: ``image/class/labels`` (int64, any number, sorted) in
+    place of ``image/class/label``, and ``image/class/text`` the names joined by ``;``. ``"value"``:
+    ``image/value`` (float32 ``[columns]``) in place of both class keys.
+
+        list(image_features("value", 2))[-1], image_features("value", 2)["image/value"]["shape"]  # ('image/value', [2])
+    """
+    if labels not in IMAGE_LABEL_KEYS:
+        raise ValueError(f"image labels: must be one of {IMAGE_LABEL_KINDS} or None (got {labels!r})")
+    features = dict(IMAGE_FEATURES)
+    if labels == "multi":
+        del features["image/class/label"]
+        features[MULTI_LABEL_KEY] = {"dtype": "int64", "shape": [-1],
+                                     "description": "sorted 0-based indices into class_names (multi-label)"}
+        features["image/class/text"] = {"dtype": "string", "shape": [], "description": "class names joined by ;"}
+    elif labels == "value":
+        del features["image/class/label"], features["image/class/text"]
+        features[VALUE_KEY] = {"dtype": "float32", "shape": [columns],
+                               "description": "the label columns' values (label_columns in dataset.json)"}
+    return features
+
+
 def data_features(features: dict[str, Any]) -> dict[str, dict]:
     """Feature name → its entry (``dtype``, ``shape``) for the ``data/<name>`` keys of an episode table."""
     return {key[len(DATA_PREFIX):]: spec for key, spec in features.items() if key.startswith(DATA_PREFIX)}
@@ -71,13 +104,21 @@ def _tensorflow():
 
 
 def parse_spec(table: dict[str, Any], keys: Iterable[str] | None = None) -> dict:
-    """``tf.io.parse_*example`` spec for ``keys`` (default: all) of a feature table; raw episode data is bytes."""
+    """``tf.io.parse_*example`` spec for ``keys`` (default: all) of a feature table; raw episode data is bytes.
+
+    A key of shape ``[-1]`` (any number of values) is a ``VarLenFeature``; ``[k]`` of int64 or float32, ``k``
+    values; every other key one value (episode data: one bytes string of any shape).
+    """
     tf = _tensorflow()
 
-    def dtype(spec):
-        return {"int64": tf.int64, "float32": tf.float32}.get(spec["dtype"], tf.string)
+    def feature(spec):
+        dtype = {"int64": tf.int64, "float32": tf.float32}.get(spec["dtype"], tf.string)
+        shape = list(spec.get("shape", [])) if dtype != tf.string else []
+        if shape == [-1]:
+            return tf.io.VarLenFeature(dtype)
+        return tf.io.FixedLenFeature(shape, dtype)
 
-    return {key: tf.io.FixedLenFeature([], dtype(table[key])) for key in (table if keys is None else keys)}
+    return {key: feature(table[key]) for key in (table if keys is None else keys)}
 
 
 def episode_parse_spec(names: Iterable[str]) -> dict:
@@ -98,6 +139,11 @@ def serialize(table: dict[str, Any], values: dict[str, Any]) -> list[bytes]:
         raise KeyError(f"record keys {sorted(set(values) ^ set(table))} differ from the feature table")
     for key, value in values.items():
         kind = {"int64": int, "float32": float}.get(table[key]["dtype"], bytes)
-        if type(value) is not kind:  # exactly: a bool is no int64, an int no float32
+        shape = table[key].get("shape", []) if kind is not bytes else []
+        if shape:  # [-1]: any number of values; [k]: exactly k
+            if type(value) is not tuple or any(type(v) is not kind for v in value) or (
+                    shape != [-1] and len(value) != shape[0]):
+                raise TypeError(f"{key}: {value!r:.60} for a {table[key]['dtype']} {shape} feature")
+        elif type(value) is not kind:  # exactly: a bool is no int64, an int no float32
             raise TypeError(f"{key}: {type(value).__name__} value for a {table[key]['dtype']} feature")
     return example_parts(values.items())

@@ -34,7 +34,7 @@ from typing import Union
 
 import google_crc32c
 
-Value = Union[int, float, bytes]
+Value = Union[int, float, bytes, tuple]  # a tuple: several int64 (or float32) values; () is an empty Int64List
 _MASK_DELTA = 0xA282EAD8
 _UINT64 = struct.Struct("<Q")
 _UINT32 = struct.Struct("<I")
@@ -63,7 +63,19 @@ def _varint(value: int) -> bytes:
 
 
 def _feature(value: Value) -> list[bytes]:
-    """The parts of one ``Feature`` message holding one value (packed int64, packed float32, or one bytes string)."""
+    """The parts of one ``Feature`` message holding one value (packed int64, packed float32, or one bytes string),
+    or a tuple of values (all floats: packed float32; else packed int64, empty included)."""
+    if isinstance(value, tuple):
+        if value and all(isinstance(v, float) for v in value):
+            packed = b"".join(_FLOAT32.pack(v) for v in value)
+            head, kind = _FIELD_1 + _varint(len(packed)), _FLOAT_LIST
+        else:
+            for v in value:
+                if not -(2**63) <= v < 2**63:
+                    raise OverflowError(f"{v} does not fit an int64 feature")
+            packed = b"".join(_varint(v) for v in value)
+            head, kind = (_FIELD_1 + _varint(len(packed))) if value else b"", _INT64_LIST
+        return [kind, _varint(len(head) + len(packed)), head, packed]
     if isinstance(value, float):
         values = _FIELD_1 + b"\x04" + _FLOAT32.pack(value)  # FloatList.value, packed: one little-endian float32
         return [_FLOAT_LIST, _varint(len(values)), values]

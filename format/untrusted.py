@@ -31,7 +31,7 @@ from .manifest import (
     is_finite_number,
 )
 from .names import MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_shard_name
-from .records import DATA_PREFIX, LABEL_FEATURES, LABEL_KEY
+from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, image_features
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -136,7 +136,10 @@ def _check_features(check: _Checker, features: Any) -> None:
         if not (isinstance(spec["dtype"], str) and spec["dtype"] in allowed):
             check.fail(f"{where}.dtype", f"must be 'string', 'int64', 'float32' (a label) or a dtype the readers "
                        f"decode ({', '.join(sorted(EPISODE_DTYPES))})", spec["dtype"])
-        for i, dim in enumerate(check.sequence(spec["shape"], f"{where}.shape")):
+        shape = check.sequence(spec["shape"], f"{where}.shape")
+        if shape == [-1] and not key.startswith(DATA_PREFIX):
+            continue  # a list of any length (multi-label class indices)
+        for i, dim in enumerate(shape):
             check.count(dim, f"{where}.shape[{i}]")
 
 
@@ -183,16 +186,22 @@ def _split_totals(check: _Checker, where: str, raw: dict, shards: list[ShardInfo
 
 
 def _class_counts(check: _Checker, where: str, counts: dict, class_names: list[str], records: int,
-                  consistency: bool) -> None:
+                  consistency: bool, labels: str | None = None) -> None:
     for key, value in counts.items():
         check.count(value, f"{where}[{key!r}]")
+        if labels == "multi" and value > records:
+            check.fail(f"{where}[{key!r}]", f"must be at most the split's {records} records", value)
     if not consistency:
+        return
+    if labels == "value":
+        if counts:
+            check.fail(where, "must be empty: value labels have no classes", sorted(counts)[:3])
         return
     if set(counts) != set(class_names):
         missing, extra = sorted(set(class_names) - set(counts)), sorted(set(counts) - set(class_names))
         check.fail(where, f"must name exactly the class_names (lacks {missing[:3]!r}, names {extra[:3]!r} "
                    "that are not classes)", sorted(counts))
-    if sum(counts.values()) != records:
+    if labels != "multi" and sum(counts.values()) != records:  # multi-label: an image counts in each of its classes
         check.fail(where, f"must sum to the split's {records} records", sum(counts.values()))
 
 
@@ -222,7 +231,7 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
     fields = {"shards": parsed, "records": raw["records"], "bytes": raw["bytes"]}
     if kind == "images":
         counts = check.mapping(raw.get("class_counts", {}), f"{where}.class_counts")
-        _class_counts(check, f"{where}.class_counts", counts, class_names, raw["records"], consistency)
+        _class_counts(check, f"{where}.class_counts", counts, class_names, raw["records"], consistency, labels)
         check.numbers(raw.get("pixel_mean"), f"{where}.pixel_mean")
         check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
         return ImageSplitInfo(**fields, class_counts=raw.get("class_counts", {}), pixel_mean=raw.get("pixel_mean"),
@@ -240,12 +249,39 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
                             feature_std=raw.get("feature_std"))
 
 
+def _check_image_labels(check: _Checker, labels: Any, raw: dict, consistency: bool) -> None:
+    """An image dataset's ``labels``: null (class folders) or one of ``IMAGE_LABEL_KINDS``, with class names except
+    for ``"value"``, ``label_columns`` only for ``"value"``, and the kind's record keys in ``features``."""
+    if labels is not None and (not isinstance(labels, str) or labels not in IMAGE_LABEL_KINDS):
+        check.fail("labels", f"must be null or one of {IMAGE_LABEL_KINDS} for an images dataset", labels)
+    columns = check.sequence(raw.get("label_columns", []), "label_columns")
+    for i, name in enumerate(columns):
+        check.text(name, f"label_columns[{i}]")
+    if (labels == "value") != bool(columns):
+        check.fail("label_columns", "must name the value columns (labels is 'value')" if labels == "value" else
+                   f"must be empty: only value labels have columns (labels is {labels!r})", columns)
+    if (labels != "value") != bool(raw["class_names"]):
+        check.fail("class_names", "must be empty: value labels have no classes" if labels == "value" else
+                   "must name the classes", raw["class_names"])
+    if consistency:
+        expected = image_features(labels, max(1, len(columns)))
+        features = raw["features"]
+        if {k: (v["dtype"], v["shape"]) for k, v in features.items()} != {
+                k: (v["dtype"], v["shape"]) for k, v in expected.items()}:
+            check.fail("features", f"must be the record keys of {labels or 'class'} labels "
+                       f"({', '.join(sorted(expected))})", sorted(features))
+
+
 def _check_labels(check: _Checker, labels: Any, raw: dict, consistency: bool) -> None:
     """``labels``: null, or for episodes ``"class"`` (with class_names) or ``"value"`` (without); its features key."""
+    if raw["kind"] == "images":
+        _check_image_labels(check, labels, raw, consistency)
+        return
     if labels is not None and (not isinstance(labels, str) or labels not in LABEL_KINDS):
         check.fail("labels", f"must be null or one of {LABEL_KINDS}", labels)
-    if labels is not None and raw["kind"] != "episodes":
-        check.fail("labels", f"must be null for a {raw['kind']} dataset (episode datasets only)", labels)
+    if raw.get("label_columns"):
+        check.fail("label_columns", "must be empty for an episodes dataset (its labels have one value)",
+                   raw["label_columns"])
     if raw["kind"] == "episodes" and (labels == "class") != bool(raw["class_names"]):
         need = "must name the classes (labels is 'class')" if labels == "class" else \
             f"must be empty: an episode dataset has class names only with labels 'class' (labels is {labels!r})"
@@ -259,6 +295,26 @@ def _check_labels(check: _Checker, labels: Any, raw: dict, consistency: bool) ->
     if labels is not None and features.get(LABEL_KEY, {}).get("dtype") != LABEL_FEATURES[labels]["dtype"]:
         check.fail(f"features[{LABEL_KEY!r}]", f"must be a {LABEL_FEATURES[labels]['dtype']} feature "
                    f"(labels is {labels!r})", features.get(LABEL_KEY))
+
+
+SPLIT_RULE_METHODS = ("hash", "stratified")
+
+
+def _check_split_rule(check: _Checker, rule: Any) -> None:
+    """``split_rule``: null, or how held-out splits were decided (``ingest/holdout.py``)."""
+    if rule is None:
+        return
+    check.keys(check.mapping(rule, "split_rule"), "split_rule", {"method", "seed", "from", "fractions"})
+    if rule["method"] not in SPLIT_RULE_METHODS:
+        check.fail("split_rule.method", f"must be one of {SPLIT_RULE_METHODS}", rule["method"])
+    if not is_count(rule["seed"], 0, 2**63 - 1):
+        check.fail("split_rule.seed", "must be a non-negative int64", rule["seed"])
+    check.text(rule["from"], "split_rule.from")
+    for name, fraction in check.mapping(rule["fractions"], "split_rule.fractions").items():
+        if not (isinstance(name, str) and SPLIT_NAME.match(name)) or not (
+                is_finite_number(fraction) and 0 < fraction < 1):
+            check.fail(f"split_rule.fractions[{name!r:.40}]", "must be a split name and a fraction in (0, 1)",
+                       fraction)
 
 
 def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:
@@ -276,7 +332,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    optional = {"format_version", "ignored_files", "labels"}
+    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -293,6 +349,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         seen.add(name)
     labels = raw.get("labels")
     _check_labels(check, labels, raw, consistency)
+    _check_split_rule(check, raw.get("split_rule"))
     check.mapping(raw["options"], "options")
     for i, item in enumerate(check.sequence(raw["rejected"], "rejected")):
         check.keys(check.mapping(item, f"rejected[{i}]"), f"rejected[{i}]", {"path", "reason"})

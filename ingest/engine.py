@@ -143,6 +143,8 @@ def _assemble(
         ignored=job.ignored,
         ignored_files=job.ignored_files,
         labels=job.labels,
+        label_columns=list(job.label_columns),
+        split_rule=job.split_rule,
     )
 
 

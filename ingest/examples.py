@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from ..format.records import DATA_PREFIX, IMAGE_FEATURES, LABEL_KEY, serialize
+from ..format.records import DATA_PREFIX, IMAGE_FEATURES, LABEL_KEY, MULTI_LABEL_KEY, VALUE_KEY, serialize
 from ..format.tfrecord import frame_records, gzip_member
 from .episodes import PreparedEpisode
 from .images import PreparedImage
@@ -54,24 +54,36 @@ def _text(value: str) -> bytes:
 class ImageItemStats:
     """What one image adds to its shard's statistics."""
 
-    label: int
+    label: int | tuple  # a class index; multi-label: the class indices; value labels: the floats
     pixels: Any  # PixelSums
     converted: bool
 
 
-def image_records(image: PreparedImage, class_names: tuple[str, ...]) -> tuple[list[list[bytes]], ImageItemStats]:
-    """One record with the keys TF's reference input pipelines read (see ``IMAGE_FEATURES``)."""
+def image_records(image: PreparedImage, class_names: tuple[str, ...], labels: str | None = None,
+                  features: dict | None = None) -> tuple[list[list[bytes]], ImageItemStats]:
+    """One record with the keys TF's reference input pipelines read (see ``IMAGE_FEATURES``).
+
+    ``labels``: the manifest's ``labels`` (None or ``"class"``: ``image/class/label``; ``"multi"``:
+    ``image/class/labels``; ``"value"``: ``image/value``), with ``features`` its table (``image_features``).
+    """
     label = image.source.label
-    record = serialize(IMAGE_FEATURES, {
+    values = {
         "image/encoded": image.encoded,
         "image/format": b"jpeg",
         "image/height": image.height,
         "image/width": image.width,
         "image/channels": image.channels,
-        "image/class/label": label,
-        "image/class/text": _text(class_names[label]),
         "image/filename": _text(image.source.relpath),
-    })
+    }
+    if labels == "multi":
+        values[MULTI_LABEL_KEY] = label
+        values["image/class/text"] = _text(";".join(class_names[i] for i in label))
+    elif labels == "value":
+        values[VALUE_KEY] = label
+    else:
+        values["image/class/label"] = label
+        values["image/class/text"] = _text(class_names[label])
+    record = serialize(features or IMAGE_FEATURES, values)
     return [record], ImageItemStats(label, image.pixels, image.converted is not None)
 
 

@@ -46,6 +46,9 @@ class ImageOptions:
         JPEGs are decoded at 1/8 scale (libjpeg's DCT scaling), which still reads
         every entropy-coded byte, and any libjpeg warning about corrupt data
         rejects the file; off, only the header is read.
+      labels_file: a CSV or JSON Lines file labelling each image (``ingest/labels.py``) instead of class folders;
+        SRC may then be a flat folder.
+      label_kind: ``"class"``, ``"multi"`` or ``"value"`` for the labels file's values; None decides from them.
     """
 
     quality: int = DEFAULT_QUALITY
@@ -53,8 +56,15 @@ class ImageOptions:
     max_side: int | None = None
     max_pixels: int = DEFAULT_MAX_PIXELS
     validate: bool = True
+    labels_file: str | None = None
+    label_kind: str | None = None
 
     def __post_init__(self):
+        if self.label_kind not in (None, "class", "multi", "value"):
+            raise ValueError(f"label_kind: must be 'class', 'multi', 'value' or None (got {self.label_kind!r})")
+        if self.label_kind is not None and self.labels_file is None:
+            raise ValueError(f"label_kind: only with a labels file (got label_kind={self.label_kind!r} and no "
+                             "labels_file); pass --labels FILE, or drop --label-kind")
         if not 1 <= self.quality <= 100:
             raise ValueError(f"quality: must be in [1, 100] (got {self.quality!r}); 95 keeps nearly all detail")
         if self.max_side is not None and self.max_side < 1:

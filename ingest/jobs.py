@@ -19,7 +19,7 @@ import os
 from typing import Any
 
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
-from ..format.records import IMAGE_FEATURES, LABEL_NAME, episode_features
+from ..format.records import LABEL_NAME, episode_features, image_features
 from ..format.untrusted import label_problem
 from . import labels as labels_lib
 from .episodes import (
@@ -33,8 +33,17 @@ from .episodes import (
 )
 from .errors import InputError
 from .examples import ImageItemStats, encode_item, episode_records, image_records
+from .holdout import hold_out
 from .images import PixelSums, prepare_image
-from .scan import IMAGE_EXTENSIONS, MAX_LISTED_IGNORED, Rejection, SourceFile, SourceTree, scan_image_folders
+from .scan import (
+    IMAGE_EXTENSIONS,
+    MAX_LISTED_IGNORED,
+    Rejection,
+    SourceFile,
+    SourceTree,
+    scan_image_files,
+    scan_image_folders,
+)
 
 
 def _fail_on(src: str, rejected: list[Rejection], on_error: str) -> None:
@@ -71,28 +80,65 @@ def _numbers(values, length: int) -> tuple:
     return values
 
 
+def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
+    """A scanned tree labelled by ``image_options.labels_file``: its files (split and label set), the labels, the
+    bad rows as Rejections, and the files no row names (sorted)."""
+    found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
+    labels_file = image_options.labels_file
+    rows = labels_lib.read_rows(labels_file, splits=True, columns=True)
+    labels, problems = labels_lib.decide(rows, src, found, kinds=labels_lib.LABEL_KINDS,
+                                         forced=image_options.label_kind)
+    if problems and on_error == "fail":
+        raise problems[0].error(labels_file)
+    rejected = [Rejection(p.path or p.text, p.reason(labels_file)) for p in problems]
+    bad = {p.path for p in problems}
+    files: dict[str, list[SourceFile]] = {}
+    for source in sorted((f for fs in tree.files.values() for f in fs), key=lambda f: f.relpath):
+        if source.relpath in labels.by_path:
+            label = labels.by_path[source.relpath]
+            label = (label,) if labels.kind == "value" and not isinstance(label, tuple) else label
+            split = labels.splits.get(source.relpath, source.split)
+            files.setdefault(split, []).append(dataclasses.replace(source, split=split, label=label))
+    unlabelled = sorted(p for p in found if p not in labels.by_path and p not in bad)
+    return files, labels, rejected, unlabelled
+
+
 class ImageJob:
-    """Image class folders: one record per image, labelled by folder."""
+    """Images: one record per image, labelled by class folder or by a labels file (``ImageOptions.labels_file``)."""
 
     kind = "images"
     unit = "img"
-    labels = None  # images are labelled by class folder, as the records' own keys say (not the episodes' labels)
     nothing_found = f"no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC"
 
     def __init__(self, src: str, options):
-        tree = scan_image_folders(src)
-        _fail_on(src, tree.rejected, options.on_error)
+        labels_file = options.image.labels_file
+        tree = scan_image_files(src) if labels_file is not None else scan_image_folders(src)
         self.src = src
-        self.items: dict[str, list[SourceFile]] = tree.files
-        self.rejected = tree.rejected
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
         self.ignored_files = tree.ignored_files
+        self.labels, self.label_columns = None, []  # class folders: labels None, as before labels files
+        items, unreadable, label_rejects = tree.files, tree.rejected, []
         self.class_names = tree.class_names
-        self.features = IMAGE_FEATURES
+        if labels_file is not None:  # only labelled images are read (an unlabelled one is left out, even unreadable)
+            items, labels, label_rejects, unlabelled = _labelled_images(src, tree, options.image, options.on_error)
+            unreadable = [r for r in unreadable if r.relpath in labels.by_path]
+            self.labels, self.class_names = labels.kind, labels.class_names
+            self.label_columns = labels.columns if labels.kind == "value" else []
+            self.ignored["unlabelled"] = len(unlabelled)
+            self.ignored_files = sorted(tree.ignored_files + unlabelled)[:MAX_LISTED_IGNORED]
+        _fail_on(src, unreadable, options.on_error)
+        rejected = unreadable + label_rejects
+        class_of = (lambda f: f.label) if self.labels in (None, "class") else None
+        self.items: dict[str, list[SourceFile]] = hold_out(items, options.holdout, path_of=lambda f: f.relpath,
+                                                           class_of=class_of, src=src)
+        self.split_rule = options.holdout.rule()
+        self.rejected = sorted(rejected, key=lambda r: r.relpath)
+        self.features = image_features(self.labels, max(1, len(self.label_columns)))
         self.prepare = functools.partial(
             encode_item,
             prepare=functools.partial(prepare_image, options=options.image),
-            to_records=functools.partial(image_records, class_names=tuple(tree.class_names)),
+            to_records=functools.partial(image_records, class_names=tuple(self.class_names), labels=self.labels,
+                                         features=self.features),
             compression=options.compression,
         )
 
@@ -100,12 +146,17 @@ class ImageJob:
     def size_of(item: SourceFile) -> int:
         return item.size
 
-    @staticmethod
-    def source_key(item: SourceFile) -> tuple:
-        return item.relpath, item.size, item.mtime_ns, item.ctime_ns
+    def source_key(self, item: SourceFile) -> tuple:
+        key = item.relpath, item.size, item.mtime_ns, item.ctime_ns
+        return key if self.labels is None else (*key, item.label)  # a relabelled image is another input
 
     def identity(self) -> dict:
-        return {"class_names": self.class_names}
+        found = {"class_names": self.class_names}
+        if self.labels is not None:
+            found.update(labels=self.labels, label_columns=self.label_columns)
+        if self.split_rule is not None:
+            found["split_rule"] = self.split_rule
+        return found
 
     def new_stats(self) -> ImageShardStats:
         return ImageShardStats([0] * len(self.class_names))
@@ -113,8 +164,9 @@ class ImageJob:
     def stats_from_dict(self, raw: dict, records: int) -> ImageShardStats:
         """Statistics from a commit record, checked against the shard's record count (a tampered record is refused)."""
         stats = ImageShardStats.from_dict(raw)
-        counts = [_count(c) for c in stats.class_counts]
-        if len(counts) != len(self.class_names) or sum(counts) != records:
+        counts = [_count(c, high=records) for c in stats.class_counts]
+        adds_up = sum(counts) == records or self.labels in ("multi", "value")  # multi: an image in each of its classes
+        if len(counts) != len(self.class_names) or not adds_up:
             raise ValueError(f"class counts {counts!r:.80} do not add up to the shard's {records} records")
         _count(stats.converted, high=records)
         pixels = stats.pixels
@@ -126,9 +178,12 @@ class ImageJob:
             raise ValueError("pixel sums out of range for 8-bit pixels")
         return stats
 
-    @staticmethod
-    def count(item: ImageItemStats, stats: ImageShardStats) -> None:
-        stats.class_counts[item.label] += 1
+    def count(self, item: ImageItemStats, stats: ImageShardStats) -> None:
+        if self.labels == "multi":
+            for index in item.label:
+                stats.class_counts[index] += 1
+        elif self.labels != "value":
+            stats.class_counts[item.label] += 1
         stats.pixels += item.pixels
         stats.converted += item.converted
 
@@ -220,9 +275,15 @@ class EpisodeJob:
         self.src = src
         self.schema = schema
         self.labels = None if labels is None else labels.kind
-        self.items: dict[str, list[EpisodeSource]] = {
+        items = {
             split: [e for e in episodes if e.file.split == split and e.file.relpath not in odd_paths] for split in found
         }
+        class_of = (lambda e: e.label) if self.labels == "class" else None
+        self.items: dict[str, list[EpisodeSource]] = hold_out(items, options.holdout,
+                                                              path_of=lambda e: e.file.relpath, class_of=class_of,
+                                                              src=src)
+        self.split_rule = options.holdout.rule()
+        self.label_columns: list[str] = []
         self.rejected = sorted(unusable + label_rejects, key=lambda r: r.relpath)
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
         self.ignored_files = tree.ignored_files
@@ -249,9 +310,12 @@ class EpisodeJob:
         return key if item.label is None else (*key, item.label)  # a relabelled episode is another input
 
     def identity(self) -> dict:
-        if self.labels is None:
-            return {"schema": self.features}
-        return {"schema": self.features, "labels": self.labels, "class_names": self.class_names}
+        found = {"schema": self.features}
+        if self.labels is not None:
+            found.update(labels=self.labels, class_names=self.class_names)
+        if self.split_rule is not None:
+            found["split_rule"] = self.split_rule
+        return found
 
     @staticmethod
     def new_stats() -> EpisodeShardStats:

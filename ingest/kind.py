@@ -34,7 +34,10 @@ class Kind(Protocol):
       ignored: counts of files that are not inputs ({"hidden": n, "other": n}).
       ignored_files: the first of those "other" files, by path relative to ``src`` (capped).
       class_names: the label names (episodes: only with ``labels == "class"``).
-      labels: the manifest's ``labels``: None, or for episodes ``"class"`` / ``"value"``.
+      labels: the manifest's ``labels``: None, or for episodes ``"class"`` / ``"value"``, for images (a labels file)
+        ``"class"`` / ``"multi"`` / ``"value"``.
+      label_columns: the value columns of image value labels (the manifest's ``label_columns``), else empty.
+      split_rule: how held-out splits were made (``Holdout.rule()``, the manifest's ``split_rule``), or None.
       features: the manifest's ``features`` table (record keys, dtypes, shapes).
       prepare: a picklable ``item -> EncodedItem | Rejection`` (``ingest/examples.py``), run in worker
         processes without TensorFlow: the item read, checked and turned into framed TFRecord bytes.
@@ -50,6 +53,8 @@ class Kind(Protocol):
     ignored_files: list[str]
     class_names: list[str]
     labels: str | None
+    label_columns: list[str]
+    split_rule: dict[str, Any] | None
     features: dict[str, Any]
     prepare: Callable[[Any], Any]
 

@@ -1,17 +1,24 @@
-"""A labels CSV (``--labels FILE``): one row per input, its path relative to SRC and its label. Pure Python.
+"""A labels file (``--labels FILE``): one row per input, its path relative to SRC and its label. Pure Python.
 
-The file is streamed once with ``csv.reader`` and only ``{path: (row, value)}`` is kept, so time and memory are
-linear in rows. Nothing here knows what an input is: the caller matches the rows against the files it found
-(``match_rows``) and decides what a bad row costs (a recorded reject or a one-line error).
+The file is streamed once (``csv.reader``, or one ``json.loads`` per line) and only ``{path: (row, value)}`` is
+kept, so time and memory are linear in rows. Nothing here knows what an input is: the caller matches the rows
+against the files it found (``decide``) and decides what a bad row costs (a recorded reject or a one-line error).
 
-The layout:
-  - a header row; the first column is the path (``/`` separators; the split folder included, ``train/run3.npy``);
-  - the label column is the one named ``label``, else the second column (more than two columns need a ``label``);
+The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per line):
+  - a header row; the first column is the path (``/`` separators; a split folder included, ``train/run3.npy``).
+    A path without an extension names the one input it is the stem of (Kaggle's ``id`` column: ``a1b2`` is
+    ``a1b2.jpg``);
+  - with ``splits=True`` (images), a column named ``split`` gives the input's split;
+  - the label column is the one named ``label``; else every other column (``columns=True``, images: several
+    columns are a value label of that many floats), or the second column (more than two need a ``label``);
+  - in JSON Lines the keys are the columns: ``path`` (else the first key), ``split``, ``label``; a list of names
+    is a multi-label value (``["cat", "outdoor"]``), a number is a number;
   - row N is line N of the file (the header is row 1); blank lines are skipped; header names and labels are
     stripped of spaces, paths are taken as written (a file name may end in a space).
 
-The kind of label is decided over every value (``label_kind``): all integers → classes in numeric order;
-all numbers, one not an integer → ``"value"`` (float32); anything else → class names, sorted.
+The kind of label is decided over every value (``label_kind``), or given (``--label-kind``): a ``;`` in any
+value → ``"multi"`` (names separated by ``;``); all integers → classes in numeric order; all numbers, one not an
+integer → ``"value"`` (float32); anything else → class names, sorted.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import json
 import math
 import os
 import posixpath
@@ -26,11 +34,16 @@ import re
 import struct
 from collections.abc import Iterable
 
+from ..format.names import SPLIT_NAME
 from ..format.storage import NotRegularFileError, file_kind, open_regular
 from .errors import InputError
 
 MAX_LABELS_BYTES = 1 << 30  # checked before the file is read
 LABEL_COLUMN = "label"
+SPLIT_COLUMN = "split"
+LABEL_KINDS = ("class", "multi", "value")  # what --label-kind takes
+MULTI_SEPARATOR = ";"
+JSON_LINES = (".jsonl", ".ndjson")
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _FIX = "fix the labels file (a header row, then one `path,label` row per input)"
 
@@ -58,21 +71,30 @@ class RowProblem:
 
 @dataclasses.dataclass
 class LabelRows:
-    """What a labels file says: ``{path: (row, value)}`` in file order, and the rows that say nothing usable."""
+    """What a labels file says: ``{path: (row, value)}`` in file order, and the rows that say nothing usable.
+
+    A value is the label text, or with several label columns a tuple of their texts (``columns``, in order);
+    ``splits`` maps a path to its ``split`` column when the file has one.
+    """
 
     file: str
-    values: dict[str, tuple[int, str]]
+    values: dict[str, tuple[int, str | tuple[str, ...]]]
     problems: list[RowProblem]
+    columns: list[str] = dataclasses.field(default_factory=lambda: [LABEL_COLUMN])
+    splits: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
 class Labels:
-    """Each input's label, decided over every value: ``kind`` ``"class"`` (an index into ``class_names``) or
-    ``"value"`` (a float32, held as a Python float)."""
+    """Each input's label, decided over every value: ``kind`` ``"class"`` (an index into ``class_names``),
+    ``"multi"`` (a sorted tuple of such indices) or ``"value"`` (a float32 held as a Python float; a tuple of
+    them with several ``columns``). ``by_path`` is keyed by the inputs' own paths, ``splits`` by the same."""
 
     kind: str
     class_names: list[str]
-    by_path: dict[str, int | float]
+    by_path: dict[str, int | float | tuple]
+    columns: list[str] = dataclasses.field(default_factory=lambda: [LABEL_COLUMN])
+    splits: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _bad_file(path: str, problem: str, fix: str = _FIX) -> InputError:
@@ -87,8 +109,13 @@ def _clean_path(text: str) -> str | None:
     return None if clean == ".." or clean.startswith("../") or clean == "." else clean
 
 
-def read_rows(path: str) -> LabelRows:
-    """Streams a labels CSV into ``{path: (row, value)}``; rows that cannot be used are ``problems``.
+def read_rows(path: str, *, splits: bool = False, columns: bool = False) -> LabelRows:
+    """Streams a labels file into ``{path: (row, value)}``; rows that cannot be used are ``problems``.
+
+    Args:
+      path: a CSV file, or JSON Lines when its name ends in ``.jsonl``/``.ndjson``.
+      splits: a ``split`` column gives each input's split (images); otherwise such a column is refused.
+      columns: without a ``label`` column, every column but the path and the split is a label column.
 
     Raises:
       InputError: the file is missing, not a regular file, over ``MAX_LABELS_BYTES``, not UTF-8, has no header,
@@ -113,9 +140,10 @@ def read_rows(path: str) -> LabelRows:
                             "split the dataset, or shorten the paths")
         # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
         with io.TextIOWrapper(f, encoding="utf-8-sig", newline="") as text:
-            reader = csv.reader(text)
+            json_lines = path.lower().endswith(JSON_LINES)
+            reader = _JsonLines(path, text) if json_lines else csv.reader(text)
             try:
-                return _rows(path, reader)
+                return _rows(path, reader, splits=splits, columns=columns)
             except UnicodeDecodeError as e:
                 raise _bad_file(path, f"not UTF-8 text (near row {reader.line_num + 1}: {e.reason})",
                                 "save the labels file as UTF-8") from None
@@ -123,35 +151,118 @@ def read_rows(path: str) -> LabelRows:
                 raise _bad_file(path, f"not a CSV file (row {reader.line_num}: {e})") from None
 
 
-def _rows(path: str, reader) -> LabelRows:
+class _JsonLines:
+    """JSON Lines as CSV rows: the first object's keys are the header (``path`` first), each object a row of
+    texts in that order. A list of names is one ``;``-joined text, a list of numbers that many columns."""
+
+    def __init__(self, path: str, text):
+        self._path, self._lines, self.line_num, self._keys = path, text, 0, None
+
+    def __iter__(self):
+        return self
+
+    def _texts(self, value) -> list[str] | None:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return [repr(value)]
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [MULTI_SEPARATOR.join(value)] if value else [""]
+        if isinstance(value, list) and value and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            return [repr(v) for v in value]
+        return None
+
+    def __next__(self) -> list[str]:
+        for line in self._lines:
+            self.line_num += 1
+            if not line.strip():
+                return []
+            try:
+                record = json.loads(line)
+            except ValueError as e:
+                raise _bad_file(self._path, f"line {self.line_num} is not JSON ({e})",
+                                "write one JSON object per line (JSON Lines)") from None
+            if not isinstance(record, dict) or not record:
+                return ["\0not an object", line.strip()]
+            if self._keys is None:  # the header, then this first row
+                keys = list(record)
+                if "path" in keys:
+                    keys.remove("path")
+                    keys.insert(0, "path")
+                self._keys, self._pending = keys, record
+                header = []  # a list of numbers spreads over as many columns: key[0], key[1], ...
+                for key in keys:
+                    texts = self._texts(record[key]) or [""]
+                    header += [key] if len(texts) == 1 else [f"{key}[{i}]" for i in range(len(texts))]
+                return header
+            return self._row(record)
+        if getattr(self, "_pending", None) is not None:
+            record, self._pending = self._pending, None
+            return self._row(record)
+        raise StopIteration
+
+    def _row(self, record: dict) -> list[str]:
+        if set(record) != set(self._keys):
+            return ["\0keys", json.dumps(record)[:200]]
+        fields = []
+        for key in self._keys:
+            texts = self._texts(record[key])
+            if texts is None:
+                return ["\0value", json.dumps(record)[:200]]
+            fields += texts
+        return fields
+
+
+def _label_columns(path: str, header: list[str], splits: bool, many: bool) -> tuple[list[int], int | None]:
+    """Which columns hold the label, and which the split (None: no split column)."""
+    columns = [c.strip() for c in header]
+    split = columns.index(SPLIT_COLUMN, 1) if SPLIT_COLUMN in columns[1:] else None
+    if split is not None and not splits:
+        raise _bad_file(path, f"has a {SPLIT_COLUMN!r} column (got {header!r:.100}), but episodes take their split "
+                        "from folders", "drop the column and lay episodes out as SRC/<split>/...")
+    rest = [i for i in range(1, len(columns)) if i != split]
+    if LABEL_COLUMN in columns[1:]:
+        return [columns.index(LABEL_COLUMN, 1)], split
+    spread = [i for i in rest if columns[i].startswith(LABEL_COLUMN + "[")]  # JSON Lines: "label": [0.5, 2.0]
+    if spread:
+        return spread, split
+    if len(rest) == 1 or (many and rest):
+        return rest, split
+    problem = "has no label column" if not rest else "has more than two columns and none named 'label'"
+    raise _bad_file(path, f"header {problem} (got {header!r:.100})",
+                    "give it a header of the path column and a `label` column")
+
+
+def _rows(path: str, reader, *, splits: bool, columns: bool) -> LabelRows:
     header = next(reader, None)
     while header is not None and not header:  # blank lines before the header
         header = next(reader, None)
     if header is None:
         raise _bad_file(path, "empty labels file (no header row)", "start it with a header such as `path,label`")
-    columns = [c.strip() for c in header]
-    if LABEL_COLUMN in columns[1:]:
-        label_column = columns.index(LABEL_COLUMN, 1)
-    elif len(columns) == 2:
-        label_column = 1
-    else:
-        problem = "has no label column" if len(columns) < 2 else "has more than two columns and none named 'label'"
-        raise _bad_file(path, f"header {problem} (got {header!r:.100})",
-                        "give it a header of the path column and a `label` column")
-    values: dict[str, tuple[int, str]] = {}
+    label_columns, split_column = _label_columns(path, header, splits, columns)
+    values: dict[str, tuple[int, str | tuple[str, ...]]] = {}
+    split_of: dict[str, str] = {}
     problems: list[RowProblem] = []
+    width = len(header)
     for row in reader:
         if not row:
             continue
         number = reader.line_num
         text = ",".join(row)
-        if len(row) != len(columns):
-            problems.append(RowProblem(number, text, f"has {len(row)} columns, the header has {len(columns)}; "
+        if row[0].startswith("\0"):
+            why = {"\0not an object": "is not a JSON object of the columns",
+                   "\0keys": "has other keys than the first row",
+                   "\0value": "has a value that is not a text, a number or a list of them"}[row[0]]
+            problems.append(RowProblem(number, row[1], f"{why}; give every line the first line's keys"))
+            continue
+        if len(row) != width:
+            problems.append(RowProblem(number, text, f"has {len(row)} columns, the header has {width}; "
                                        "quote a field that holds a comma"))
             continue
         clean = _clean_path(row[0])
         if row[0].endswith("/"):
-            problems.append(RowProblem(number, text, f"path {row[0]!r} names a folder, not an episode file; give "
+            problems.append(RowProblem(number, text, f"path {row[0]!r} names a folder, not an input file; give "
                                        "the file's path relative to SRC, without a trailing /"))
             continue
         if clean is None:
@@ -162,8 +273,17 @@ def _rows(path: str, reader) -> LabelRows:
             problems.append(RowProblem(number, text, f"names {clean!r} again (first on row {values[clean][0]}); "
                                        "give each input one row"))
             continue
-        values[clean] = (number, row[label_column].strip())
-    return LabelRows(path, values, problems)
+        if split_column is not None:
+            split = row[split_column].strip()
+            if not SPLIT_NAME.match(split):
+                problems.append(RowProblem(number, text, f"split {split!r} is not a split name; use letters, "
+                                           "digits or _ (train, val, test)", None))
+                continue
+            split_of[clean] = split
+        label = tuple(row[i].strip() for i in label_columns)
+        values[clean] = (number, label[0] if len(label) == 1 else label)
+    names = [header[i].strip() for i in label_columns]
+    return LabelRows(path, values, problems, names, split_of)
 
 
 def _float32(text: str) -> float | None:
@@ -188,68 +308,144 @@ def _is_label(text: str) -> bool:
     return bool(text) and (number is None or math.isfinite(number))
 
 
-def label_kind(values: Iterable[str]) -> tuple[str, list[str]]:
-    """The kind of label every value is, and the class names: ``("class", names)`` or ``("value", [])``.
+def label_kind(values: Iterable[str], kinds: Iterable[str] = LABEL_KINDS, forced: str | None = None
+               ) -> tuple[str, list[str]]:
+    """The kind of label every value is, and the class names: ``("class", names)``, ``("multi", names)`` or
+    ``("value", [])``.
 
-    Integers sort numerically (``2, 10, -1`` → ``["-1", "2", "10"]``); any non-integer number among numbers
+    A ``;`` in any value makes multi-label (when ``kinds`` holds ``"multi"``), its names the parts between the
+    ``;``. Integers sort numerically (``2, 10, -1`` → ``["-1", "2", "10"]``); any non-integer number among numbers
     makes values; anything else makes class names, sorted as text. Empty values, NaN and inf decide nothing
-    (they are bad values whatever the kind).
+    (they are bad values whatever the kind). ``forced`` (``--label-kind``) names the kind instead.
 
         label_kind(["2", "10", "-1"]), label_kind(["0.5", "1"])  # (('class', ['-1', '2', '10']), ('value', []))
+        label_kind(["cat;outdoor", "dog"])  # ('multi', ['cat', 'dog', 'outdoor'])
     """
-    texts = {v for v in values if _is_label(v)}
-    if texts and all(_INTEGER.fullmatch(v) for v in texts):
-        return "class", [str(i) for i in sorted({int(v) for v in texts})]
-    if texts and all(_number(v) is not None for v in texts):
+    values = set(values)
+    kind = forced
+    if kind is None:
+        multi = "multi" in kinds and any(MULTI_SEPARATOR in v for v in values)
+        texts = {v for v in values if _is_label(v)}
+        if multi:
+            kind = "multi"
+        elif texts and all(_number(v) is not None for v in texts) and not all(_INTEGER.fullmatch(v) for v in texts):
+            kind = "value"
+        else:
+            kind = "class"
+    if kind == "value":
         return "value", []
-    return "class", sorted(texts)
+    if kind == "multi":
+        texts = {part for v in values for part in _parts(v)}
+    else:
+        texts = {v for v in values if _is_label(v)}
+    if texts and all(_INTEGER.fullmatch(v) for v in texts):
+        return kind, [str(i) for i in sorted({int(v) for v in texts})]
+    return kind, sorted(texts)
 
 
-def _label(value: str, kind: str, index: dict[str, int]) -> int | float | None:
+def _parts(value: str) -> list[str]:
+    """A multi-label value's class names: the parts between ``;``, stripped, empty ones dropped."""
+    return [part.strip() for part in value.split(MULTI_SEPARATOR) if part.strip()]
+
+
+def _canonical(text: str) -> str:
+    return str(int(text)) if _INTEGER.fullmatch(text) else text
+
+
+def _label(value: str, kind: str, index: dict[str, int]) -> int | float | tuple | None:
+    if kind == "multi":  # an empty value is an image of none of the classes
+        found = [index.get(_canonical(part)) for part in _parts(value)]
+        return None if None in found else tuple(sorted(set(found)))
+    if isinstance(value, tuple):  # several columns: a value label of that many floats
+        numbers = tuple(_float32(v) if _is_label(v) else None for v in value)
+        return None if None in numbers else numbers
     if not _is_label(value):
         return None
     if kind == "value":
         return _float32(value)
-    return index.get(str(int(value)) if _INTEGER.fullmatch(value) else value)
+    return index.get(_canonical(value))
 
 
-def decide(rows: LabelRows, src: str, inputs: Iterable[str]) -> tuple[Labels, list[RowProblem]]:
+def _matcher(inputs: Iterable[str]):
+    """``name -> input``: the input itself, else the one input whose path without its extension it is (Kaggle's
+    ``id`` column); None for none, and for a stem two inputs share (``a.jpg``, ``a.png``: the row must say which)."""
+    known = set(inputs)
+    stems: dict[str, str | None] = {}
+    for path in known:
+        stem, ext = posixpath.splitext(path)
+        if ext:
+            stems[stem] = None if stem in stems else path
+
+    def match(name: str) -> str | None:
+        return name if name in known else stems.get(name)
+
+    return match
+
+
+def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[str] = ("class", "value"),
+           forced: str | None = None) -> tuple[Labels, list[RowProblem]]:
     """Each input a row names gets its label; rows naming no input, and bad values, become problems (in row order).
 
     Args:
       rows: what the labels file says (``read_rows``).
       src: the source folder, to say what a row names that is no input (a folder, another file, nothing).
       inputs: every input found under ``src``, relative, ``/`` separators.
+      kinds: the label kinds the inputs can take (episodes: class and value; images: ``LABEL_KINDS``).
+      forced: the kind to use (``--label-kind``), else decided over the values (``label_kind``).
 
     Returns:
-      The labels of the inputs named (kind decided over their values only), and the problems. A problem's
-      ``path`` is the input it names when there is one (an input with a bad value is left out), else None.
+      The labels of the inputs named (kind decided over their values only), keyed by the inputs' paths, and the
+      problems. A problem's ``path`` is the input it names when there is one (an input with a bad value is left
+      out), else None.
+
+    Raises:
+      InputError: several label columns with a kind other than ``"value"``.
     """
-    known = set(inputs)
+    if len(rows.columns) > 1 and forced not in (None, "value"):
+        raise _bad_file(rows.file, f"has {len(rows.columns)} label columns ({', '.join(rows.columns)}) but "
+                        f"--label-kind {forced} takes one", "name the label column `label`, or pass --label-kind value")
+    match = _matcher(inputs)
     problems = list(rows.problems)
-    named = {}
+    named: dict[str, tuple[int, str | tuple]] = {}
     for path, (row, value) in rows.values.items():
-        if path in known:
-            named[path] = (row, value)
+        found = match(path)
+        shown = f"{path},{value if isinstance(value, str) else ','.join(value)}"
+        if found is None:
+            problems.append(RowProblem(row, shown, f"{_unknown(src, path)}; fix the path or remove the row"))
+        elif found in named:
+            problems.append(RowProblem(row, shown, f"names {found!r} again (first on row {named[found][0]}); "
+                                       "give each input one row"))
         else:
-            problem = f"{_unknown(src, path)}; fix the path or remove the row"
-            problems.append(RowProblem(row, f"{path},{value}", problem))
-    kind, class_names = label_kind(v for _, v in named.values())
+            named[found] = (row, value, path)
+    several = len(rows.columns) > 1
+    kind, class_names = ("value", []) if several else label_kind((v for _, v, _ in named.values()), tuple(kinds),
+                                                                 forced)
     index = {c: i for i, c in enumerate(class_names)}
-    by_path: dict[str, int | float] = {}
-    for path, (row, value) in named.items():
+    by_path: dict[str, int | float | tuple] = {}
+    splits: dict[str, str] = {}
+    for path, (row, value, named_as) in named.items():
         label = _label(value, kind, index)
         if label is None:
-            problems.append(RowProblem(row, f"{path},{value}", _bad_value(value), path))
+            text = value if isinstance(value, str) else ",".join(value)
+            problems.append(RowProblem(row, f"{named_as},{text}", _bad_value(value, kind), path))
             continue
         by_path[path] = label
+        if named_as in rows.splits:
+            splits[path] = rows.splits[named_as]
     problems.sort(key=lambda p: p.row)
-    return Labels(kind, class_names, by_path), problems
+    return Labels(kind, class_names, by_path, list(rows.columns), splits), problems
 
 
-def _bad_value(value: str) -> str:
+def _bad_value(value: str | tuple, kind: str) -> str:
+    if isinstance(value, tuple):
+        bad = next(v for v in value if _float32(v) is None)
+        return f"label {bad!r} is not a finite float32 number; give every label column a number"
+    if kind == "multi":
+        return f"label {value!r} holds a class no other row names; fix the row"
     if not value:
         return "an empty label; give every row a class name, an integer or a finite number"
+    if kind == "value" and _number(value) is None:
+        return f"label {value!r} is not a number (--label-kind value); give a number, or another --label-kind"
     if not math.isfinite(_number(value)):
         return f"label {value!r} is not finite; give a class name, an integer or a finite number"
     return f"label {value!r} is outside float32's range (±3.4e38); scale the values"

@@ -6,6 +6,7 @@ import dataclasses
 
 from ..format.names import COMPRESSIONS
 from .episodes import EpisodeOptions
+from .holdout import Holdout
 from .images import ImageOptions
 from .plan import DEFAULT_SHARD_BYTES, parse_size
 
@@ -28,6 +29,7 @@ class ConvertOptions:
       index: also write DALI ``tfrecord2idx`` index files.
       image: how images are validated and converted (image datasets).
       episode: how episodes are checked and cut into records (episode datasets).
+      holdout: the shares of ``train`` held out as ``val``/``test`` (``ingest/holdout.py``).
     """
 
     shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -39,6 +41,7 @@ class ConvertOptions:
     index: bool = False
     image: ImageOptions = ImageOptions()
     episode: EpisodeOptions = EpisodeOptions()
+    holdout: Holdout = Holdout()
 
     def __post_init__(self):
         object.__setattr__(self, "shard_bytes", parse_size(self.shard_bytes, "shard_bytes"))  # "64MiB" as the CLI takes
@@ -59,11 +62,14 @@ class ConvertOptions:
     def identity(self, kind: str) -> dict:
         """The options that change the written bytes of a ``kind`` dataset (``on_error`` never does).
 
-        How episodes are labelled (``labels_file``, ``class_folders``) is left out: the labels themselves are part
-        of the inputs' identity (``EpisodeJob.identity``, ``source_key``), wherever the labels file lies.
+        How inputs are labelled (``labels_file``, ``class_folders``, ``label_kind``) and split (``holdout``) is left
+        out: the labels and the rule are part of the inputs' identity (the jobs' ``identity``, ``source_key``),
+        wherever the labels file lies.
         """
         other_kind = {"images": "episode", "episodes": "image"}[kind]
-        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
+        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind, "holdout")}
         if "episode" in found:
             found["episode"] = {k: v for k, v in found["episode"].items() if k not in ("labels_file", "class_folders")}
+        if "image" in found:
+            found["image"] = {k: v for k, v in found["image"].items() if k not in ("labels_file", "label_kind")}
         return found

@@ -34,13 +34,13 @@ class SourceFile:
     path: str
     relpath: str
     split: str
-    label: int
+    label: int | tuple  # a class index; a labels file's multi-label (indices) or value (floats) is a tuple
     size: int
     mtime_ns: int
     ctime_ns: int = 0  # changes with every write to the file, and cannot be set back: part of the inputs' identity
 
     @classmethod
-    def of(cls, path: str, relpath: str, split: str, label: int, st: os.stat_result) -> SourceFile:
+    def of(cls, path: str, relpath: str, split: str, label: int | tuple, st: os.stat_result) -> SourceFile:
         return cls(path, relpath, split, label, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
@@ -256,5 +256,29 @@ def scan_image_folders(root: str) -> SourceTree:
             seen_dirs.add(os.path.realpath(path))
             files.extend(_walk_class(root, path, split, labels[name], tree, seen_dirs))
         tree.files[split] = sorted(files, key=lambda f: f.relpath)
+    tree.finish_ignored()
+    return tree
+
+
+def scan_image_files(root: str) -> SourceTree:
+    """Every image under ``root``, at any depth, for a labels file to label (``--labels FILE``): no class folders.
+
+    Splits follow ``split_folders`` (``SRC/<split>/...``, else all ``train``) until a labels file's ``split``
+    column says otherwise. ``class_names`` stays empty: the labels file names the classes.
+
+    Raises:
+      FileNotFoundError: ``root`` does not exist.
+      InputError: the tree mixes split and other folders, or holds images beside split folders.
+    """
+    check_source_folder(root, "images, at any depth, that the labels file names")
+    tree = SourceTree(root=root, class_names=[], files={}, rejected=[])
+    top = [e for e in _list_dir(root) if not e.name.startswith(".")]
+    beside = [e.name for e in top if not e.is_dir() and e.name.lower().endswith(IMAGE_EXTENSIONS)]
+    split_names = split_folders(root, [e.name for e in top if e.is_dir()], beside)
+    tree.use_splits = bool(split_names)
+    found = _walk_class(root, root, "train", 0, tree, {os.path.realpath(root)})
+    for source in found:
+        split = source.relpath.split("/", 1)[0] if split_names else "train"
+        tree.files.setdefault(split, []).append(dataclasses.replace(source, split=split))
     tree.finish_ignored()
     return tree

@@ -7,18 +7,55 @@ or as float32 in [0, 1] (the uint8 values / 255, without a uint8 round trip).
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
-from ..format.records import IMAGE_FEATURES, parse_spec
+from ..format.records import IMAGE_LABEL_KEYS, image_features, parse_spec
 
 CROP_PADDING = 32  # the eval centre crop keeps image_size / (image_size + 32) of the shorter side
-_FEATURES = ("image/encoded", "image/class/label")  # what the reader parses of each record
 
 
-def parse_image(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+@dataclasses.dataclass(frozen=True)
+class ImageLabels:
+    """What an image's label is, from the manifest: ``labels`` (None/``"class"``: an int64 class index;
+    ``"multi"``: a multi-hot float32 ``[num_classes]``; ``"value"``: float32, ``[]`` for one column, else
+    ``[columns]``)."""
+
+    labels: str | None = None
+    num_classes: int = 0
+    columns: int = 1
+
+    @classmethod
+    def of(cls, manifest) -> ImageLabels:
+        return cls(manifest.labels, len(manifest.class_names), max(1, len(manifest.label_columns)))
+
+    @property
+    def key(self) -> str:
+        return IMAGE_LABEL_KEYS[self.labels]
+
+    def spec(self) -> dict:
+        """The parse spec of the encoded image and the label key."""
+        return parse_spec(image_features(self.labels, self.columns), ("image/encoded", self.key))
+
+    def label(self, parsed: dict) -> tf.Tensor:
+        value = parsed[self.key]
+        if self.labels == "multi":  # sorted indices → multi-hot; an image of no class is all zeros
+            indices = tf.cast(value.values, tf.int32)
+            return tf.cast(tf.math.bincount(indices, minlength=self.num_classes, maxlength=self.num_classes) > 0,
+                           tf.float32)
+        if self.labels == "value" and self.columns == 1:
+            return tf.reshape(value, [])
+        return value
+
+
+CLASS_LABELS = ImageLabels()
+
+
+def parse_image(record: tf.Tensor, labels: ImageLabels = CLASS_LABELS) -> tuple[tf.Tensor, tf.Tensor]:
     """A serialized image record → ``(JPEG bytes, label)``: the two keys the reader parses of it."""
-    parsed = tf.io.parse_single_example(record, parse_spec(IMAGE_FEATURES, _FEATURES))
-    return parsed["image/encoded"], parsed["image/class/label"]
+    parsed = tf.io.parse_single_example(record, labels.spec())
+    return parsed["image/encoded"], labels.label(parsed)
 
 
 def _pixels(image: tf.Tensor) -> tf.Tensor:

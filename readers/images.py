@@ -1,5 +1,8 @@
 """``readers.images()``: a dataset of ``(images float32 [B, H, W, C] in [0, 1], labels int64 [B])``.
 
+The labels follow the dataset's (``image_ops.ImageLabels``): class indices int64 ``[B]``; multi-label, a
+multi-hot float32 ``[B, C]``; value labels, float32 ``[B]`` (``[B, k]`` for k columns).
+
 One canonical order, written once (the tf.data performance guide's):
 list shard files → shuffle files → interleave reads → parse + decode (parallel)
 → cache → shuffle → batch → augment the batch → prefetch. Only deterministic
@@ -34,7 +37,7 @@ from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
 from .arguments import MAX_BATCH_SIZE, MAX_SHUFFLE_BUFFER, check_count, check_not_empty, check_reading
-from .image_ops import decode_center_crop, decode_random_crop, parse_image, seed_stream
+from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
     AUGMENTATIONS,
     Recipe,
@@ -140,7 +143,9 @@ def images(
         Not with ``cache``, ``service`` or ``ignore_errors``.
 
     Returns:
-      A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. Unless
+      A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. The labels are
+      int64 class indices ``[B]``; for a multi-label dataset a multi-hot float32 ``[B, C]`` (C =
+      ``len(class_names)``), for value labels float32 ``[B]`` (``[B, k]`` with k label columns). Unless
       ``ignore_errors`` or ``service``, its length is known from the manifest: this pipeline's records
       ``// batch_size`` with ``drop_remainder``, else rounded up (``len(ds)``).
 
@@ -183,8 +188,9 @@ def images(
         cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
         ignore_errors=ignore_errors, guard=remote is None,
     )
-    ds = _decoded(records, recipe, shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat,
-                  skip=start_step * batch_size, deterministic=deterministic, ignore_errors=ignore_errors)
+    ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
+                  repeat=repeat, skip=start_step * batch_size, deterministic=deterministic,
+                  ignore_errors=ignore_errors)
     ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
                               shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat)
     ds = _batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
@@ -225,8 +231,8 @@ def _shards(path: str, split: str, input_context, remote, drop_remainder: bool, 
     return dataset, files_lib.check_shards(dataset, split, chosen, warn_on_size=ignore_errors), mine
 
 
-def _decoded(records: tf.data.Dataset, recipe: Recipe, *, shuffle_buffer: int, seed, repeat: bool, skip: int,
-             deterministic, ignore_errors: bool) -> tf.data.Dataset:
+def _decoded(records: tf.data.Dataset, recipe: Recipe, labels: ImageLabels, *, shuffle_buffer: int, seed,
+             repeat: bool, skip: int, deterministic, ignore_errors: bool) -> tf.data.Dataset:
     """Parse and decode, in parallel. In training without a cache the decode is the random crop: the *encoded*
     records are shuffled first (as TF's model garden readers do: the buffer holds ~80 KB JPEGs instead of 150 KB
     decoded images, and batch() stays fused with the decode map). ``skip``: records a resumed job reads but does not
@@ -235,14 +241,14 @@ def _decoded(records: tf.data.Dataset, recipe: Recipe, *, shuffle_buffer: int, s
         flip = recipe.per_image and recipe.augment == "default"
 
         def decode(record, seed_):
-            encoded, label = parse_image(record)
+            encoded, label = parse_image(record, labels)
             return decode_random_crop(encoded, seed_, recipe.image_size, flip=flip, unit_float=recipe.unit_float), label
 
         records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         ds = tf.data.Dataset.zip((records.repeat() if repeat else records, seed_stream(seed, salt=1)))
     else:
         def decode(record):
-            encoded, label = parse_image(record)
+            encoded, label = parse_image(record, labels)
             size, padding = recipe.stage["size"], recipe.stage["padding"]
             return decode_center_crop(encoded, size, padding, unit_float=recipe.unit_float), label
 

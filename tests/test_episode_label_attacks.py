@@ -87,7 +87,7 @@ def test_row_with_a_trailing_slash_names_a_folder_not_the_episode_file(tmp_path)
     # the file; the docs say a row naming a folder is a bad row.
     src = _src(tmp_path, 2)
     labels = _csv(tmp_path, [("ep0.npy/", "a"), ("ep1.npy", "b")])
-    with pytest.raises(InputError, match=r"row 2: path .ep0.npy/. names a folder, not an episode file"):
+    with pytest.raises(InputError, match=r"row 2: path .ep0.npy/. names a folder, not an input file"):
         _convert(src, tmp_path / "out", labels)
 
 

@@ -390,7 +390,7 @@ def test_untrusted_labels_fields_are_refused_naming_the_field(labelled, change, 
     (lambda m: (m.update(labels=None, class_names=[]), [e.update(label=None) for s in m["splits"].values()
                                                          for e in s["episodes"]]),
      r"features\['episode/label'\]: must be absent"),
-    (lambda m: m.update(kind="images", labels="class"), "must be null for a images dataset"),
+    (lambda m: m.update(kind="images", labels="class"), "must be the record keys of class labels"),
 ])
 def test_untrusted_labels_against_the_kind_and_features(labelled, change, match):
     _, raw = labelled

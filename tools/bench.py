@@ -18,9 +18,8 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from ..format.names import tf_compression_type
-from ..format.records import IMAGE_FEATURES, parse_spec
 from ..readers.files import DatasetInfo, info
-from ..readers.image_ops import decode_random_crop
+from ..readers.image_ops import ImageLabels, decode_random_crop, parse_image
 from ..readers.images import images
 from ..readers.windows.dataset import windows
 from ..readers.windows.resident import default_device
@@ -75,18 +74,18 @@ IMAGE_RATIOS = [
 ]
 
 
-def jpeg_records(path: str, split: str, limit: int | None = None) -> tuple[list[bytes], list[int]]:
+def jpeg_records(path: str, split: str, limit: int | None = None) -> tuple[list[bytes], list]:
     """The JPEG bytes and labels of (the first ``limit``) records of a split, held in RAM for the floors."""
     dataset = info(path)
-    spec = parse_spec(IMAGE_FEATURES, ("image/encoded", "image/class/label"))
+    kind = ImageLabels.of(dataset.manifest)  # class indices, or the multi-hot or value labels readers.images yields
     records = tf.data.TFRecordDataset(dataset.shard_paths(split),
                                       compression_type=tf_compression_type(dataset.manifest.compression))
     if limit is not None:
         records = records.take(limit)
     blobs, labels = [], []
-    for parsed in records.map(lambda r: tf.io.parse_single_example(r, spec)).as_numpy_iterator():
-        blobs.append(parsed["image/encoded"])
-        labels.append(int(parsed["image/class/label"]))
+    for encoded, label in records.map(lambda r: parse_image(r, kind)).as_numpy_iterator():
+        blobs.append(encoded)
+        labels.append(label)
     return blobs, labels
 
 

@@ -24,7 +24,7 @@ import tensorflow as tf
 from PIL import Image, ImageDraw
 
 from ..format.names import tf_compression_type
-from ..format.records import IMAGE_FEATURES, parse_spec
+from ..format.records import MULTI_LABEL_KEY, VALUE_KEY, image_features, parse_spec
 from ..format.storage import write_atomic
 from ..readers import files as files_lib
 from ..readers.arguments import check_count
@@ -48,7 +48,7 @@ MAX_SHEET_PIXELS = 64_000_000
 MAX_EPISODES = 10  # one line each in matplotlib's ten distinct colours; also bounds what is read into memory
 MAX_PANELS = 16  # features drawn (a panel of 220 pixels each); the plot says how many more there are
 BACKGROUND, INK = (255, 255, 255), (20, 20, 20)
-_PREVIEW_KEYS = ("image/encoded", "image/class/label", "image/filename")
+VALUE_ROWS = 4  # rows of a value-labelled sheet (the first images in shard order, captioned with their values)
 _INSTALL = "pip install 'tfshard[preview]' (from a clone: pip install -e '.[preview]')"
 
 
@@ -77,22 +77,54 @@ def check_sheet(path: str, rows: int, per_class: int, tile: int) -> None:
         )
 
 
-def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[int], per_class: int) -> dict:
-    """``{label: [(encoded, filename), ...]}``: the first ``per_class`` records of each class, in shard order."""
+def _records_of(dataset: files_lib.DatasetInfo, split: str, keys: tuple[str, ...]):
+    """The split's records parsed for ``keys``, in shard order (read lazily: the caller stops when it has enough)."""
     paths = [s.path for s in files_lib.check_shards(dataset, split, files_lib.pipeline_shards(dataset, split))]
     records = tf.data.TFRecordDataset(paths, compression_type=tf_compression_type(dataset.manifest.compression))
-    spec = parse_spec(IMAGE_FEATURES, _PREVIEW_KEYS)
+    manifest = dataset.manifest
+    spec = parse_spec(image_features(manifest.labels, max(1, len(manifest.label_columns))), keys)
+    return records.map(lambda r: tf.io.parse_single_example(r, spec))
+
+
+def _name(parsed) -> str:
+    return parsed["image/filename"].numpy().decode("utf-8", "replace")
+
+
+def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[int], per_class: int) -> dict:
+    """``{label: [(encoded, caption), ...]}``: the first ``per_class`` records of each class, in shard order,
+    captioned with their file name (multi-label: an image is in the row of each of its classes, captioned with
+    all of them)."""
+    multi = dataset.manifest.labels == "multi"
+    key = MULTI_LABEL_KEY if multi else "image/class/label"
     counts = files_lib.split_info(dataset, split).class_counts
     wanted = {label: min(per_class, counts.get(dataset.manifest.class_names[label], 0)) for label in classes}
     found: dict[int, list] = {label: [] for label in classes}
     missing = sum(wanted.values())  # stop as soon as every class has what the split holds of it: no full pass
-    for parsed in records.map(lambda r: tf.io.parse_single_example(r, spec)) if missing else ():
-        label = int(parsed["image/class/label"])
-        if label in found and len(found[label]) < wanted[label]:
-            found[label].append((parsed["image/encoded"], parsed["image/filename"].numpy().decode("utf-8", "replace")))
-            missing -= 1
-            if not missing:
-                break
+    keys = ("image/encoded", key, "image/filename", *(("image/class/text",) if multi else ()))
+    for parsed in _records_of(dataset, split, keys) if missing else ():
+        held = parsed[key].values.numpy().tolist() if multi else [int(parsed[key])]
+        caption = parsed["image/class/text"].numpy().decode("utf-8", "replace") if multi else None
+        for label in held:
+            if label in found and len(found[label]) < wanted[label]:
+                found[label].append((parsed["image/encoded"], caption or os.path.basename(_name(parsed))))
+                missing -= 1
+        if not missing:
+            break
+    return found
+
+
+def _first_values(dataset: files_lib.DatasetInfo, split: str, rows: int, per_class: int) -> dict:
+    """``{row: [(encoded, caption), ...]}`` for value labels: the first records in shard order, ``per_class`` a
+    row, each captioned with its values."""
+    found: dict[int, list] = {row: [] for row in range(rows)}
+    wanted = min(rows * per_class, files_lib.split_info(dataset, split).records)
+    taken = 0
+    for parsed in _records_of(dataset, split, ("image/encoded", VALUE_KEY)) if wanted else ():
+        caption = ", ".join(f"{v:.4g}" for v in parsed[VALUE_KEY].numpy().tolist())
+        found[taken // per_class].append((parsed["image/encoded"], caption))
+        taken += 1
+        if taken == wanted:
+            break
     return found
 
 
@@ -119,20 +151,26 @@ def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: in
     dataset = files_lib.info(path)
     if dataset.manifest.kind != "images":
         raise ValueError(f"{path}: not an images dataset (kind {dataset.manifest.kind!r}); use episode previews for it")
-    names = dataset.manifest.class_names
+    manifest = dataset.manifest
+    values = manifest.labels == "value"
+    names = [", ".join(manifest.label_columns)] * VALUE_ROWS if values else manifest.class_names
     classes = list(range(min(len(names), MAX_ROWS)))
     check_sheet(path, len(classes), per_class, tile)
     if not isinstance(augmented, bool):
         raise ValueError(f"{path}: augmented must be True or False (got augmented={augmented!r})")
     check_count(seed, "seed", path, low=-(2**63), high=2**63 - 1, fix="pass a seed that fits in 64 bits")
     labeller = fonts_lib.Labeller(fonts_lib.default_fonts() if fonts is None else fonts)
-    found = _first_per_class(dataset, split, classes, per_class)
+    if values:
+        found = _first_values(dataset, split, len(classes), per_class)
+        classes = [row for row in classes if found[row]] or classes[:1]
+    else:
+        found = _first_per_class(dataset, split, classes, per_class)
     sheet = Image.new("RGB", sheet_size(len(classes), per_class, tile), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
     for row, label in enumerate(classes):
         left, top, _, _ = tile_box(row, 0, tile)
         labeller.draw(draw, (GAP, top + tile // 2 - 6), names[label], LABEL_WIDTH - 2 * GAP, INK)
-        for column, (encoded, filename) in enumerate(found[label]):
+        for column, (encoded, caption) in enumerate(found[label]):
             if augmented:
                 pixels = decode_random_crop(encoded, tf.constant([seed, row * per_class + column], tf.int64),
                                             (tile, tile), flip=True)
@@ -140,9 +178,9 @@ def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: in
                 pixels = decode_center_crop(encoded, (tile, tile))
             box = tile_box(row, column, tile)
             sheet.paste(Image.fromarray(pixels.numpy()), box[:2])
-            labeller.draw(draw, (box[0], box[3] + 2), os.path.basename(filename), tile, INK)
+            labeller.draw(draw, (box[0], box[3] + 2), caption, tile, INK)
     footer = f"{path} · split {split} · {'augmented, seed ' + str(seed) if augmented else 'evaluation crop'}"
-    if len(names) > len(classes):
+    if len(names) > len(classes) and not values:
         footer += f" · {len(names) - len(classes)} more classes not shown"
     labeller.draw(draw, (GAP, sheet.height - CAPTION_HEIGHT), footer, sheet.width - 2 * GAP, INK)
     return sheet

@@ -19,11 +19,13 @@ from ..format import manifest as manifest_lib
 from ..format.names import tf_compression_type
 from ..format.records import (
     DATA_PREFIX,
-    IMAGE_FEATURES,
     LABEL_FEATURES,
     LABEL_KEY,
+    MULTI_LABEL_KEY,
+    VALUE_KEY,
     data_features,
     episode_parse_spec,
+    image_features,
     parse_spec,
 )
 from ..ingest.episodes import FeatureSums, feature_sums
@@ -73,13 +75,13 @@ class _Parsed:
     failing record is in the next batch).
     """
 
-    def __init__(self, path: str, compression: str | None, spec: dict, batch: int):
-        self.path, self.compression, self.spec, self.batch = path, compression, spec, batch
+    def __init__(self, path: str, compression: str | None, spec: dict, batch: int, then=None):
+        self.path, self.compression, self.spec, self.batch, self.then = path, compression, spec, batch, then
         self.count, self.error = 0, None
 
     def __iter__(self):
-        spec = self.spec
-        dataset = _records(self.path, self.compression).map(lambda r: tf.io.parse_single_example(r, spec))
+        spec, then = self.spec, self.then or (lambda parsed: parsed)
+        dataset = _records(self.path, self.compression).map(lambda r: then(tf.io.parse_single_example(r, spec)))
         try:
             for columns in dataset.batch(self.batch).as_numpy_iterator():
                 for i in range(len(next(iter(columns.values())))):
@@ -107,8 +109,70 @@ def _first(found: dict, key: str, value) -> None:
     found.setdefault(key, [0, value])[0] += 1
 
 
-def _image_problems(parsed: _Parsed, path: str, class_names: list[str], tally: Tally) -> list[str]:
+def _multi_label_summary(classes: int):
+    """A parsed multi-label record → its class indices as counts per class, and whether they were all in range
+    and strictly increasing (as the converter writes them): fixed shapes, so the records batch."""
+    def summary(parsed: dict) -> dict:
+        indices = parsed[MULTI_LABEL_KEY].values
+        in_range = tf.reduce_all((indices >= 0) & (indices < classes))
+        ordered = tf.reduce_all(indices[1:] > indices[:-1])
+        kept = tf.cast(tf.boolean_mask(indices, (indices >= 0) & (indices < classes)), tf.int32)
+        hot = tf.math.bincount(kept, minlength=classes, maxlength=classes, dtype=tf.int64)
+        return {"hot": hot, "valid": in_range & ordered, _TEXT: parsed[_TEXT]}
+    return summary
+
+
+def _image_parse(manifest) -> tuple[dict, object]:
+    """The parse spec of what ``verify`` checks of an image record, and what to make of it (or None)."""
+    labels = manifest.labels
+    features = image_features(labels, max(1, len(manifest.label_columns)))
+    if labels == "multi":
+        return parse_spec(features, (MULTI_LABEL_KEY, _TEXT)), _multi_label_summary(len(manifest.class_names))
+    if labels == "value":
+        return parse_spec(features, (VALUE_KEY,)), None
+    return parse_spec(features, (LABEL, _TEXT)), None
+
+
+def _other_label_problems(parsed: _Parsed, path: str, manifest, tally: Tally) -> list[str]:
+    """Multi-label records: in-range, increasing class indices named by their class text (counted per class);
+    value records: finite values (the converter refuses NaN and inf)."""
+    found: dict[str, list] = {}
+    names = manifest.class_names
+    for index, record in enumerate(parsed):
+        if manifest.labels == "value":
+            if not np.isfinite(record[VALUE_KEY]).all():
+                _first(found, "value", (index, record[VALUE_KEY].tolist()))
+            continue
+        hot, text = record["hot"], _text(record[_TEXT])
+        if not record["valid"]:
+            _first(found, "range", (index, text))
+            continue
+        for i in np.flatnonzero(hot):
+            tally.labels[i] += 1
+        if ";".join(names[i] for i in np.flatnonzero(hot)) != text:
+            _first(found, "text", (index, text))
+    problems = []
+    if "value" in found:
+        count, (index, values) = found["value"]
+        problems.append(f"{path}: {count} of {parsed.count} records have a {VALUE_KEY} that is not finite (first: "
+                        f"record {index}, {values!r:.60}); {_LIES}")
+    if "range" in found:
+        count, (index, text) = found["range"]
+        problems.append(f"{path}: {count} of {parsed.count} records have {MULTI_LABEL_KEY} outside the manifest's "
+                        f"{len(names)} class_names or out of order (first: record {index}, class text {text!r}); "
+                        f"{_LIES}")
+    if "text" in found:
+        count, (index, text) = found["text"]
+        problems.append(f"{path}: {count} of {parsed.count} records hold an {_TEXT} that is not their classes' "
+                        f"names joined by ; (first: record {index}, {text!r}); {_LIES}")
+    return problems
+
+
+def _image_problems(parsed: _Parsed, path: str, manifest, tally: Tally) -> list[str]:
     """Each record's label must index ``class_names`` and name the record's own class text; labels are counted."""
+    if manifest.labels in ("multi", "value"):
+        return _other_label_problems(parsed, path, manifest, tally)
+    class_names = manifest.class_names
     found: dict[str, list] = {}
     for index, record in enumerate(parsed):
         label, text = int(record[LABEL]), _text(record[_TEXT])
@@ -240,8 +304,9 @@ def read_shard(path: str, shard: manifest_lib.ShardInfo, shard_index: int, split
     The record checks are reported only for a shard read whole with its listed count (else that is the problem).
     """
     if manifest.kind == "images":
-        parsed = _Parsed(path, manifest.compression, parse_spec(IMAGE_FEATURES, (LABEL, _TEXT)), _IMAGE_BATCH)
-        problems = _image_problems(parsed, path, manifest.class_names, tally)
+        spec, then = _image_parse(manifest)
+        parsed = _Parsed(path, manifest.compression, spec, _IMAGE_BATCH, then)
+        problems = _image_problems(parsed, path, manifest, tally)
     else:
         spec = {**episode_parse_spec(_step_bytes(manifest.features)), LABEL_KEY: _label_spec(manifest.labels)}
         parsed = _Parsed(path, manifest.compression, spec, 1)
@@ -311,6 +376,13 @@ def labels_problems(manifest_path: str, manifest) -> list[str]:
     if twice:
         problems.append(f"{manifest_path}: field class_names: names a class a second time (got {twice!r:.80}); "
                         f"{REWRITE}")
+    if manifest.kind == "images":
+        expected = image_features(manifest.labels, max(1, len(manifest.label_columns)))
+        if {k: (v["dtype"], v["shape"]) for k, v in manifest.features.items()} != {
+                k: (v["dtype"], v["shape"]) for k, v in expected.items()}:
+            problems.append(f"{manifest_path}: field features: not the record keys of {manifest.labels or 'class'} "
+                            f"labels (got {sorted(manifest.features)!r:.120}); {REWRITE}")
+        return problems
     declared = manifest.features.get(LABEL_KEY)
     labels = manifest.labels
     if labels is None and declared is not None:

@@ -42,12 +42,25 @@ def _rate(manifest, seconds: float, status) -> str:
 
 
 def _label_kind(manifest) -> str:
-    """``class: 3 classes (run, sit, walk)`` or ``value (float32)``."""
+    """``class, 3 classes (run, sit, walk)``, ``multi-label, ...``, ``value (float32)`` or ``value (float32 [2]: age,
+    score)``."""
     if manifest.labels == "value":
-        return "value (float32)"
+        columns = manifest.label_columns
+        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {', '.join(columns)})"
     names = manifest.class_names
     shown = ", ".join(names[:10]) + (f", ... {len(names) - 10} more" if len(names) > 10 else "")
-    return f"class, {len(names)} classes ({shown})"
+    kind = "multi-label" if manifest.labels == "multi" else "class"
+    return f"{kind}, {len(names)} classes ({shown})"
+
+
+def _split_rule(manifest) -> str | None:
+    """``held out: val 10%, test 5% of train (hash of each path, seed 0)``, or None."""
+    rule = manifest.split_rule
+    if rule is None:
+        return None
+    shares = ", ".join(f"{name} {fraction:.4g}" for name, fraction in rule["fractions"].items())
+    how = "exact per-class counts" if rule["method"] == "stratified" else "a seeded hash of each path"
+    return f"  held out: {shares} of {rule['from']} ({how}, seed {rule['seed']})"
 
 
 def _label_counts(manifest, split) -> str:
@@ -83,9 +96,14 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     labels = manifest.labels
     unlabelled = manifest.ignored.get("unlabelled")
     if labels is not None:
-        labelled = sum(len(split.episodes) for split in manifest.splits.values())
+        episodes = manifest.kind == "episodes"
+        labelled = sum(len(split.episodes) if episodes else split.records for split in manifest.splits.values())
         left_out = "" if unlabelled is None else f", {unlabelled:,} unlabelled (no row in the labels file; left out)"
-        lines.append(f"  labels: {labelled:,} episodes labelled ({_label_kind(manifest)}){left_out}")
+        lines.append(f"  labels: {labelled:,} {'episodes' if episodes else 'images'} labelled "
+                     f"({_label_kind(manifest)}){left_out}")
+    rule = _split_rule(manifest)
+    if rule is not None:
+        lines.append(rule)
     converted = manifest.options.get("converted_images", 0)
     if converted:
         lines.append(f"  converted to JPEG: {converted} (non-JPEG content, CMYK, EXIF rotation, resize...)")
@@ -99,7 +117,8 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     if any(ignored.values()):
         kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
         listed = manifest.ignored_files
-        unlabelled = f", {ignored['unlabelled']} unlabelled episode" if ignored.get("unlabelled") else ""
+        unit = "image" if manifest.kind == "images" else "episode"
+        unlabelled = f", {ignored['unlabelled']} unlabelled {unit}" if ignored.get("unlabelled") else ""
         lines.append(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind}{unlabelled} files"
                      f"{':' if listed else ''}")
         for path in listed[:10]:
@@ -168,10 +187,14 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
     else:
         if window is not None:
             window_lines(manifest, *window)  # refuses it, naming the flag
-        lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
+        if manifest.labels is not None:
+            lines.append(f"  labels: {_label_kind(manifest)}")
+        if manifest.labels != "value":
+            lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
         for name, split in manifest.splits.items():
             counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
-            lines.append(f"  {name}: {counts}")
+            per = " (images holding each class)" if manifest.labels == "multi" else ""
+            lines.append(f"  {name}: {split.records:,} images{': ' + counts + per if counts else ''}")
             lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
     kind_options = "image" if manifest.kind == "images" else "episode"
     options = {k: v for k, v in manifest.options.items() if k != kind_options}
