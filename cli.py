@@ -153,6 +153,9 @@ def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuf
                           holdout=Holdout(*holdout), **kind)
 
 
+_TFDS_DONE = "{out}: wrote {what}; open it with tfds.builder_from_directory({out!r})"
+
+
 def _convert_and_report(convert, src, out, options, quiet=False, **run):
     """Runs ``convert``; says when it resumes (before the progress bar) and prints the summary (unless quiet).
 
@@ -170,6 +173,8 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
         manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
     if not quiet:
         _echo_lines(summary_lines(out, manifest, time.monotonic() - started, found[0] if found else None))
+        if run.get("tfds"):
+            typer.echo(_TFDS_DONE.format(out=out, what="TFDS metadata"))
 
 
 @app.command()
@@ -201,6 +206,8 @@ def images(
     stratify: bool = _STRATIFY,
     workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
+    tfds: bool = typer.Option(False, "--tfds", help="Also write TFDS metadata (as `tfshard tfds OUT` does), so "
+                              "tfds.builder_from_directory(OUT) opens it; also when OUT is already complete."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
@@ -218,7 +225,7 @@ def images(
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    (val_fraction, test_fraction, split_seed, stratify), image=image)
         _convert_and_report(convert_images, src, out, options, quiet, workers=workers, overwrite=overwrite,
-                            runner=_runner(runner, beam_options))
+                            runner=_runner(runner, beam_options), tfds=tfds)
     except _errors() as e:
         _fail(e)
     except KeyboardInterrupt as e:
@@ -255,6 +262,8 @@ def episodes(
     stratify: bool = _STRATIFY,
     workers: Optional[int] = typer.Option(None, help="Loader processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
+    tfds: bool = typer.Option(False, "--tfds", help="Also write TFDS metadata (as `tfshard tfds OUT` does), so "
+                              "tfds.builder_from_directory(OUT) opens it; also when OUT is already complete."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
@@ -272,7 +281,7 @@ def episodes(
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    (val_fraction, test_fraction, split_seed, stratify), episode=episode)
         _convert_and_report(convert_episodes, src, out, options, quiet, workers=workers, overwrite=overwrite,
-                            runner=_runner(runner, beam_options))
+                            runner=_runner(runner, beam_options), tfds=tfds)
     except _errors() as e:
         _fail(e)
     except KeyboardInterrupt as e:
@@ -372,7 +381,7 @@ def tfds_metadata(out: str = typer.Argument(..., help="A dataset folder (uncompr
         from .tools.tfds import write_tfds_metadata
 
         written = write_tfds_metadata(out)
-        typer.echo(f"{out}: wrote {', '.join(written)}; open it with tfds.builder_from_directory({out!r})")
+        typer.echo(_TFDS_DONE.format(out=out, what=", ".join(written)))
     except _errors() as e:
         _fail(e)
 

@@ -20,7 +20,8 @@ PAGES = {"cli": os.path.join(HERE, "reference", "cli.md"), "api": os.path.join(H
 # The public Python API, by module, in the order a reader meets it.
 API = {
     "tfshard.ingest": ["convert_images", "convert_episodes", "ConvertOptions", "ImageOptions", "EpisodeOptions",
-                       "parse_size", "load_manifest", "Manifest", "InputError", "OutputExistsError"],
+                       "parse_size", "load_manifest", "Manifest", "InputError", "OutputExistsError",
+                       "TfdsMetadataError"],
     "tfshard.readers": ["images", "info", "DatasetInfo", "normalization", "episodes", "windows", "resident_windows",
                         "model_windows", "ModelWindows", "WindowGather"],
     "tfshard.readers.service": ["start_dispatcher", "start_worker", "bound_port"],

@@ -23,6 +23,7 @@ _EXPORTS = {
     "Manifest": "..format.manifest",
     "InputError": ".errors",
     "OutputExistsError": ".errors",
+    "TfdsMetadataError": ".errors",
 }
 
 __all__ = sorted(_EXPORTS)

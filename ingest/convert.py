@@ -2,7 +2,7 @@
 
 Each scans its source into a job of its kind (``ingest/jobs.py``) and hands it
 to the engine (``ingest/engine.py``), which plans, writes, commits and resumes
-alike for both.
+alike for both, and with ``tfds=True`` adds the TFDS metadata (``ingest/tfds.py``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,18 @@ from .engine import check_folders, run_job
 from .jobs import EpisodeJob, ImageJob
 from .options import ConvertOptions
 from .resume import RunStatus
+from .tfds import check_tfds_request
 
 
-def _convert(make_job, default_on_error: str, src: str, out: str, options: ConvertOptions, **run):
-    """Checks the folders, settles the kind's ``on_error`` default, scans ``src`` into a job and runs it."""
+def _convert(make_job, default_on_error: str, src: str, out: str, options: ConvertOptions, *, tfds: bool, **run):
+    """Checks the folders (and a ``tfds`` request), settles the kind's ``on_error`` default, scans ``src`` into a
+    job and runs it."""
     check_folders(src, out)
+    if tfds:
+        check_tfds_request(options.compression)
     if options.on_error is None:
         options = dataclasses.replace(options, on_error=default_on_error)
-    return run_job(make_job(src, options), out, options, **run)
+    return run_job(make_job(src, options), out, options, tfds=tfds, **run)
 
 
 def convert_images(
@@ -35,6 +39,7 @@ def convert_images(
     progress: bool = True,
     runner: Callable | None = None,
     on_status: Callable[[RunStatus], None] | None = None,
+    tfds: bool = False,
 ) -> manifest_lib.Manifest:
     """Converts ``src/<class>/<image>`` (or ``src/<split>/<class>/<image>``) into sharded TFRecords in ``out``.
 
@@ -49,6 +54,9 @@ def convert_images(
         writes the shards on Apache Beam (same files; planning, resume and the manifest stay here).
       on_status: called once, before any shard is written, with a ``RunStatus``: whether ``out``
         already held this dataset (nothing is converted) or how many committed shards a rerun keeps.
+      tfds: also write TFDS metadata beside ``dataset.json`` once it is written (also when ``out`` already
+        held this dataset), the files ``tfshard tfds OUT`` writes, so ``tfds.builder_from_directory(out)``
+        opens it. Needs the ``tfds`` extra and uncompressed shards (checked before any work).
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -57,13 +65,15 @@ def convert_images(
       FileNotFoundError: ``src`` does not exist.
       InputError: bad layout, a bad file with ``on_error="fail"``, or too few images for the shards asked.
       OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
+      TfdsMetadataError: ``tfds`` and the metadata could not be written (the dataset is converted and
+        complete; the message says why, and that ``tfshard tfds OUT`` adds the metadata later).
 
     Example:
       m = convert_images("flowers/", "flowers-tfr/")
       m.splits["train"].records, [s.file for s in m.splits["train"].shards]  # 3670, ['train-00000-of-00002...
     """
     return _convert(ImageJob, "skip", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
-                    runner=runner, on_status=on_status)
+                    runner=runner, on_status=on_status, tfds=tfds)
 
 
 def convert_episodes(
@@ -76,6 +86,7 @@ def convert_episodes(
     progress: bool = True,
     runner: Callable | None = None,
     on_status: Callable[[RunStatus], None] | None = None,
+    tfds: bool = False,
 ) -> manifest_lib.Manifest:
     """Converts numpy episodes under ``src`` (``.npy``/``.npz``, time on axis 0, recursive) into sharded TFRecords.
 
@@ -94,7 +105,7 @@ def convert_episodes(
         ``on_error=None`` means ``"fail"`` here: an unreadable or mismatched
         episode stops the run unless ``"skip"`` is asked (empty episodes are
         always skipped, with their reason recorded).
-      workers, overwrite, progress, runner, on_status: as for ``convert_images``.
+      workers, overwrite, progress, runner, on_status, tfds: as for ``convert_images``.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -104,10 +115,11 @@ def convert_episodes(
       InputError: no episodes, a bad episode (or labels row) with ``on_error="fail"``, a NaN with
         ``on_nan="fail"``, a bad labels file, a feature named ``label`` in a labelled dataset.
       OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
+      TfdsMetadataError: as for ``convert_images``.
 
     Example:
       m = convert_episodes("runs/", "runs-tfr/")
       m.splits["train"].episode_lengths[:3]  # [5120, 19876, 8003]
     """
     return _convert(EpisodeJob, "fail", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
-                    runner=runner, on_status=on_status)
+                    runner=runner, on_status=on_status, tfds=tfds)

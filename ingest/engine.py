@@ -9,6 +9,8 @@ out empty are dropped and the rest renumbered (``ingest/renumber.py``). The
 manifest is written last; the state folder is removed after it. What a run found
 in OUT (already complete, or how many shards it kept) goes to its ``on_status``
 callback as a ``RunStatus`` (and to the log at INFO); the return value is the manifest.
+With ``tfds=True`` the TFDS metadata (``ingest/tfds.py``) follows the manifest, under the same lock, also
+when OUT was found complete; the same for every runner, since the manifest is always written here.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from .parallel import default_workers, ordered_map
 from .plan import ShardSpec, plan_split, shuffled_order
 from .renumber import apply_renumbering, check_requested_shards, plan_renumbering, undo_unfinished_renumbering
 from .resume import RunStatus, committed_results, complete_dataset, prepare_output, record_commit
+from .tfds import write_tfds_after_conversion
 from .write import ShardResult, remove_if_exists, write_shard, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -158,17 +161,20 @@ def check_folders(src: str, out: str) -> None:
 
 
 def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None, overwrite: bool, progress: bool,
-            runner: Callable | None = None, on_status: Callable[[RunStatus], None] | None = None):
+            runner: Callable | None = None, on_status: Callable[[RunStatus], None] | None = None,
+            tfds: bool = False):
     """Plans, writes and commits the shards of a scanned job, then its manifest; resumes where a run died.
 
     Holds ``OUT/.tfshard-lock`` throughout, so a second conversion into the same OUT fails at once.
     ``runner`` (e.g. ``ingest.beam_runner.BeamRunner``) writes the shards still to do elsewhere;
     planning, resume and the manifest stay here, so both produce the same files. ``on_status`` is
-    called once with a ``RunStatus`` before any shard is written.
+    called once with a ``RunStatus`` before any shard is written. ``tfds`` writes the TFDS metadata
+    after the manifest, still under the lock (``ingest/tfds.py``).
 
     Raises:
       OutputLockedError: another conversion is writing into ``out``.
       OSError: ``errno.ENOSPC`` when the disk fills up (committed shards are kept for the rerun).
+      TfdsMetadataError: ``tfds`` and the metadata could not be written; the dataset is complete.
     """
     if SLOW_CRC32C:
         log.warning("google-crc32c has no compiled extension on this platform; framing records will be slow "
@@ -178,15 +184,21 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
     fingerprint = _fingerprint(job, ordered, options)
     check_output_folder(out)
     check_bucket(out)
-    if not overwrite:  # found without the lock, which a read-only OUT could not give
+    # Found complete without the lock, which a read-only OUT could not give; --tfds writes into OUT anyway, so it
+    # takes the lock and finds the dataset complete there.
+    if not overwrite and not tfds:
         existing = complete_dataset(out, fingerprint)
         if existing is not None:
             return _already_complete(out, existing, on_status or (lambda status: None))
     tf.io.gfile.makedirs(out)
     try:
         with output_lock(out):
-            return _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers, overwrite=overwrite,
-                               progress=progress, runner=runner, on_status=on_status or (lambda status: None))
+            manifest = _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers,
+                                   overwrite=overwrite, progress=progress, runner=runner,
+                                   on_status=on_status or (lambda status: None))
+            if tfds:  # after dataset.json, under the same lock: no other conversion comes between
+                write_tfds_after_conversion(out)
+            return manifest
     except tf.errors.ResourceExhaustedError as e:
         raise _no_space(out) from e
     except OSError as e:

@@ -7,3 +7,7 @@ class InputError(ValueError):
 
 class OutputExistsError(InputError):
     """The output folder already holds something this run must not overwrite."""
+
+
+class TfdsMetadataError(ValueError):
+    """A conversion asked for TFDS metadata (``tfds=True``) is complete, but the metadata could not be written."""

@@ -127,8 +127,8 @@ def finish_pending_removal(out: str) -> None:
 
 
 def _ours_tfds_files(out: str, manifest: manifest_lib.Manifest) -> list[str]:
-    """TFDS metadata beside a dataset that ``tfshard tfds`` wrote for it (its description names the dataset's
-    fingerprint); metadata of anything else is not ours to remove."""
+    """TFDS metadata beside a dataset that ``tfshard tfds`` (or ``--tfds``) wrote for it (its description names the
+    dataset's fingerprint); metadata of anything else is not ours to remove."""
     try:
         info = untrusted.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
         ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))

@@ -1,18 +1,37 @@
-"""TFDS opens a tfshard dataset: metadata written by `tfshard tfds OUT`, read by the real tensorflow-datasets."""
+"""TFDS opens a tfshard dataset: metadata written by `tfshard tfds OUT` (or by a conversion's `--tfds`, the same
+bytes), read by the real tensorflow-datasets."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes, write_jpeg
+from helpers import (
+    assert_same_tree,
+    convert_episode_tree,
+    files_under,
+    make_tree,
+    random_episodes,
+    save_episodes,
+    write_jpeg,
+)
 from tfshard import readers
-from tfshard.format.names import is_output_name
-from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, verify
+from tfshard.format.names import TFDS_FILES, is_output_name
+from tfshard.ingest import (
+    ConvertOptions,
+    EpisodeOptions,
+    TfdsMetadataError,
+    VerifyError,
+    convert_episodes,
+    convert_images,
+    verify,
+)
+from tfshard.ingest.beam_runner import BeamRunner
 from tfshard.tools.tfds import write_tfds_metadata
 
 
@@ -130,3 +149,92 @@ def test_verify_names_tfds_metadata_of_another_dataset(images_out):
                                      f"dataset.json); run `tfshard tfds {images_out}` again (or remove the TFDS files)"]
     write_tfds_metadata(images_out)  # written again: consistent again
     verify(images_out)
+
+
+# --- --tfds: the same metadata at the end of a conversion -------------------------------------------------------------
+
+
+def _tfds_files(out) -> dict[str, bytes]:
+    return {name: data for name, data in files_under(out).items() if name in TFDS_FILES}
+
+
+def _rewritten_by_the_command(out) -> dict[str, bytes]:
+    """What `tfshard tfds OUT` writes over the flag's files: a test that they are the same bytes."""
+    write_tfds_metadata(str(out))
+    return _tfds_files(out)
+
+
+def test_images_with_tfds_open_in_tfds_and_a_rerun_on_a_complete_out_adds_it(tmp_path, cli):
+    src = tmp_path / "src"
+    make_tree(str(src), classes=("cat", "dog", "émeu"), per_class=3)
+    flagged = str(tmp_path / "flagged")
+    convert_images(str(src), flagged, ConvertOptions(num_shards=2), workers=0, progress=False, tfds=True)
+    builder = tfds.builder_from_directory(flagged)
+    assert builder.info.features["image/class/label"].names == ["cat", "dog", "émeu"]
+    theirs = list(builder.as_dataset(split="train").as_numpy_iterator())
+    ours = list(_records_in_order(flagged))
+    assert len(theirs) == len(ours) == 9
+    for element, (pixels, label, filename) in zip(theirs, ours):
+        assert np.array_equal(element["image/encoded"], pixels)
+        assert (element["image/class/label"], element["image/filename"]) == (label, filename)
+    written = _tfds_files(flagged)
+    assert sorted(written) == sorted(TFDS_FILES) and not [n for n in os.listdir(flagged) if n.startswith(".")]
+    assert _rewritten_by_the_command(flagged) == written
+    verify(flagged)
+
+    plain = str(tmp_path / "plain")
+    args = ("images", src, plain, "--num-shards", "2", "--workers", "0")
+    assert cli(*args, "-q").exit_code == 0 and not _tfds_files(plain)
+    dataset = files_under(plain)
+    result = cli(*args, "--tfds")
+    assert result.exit_code == 0, result.output
+    assert "already complete" in result.output and f"{plain}: wrote TFDS metadata" in result.output
+    assert_same_tree(files_under(plain), {**dataset, **written}, "a --tfds rerun on a complete OUT")  # only added
+
+    result = cli("images", src, plain, "--num-shards", "3", "--workers", "0", "-q", "--overwrite", "--tfds")
+    assert result.exit_code == 0, result.output
+    assert [len(s["shardLengths"]) for s in json.loads(_tfds_files(plain)["dataset_info.json"])["splits"]] == [3]
+    verify(plain)  # the new shards' metadata, not the old
+
+
+def test_episodes_with_tfds_open_in_tfds_on_both_runners(tmp_path, cli):
+    episodes = random_episodes([7, 4, 9], width=3)
+    save_episodes(tmp_path / "src", {f"e{i}.npz": {"obs": e, "step": np.arange(len(e), dtype=np.int16)}
+                                     for i, e in enumerate(episodes)})
+    out = tmp_path / "out"
+    result = cli("episodes", tmp_path / "src", out, "--workers", "0", "-q", "--tfds")
+    assert result.exit_code == 0, result.output
+    by_source = {os.path.basename(e.source): e.id for e in readers.info(str(out)).manifest.splits["train"].episodes}
+    records = {int(r["episode/id"]): r for r in tfds.builder_from_directory(str(out)).as_dataset(
+        split="train").as_numpy_iterator()}
+    for i, episode in enumerate(episodes):
+        record = records[by_source[f"e{i}.npz"]]
+        assert np.array_equal(record["data/obs"], episode)
+        assert np.array_equal(record["data/step"], np.arange(len(episode)))
+    written = _tfds_files(out)
+    assert sorted(written) == ["dataset_info.json", "features.json"]
+    assert _rewritten_by_the_command(out) == written
+
+    beam = tmp_path / "beam"
+    convert_episodes(str(tmp_path / "src"), str(beam), ConvertOptions(on_error="fail"), progress=False,
+                     runner=BeamRunner(["--runner=DirectRunner"]), tfds=True)
+    assert _tfds_files(beam) == written  # the Beam runner's manifest is the engine's: the same metadata follows it
+
+
+def test_tfds_that_cannot_be_written_leaves_the_dataset_converted_and_says_how_to_retry(tmp_path, cli):
+    save_episodes(tmp_path / "u32", {"e.npz": {"count": np.zeros(5, np.uint32), "x": np.ones((5, 2), np.float32)}})
+    out = tmp_path / "out"
+    where = re.escape(str(out))
+    with pytest.raises(TfdsMetadataError, match=rf"{where}: the dataset is converted and complete, but its TFDS "
+                                                rf"metadata was not written \(feature 'count': .* uint32.*`tfshard "
+                                                rf"tfds {where}` writes the metadata"):
+        convert_episodes(str(tmp_path / "u32"), str(out), workers=0, progress=False, tfds=True)
+    verify(str(out))
+    assert sorted(os.listdir(out)) == ["dataset.json", "train-00000-of-00001.tfrecord"]  # no lock, state or temp
+
+    src = tmp_path / "images"
+    make_tree(str(src), per_class=2)
+    result = cli("images", src, tmp_path / "gz", "--compression", "gzip", "--tfds")
+    assert result.exit_code == 1
+    assert "error: tfds: TFDS opens TFRecord files uncompressed only (got compression='gzip')" in result.output
+    assert not os.path.exists(tmp_path / "gz")  # refused before any work

@@ -1,157 +1,31 @@
-"""TFDS metadata beside ``dataset.json``, so ``tfds.builder_from_directory(OUT)`` opens a tfshard dataset.
+"""``tfshard tfds OUT``: TFDS metadata beside a finished dataset's ``dataset.json``.
 
-The records stay as they are: TFDS reads a ``FeaturesDict`` whose keys are the
-records' own keys (``image/encoded``, ``image/class/label``, ...; TFDS joins nested
-names with ``/``, so a flat key with a ``/`` is the same ``tf.train.Example`` key),
-and finds the shards through a file name template (``{SPLIT}-{SHARD_X_OF_Y}.tfrecord``).
-tensorflow-datasets' own ``DatasetInfo.write_to_directory`` writes the files:
-``dataset_info.json``, ``features.json`` and, for images, the class names
-(``image.class.label.labels.txt``). Needs the ``tfds`` extra.
+The metadata itself (what it holds, what TFDS cannot express, how it is written through a temporary folder) is
+``ingest/tfds.py``, which a conversion with ``--tfds`` calls under its own lock; this command takes OUT's lock
+and calls the same functions, so both write the same bytes. Needs the ``tfds`` extra.
 
     write_tfds_metadata("photos-tfr")
     builder = tfds.builder_from_directory("photos-tfr")
     ds = builder.as_dataset(split="train", as_supervised=True)  # (image uint8 [H, W, 3], label)
-
-What TFDS cannot express is refused with the reason: gzip shards (its TFRecord reader
-opens files uncompressed), class names its labels file cannot hold (one name per line, each
-stripped: TFDS reads back the metadata it wrote before anything moves into OUT) and, for
-episodes, dtypes ``tf.io.decode_raw`` does not read (uint32) or features with no elements per step.
-A split with no records is left out (TFDS refuses an empty split for the whole builder). An
-episode longer than the chunk size is several records, and TFDS yields those chunks as they are
-(``episode/chunk`` of ``episode/chunks``); ``readers.episodes`` joins them.
 """
 
 from __future__ import annotations
 
-import logging
-import os
-import shutil
-
-import numpy as np
-import tensorflow as tf
-
 from ..format.dataset import load_manifest
-from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name
-from ..format.records import DATA_PREFIX, EPISODE_FEATURES, IMAGE_FEATURES, data_features
-from ..format.storage import is_url, join
 from ..ingest.lock import output_lock
+from ..ingest.tfds import (
+    LABELS_FILE,
+    SHARD_TEMPLATE,
+    tfds_features,
+    tfds_info,
+    tfds_label_names,
+    tfds_shard_lengths,
+    write_tfds_info,
+)
 
-SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.tfrecord
-_TEMP_FOLDER = TEMP_PREFIX + "tfds"
-log = logging.getLogger(__name__)
-_INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
-LABELS_FILE = TFDS_FILES[-1]  # image.class.label.labels.txt: the class names of image/class/label
-_LABEL = "image/class/label"
-
-
-def _scalar(tfds, spec: dict):
-    return tfds.features.Scalar(np.int64) if spec["dtype"] == "int64" else tfds.features.Text()
-
-
-def tfds_shard_lengths(manifest) -> dict[str, list[int]]:
-    """Split → records per shard, as the TFDS metadata lists them: splits with no records are left out (TFDS
-    refuses a split of no examples, "corresponds to no data", for every split of the builder)."""
-    return {name: [s.records for s in split.shards] for name, split in manifest.splits.items() if split.records}
-
-
-def tfds_label_names(text: str) -> list[str]:
-    """The label names tensorflow-datasets reads from the text of a labels file: one per line, each stripped,
-    blank lines dropped (``ClassLabel.load_metadata``). Here so that ``verify`` needs no tensorflow-datasets.
-
-        tfds_label_names(" padded \\nbe\\nta\\n")  # ['padded', 'be', 'ta']
-    """
-    return [name.strip() for name in text.split("\n") if name.strip()]
-
-
-def _shown(name: str) -> str:
-    """``repr`` with its spaces as ``\\x20``: the name's surrounding spaces are the point, and a one-line error
-    message may have its runs of spaces collapsed (the CLI does)."""
-    return repr(name).replace(" ", "\\x20")
-
-
-def _unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None) -> ValueError | None:
-    """A class name TFDS does not hold as it is, as the error that refuses it (``theirs``: the names TFDS read back,
-    None before writing): the first name that differs is the culprit, every one before it came back whole."""
-    for i, name in enumerate(class_names):
-        if theirs is None:
-            try:
-                name.encode("utf-8")
-            except UnicodeEncodeError:
-                why = f"its labels file {LABELS_FILE} is UTF-8 text and this folder name is not valid UTF-8"
-                break
-        elif i >= len(theirs) or theirs[i] != name:
-            got = f"as {_shown(theirs[i])}" if i < len(theirs) else "as no name"
-            why = (f"its labels file {LABELS_FILE} holds one name per line, each stripped of surrounding whitespace, "
-                   f"so TFDS reads label {i} back {got}")
-            break
-    else:
-        return None
-    return ValueError(f"{out}: TFDS cannot hold class name {_shown(name)}: {why} (got class_names[{i}] = "
-                      f"{_shown(name)}); rename the class folder (UTF-8, no line breaks, no leading or trailing "
-                      "whitespace) and convert again")
-
-
-def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
-    """Why TFDS's raw-bytes ``Tensor`` feature cannot read one of our episode features, or None: its own decode
-    (``tf.io.decode_raw``, a reshape to ``[-1, *shape]``) is run on an empty value."""
-    if 0 in shape:
-        return f"no elements per step (shape {list(shape)}): the reshape cannot infer the steps"
-    try:
-        feature.decode_example(tf.constant(b""))
-    except (TypeError, ValueError, tf.errors.InvalidArgumentError):
-        return f"{dtype.name} values (tf.io.decode_raw does not read {dtype.name})"
-    return None
-
-
-def _tfds():
-    """tensorflow-datasets, the optional extra ``[tfds]``: imported on first use; nothing else of tfshard needs it."""
-    try:
-        import tensorflow_datasets
-    except ImportError as e:
-        raise ImportError(f"TFDS metadata needs tensorflow-datasets ({e}); {_INSTALL}") from None
-    return tensorflow_datasets
-
-
-def tfds_features(manifest):
-    """The ``tfds.features.FeaturesDict`` of a manifest's records, keyed by the records' own keys."""
-    tfds = _tfds()
-    if manifest.kind == "images":
-        features = {key: _scalar(tfds, spec) for key, spec in IMAGE_FEATURES.items()}
-        features["image/encoded"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
-        features["image/class/label"] = tfds.features.ClassLabel(names=list(manifest.class_names))
-        return tfds.features.FeaturesDict(features)
-    features = {key: _scalar(tfds, spec) for key, spec in EPISODE_FEATURES.items()}
-    for name, spec in data_features(manifest.features).items():
-        dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
-        feature = tfds.features.Tensor(shape=(None, *shape), dtype=dtype, encoding=tfds.features.Encoding.BYTES)
-        problem = _raw_bytes_problem(feature, dtype, shape)
-        if problem:
-            raise ValueError(f"feature {name!r}: TFDS cannot decode raw bytes of {problem}; read it with "
-                             "readers.episodes or readers.windows instead")
-        features[f"{DATA_PREFIX}{name}"] = feature
-    return tfds.features.FeaturesDict(features)
-
-
-def _remove_temp_folder(path: str) -> None:
-    """Removes what sits at our temporary name: a link or a file itself (never what a link points to), or a folder."""
-    if is_url(path):
-        if tf.io.gfile.exists(path):
-            tf.io.gfile.rmtree(path)
-    elif os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
-        os.unlink(path)
-    elif os.path.isdir(path):
-        shutil.rmtree(path)  # refuses to follow a symlink swapped in meanwhile
-
-
-def _fresh_temp_folder(out: str) -> str:
-    """``OUT/.tmp-tfds``, new and empty: whatever a killed run (or anyone) left there goes first."""
-    temp = join(out, _TEMP_FOLDER)
-    _remove_temp_folder(temp)
-    if is_url(temp):
-        tf.io.gfile.makedirs(temp)
-    else:
-        os.mkdir(temp, 0o755)  # fails rather than reuse anything created in between
-    return temp
+# The helpers keep their names here too, for verify and the code that imports them from this module.
+__all__ = ["LABELS_FILE", "SHARD_TEMPLATE", "tfds_features", "tfds_label_names", "tfds_shard_lengths",
+           "write_tfds_metadata"]
 
 
 def write_tfds_metadata(out: str) -> list[str]:
@@ -159,7 +33,8 @@ def write_tfds_metadata(out: str) -> list[str]:
 
     Holds OUT's lock (no conversion can be writing), writes into a temporary folder inside OUT and moves
     each file into place, so no partial file sits under a final name. Running it again rewrites the
-    same files; a new conversion into OUT with ``--overwrite`` removes them.
+    same files; a new conversion into OUT with ``--overwrite`` removes them. A conversion with ``--tfds``
+    (``convert_images(..., tfds=True)``) writes the same files at its end.
 
     Raises:
       ValueError: gzip shards, a class name TFDS's labels file cannot hold, or an episode feature TFDS cannot
@@ -167,50 +42,6 @@ def write_tfds_metadata(out: str) -> list[str]:
       ImportError: tensorflow-datasets is not installed (the message says how to install it).
     """
     manifest = load_manifest(out)
-    if manifest.compression is not None:
-        raise ValueError(f"{out}: gzip shards; TFDS opens TFRecord files uncompressed only, so it cannot read them: "
-                         "convert again without --compression to open the dataset from TFDS")
-    tfds = _tfds()
-    try:
-        features = tfds_features(manifest)
-    except ValueError as e:
-        raise ValueError(f"{out}: {e}") from None
-    unlabelled = _unlabelled_class(out, manifest.class_names, None)
-    if unlabelled is not None:
-        raise unlabelled
-    template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE,
-                                             dataset_name=f"tfshard_{manifest.kind}", filetype_suffix="tfrecord")
-    lengths = tfds_shard_lengths(manifest)
-    empty = [name for name in manifest.splits if name not in lengths]
-    if empty:
-        log.warning("%s: split(s) %s hold no records; left out of the TFDS metadata", out, ", ".join(empty))
-    splits = [tfds.core.SplitInfo(name=name, shard_lengths=shards, num_bytes=manifest.splits[name].bytes,
-                                  filename_template=template) for name, shards in lengths.items()]
-    supervised = ("image/encoded", "image/class/label") if manifest.kind == "images" else None
+    info = tfds_info(out, manifest)  # refused before the lock: a read-only or busy OUT still hears why
     with output_lock(out):
-        temp = _fresh_temp_folder(out)
-        try:
-            info = tfds.core.DatasetInfo(
-                builder=tfds.core.dataset_info.DatasetIdentity(name=template.dataset_name, version=tfds.core.Version(
-                    "1.0.0"), data_dir=out, module_name=""),
-                features=features, supervised_keys=supervised,
-                description=f"tfshard {manifest.kind} dataset (dataset.json fingerprint {manifest.fingerprint})",
-            )
-            info.set_file_format(tfds.core.FileFormat.TFRECORD)
-            info.set_splits(tfds.core.SplitDict(splits))
-            info.write_to_directory(temp)  # what tfds.folder_dataset.write_metadata does, minus its shard search
-            if manifest.kind == "images":  # what TFDS itself reads back, not a guess at its rules
-                theirs = tfds.builder_from_directory(temp).info.features[_LABEL].names
-                unlabelled = _unlabelled_class(out, manifest.class_names, list(theirs))
-                if unlabelled is not None:
-                    raise unlabelled
-            written = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(temp))
-            unexpected = [n for n in written if not is_tfds_name(n)]
-            if unexpected:
-                raise RuntimeError(f"{out}: tensorflow-datasets wrote {unexpected[0]!r}, a file tfshard does not know; "
-                                   "nothing was moved into OUT")
-            for name in written:
-                tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
-        finally:
-            _remove_temp_folder(temp)
-    return written
+        return write_tfds_info(out, manifest, info)
