@@ -17,8 +17,10 @@ COMPRESSIONS = (None, "gzip")
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(?P<gz>\.gz)?$")
 INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.idx$")
-# TFDS metadata beside dataset.json (`tfshard tfds OUT`); the last holds the class names of image/class/label.
-TFDS_FILES = ("dataset_info.json", "features.json", "image.class.label.labels.txt")
+# TFDS metadata beside dataset.json (`tfshard tfds OUT`), then the class names of image/class/label, of multi-label
+# image/class/labels, and of labelled episodes' episode/label (TFDS names each after its key).
+TFDS_FILES = ("dataset_info.json", "features.json", "image.class.label.labels.txt", "image.class.labels.labels.txt",
+              "episode.label.labels.txt")
 
 
 def shard_file_name(split: str, index: int, num_shards: int, compression: str | None = None) -> str:

@@ -40,7 +40,16 @@ import tensorflow as tf
 
 from ..format.dataset import load_manifest
 from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name
-from ..format.records import DATA_PREFIX, EPISODE_FEATURES, IMAGE_FEATURES, data_features
+from ..format.records import (
+    DATA_PREFIX,
+    EPISODE_FEATURES,
+    IMAGE_LABEL_KEYS,
+    LABEL_KEY,
+    MULTI_LABEL_KEY,
+    VALUE_KEY,
+    data_features,
+    image_features,
+)
 from ..format.storage import is_url, join
 from .errors import TfdsMetadataError
 
@@ -48,8 +57,22 @@ SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.t
 _TEMP_FOLDER = TEMP_PREFIX + "tfds"
 log = logging.getLogger(__name__)
 _INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
-LABELS_FILE = TFDS_FILES[-1]  # image.class.label.labels.txt: the class names of image/class/label
+LABELS_FILE = TFDS_FILES[2]  # image.class.label.labels.txt: the class names of image/class/label
 _LABEL = "image/class/label"
+
+
+def label_key(manifest) -> str | None:
+    """The record key TFDS holds class names for (a ``ClassLabel``), or None when the labels are no classes."""
+    if manifest.kind == "images":
+        return None if manifest.labels == "value" else IMAGE_LABEL_KEYS[manifest.labels]
+    return LABEL_KEY if manifest.labels == "class" else None
+
+
+def labels_file_of(manifest) -> str | None:
+    """The TFDS file of the class names (``image.class.label.labels.txt``, ...), or None: TFDS names it after the
+    key, ``/`` as ``.``."""
+    key = label_key(manifest)
+    return None if key is None else key.replace("/", ".") + ".labels.txt"
 
 
 def _scalar(tfds, spec: dict):
@@ -77,7 +100,8 @@ def _shown(name: str) -> str:
     return repr(name).replace(" ", "\\x20")
 
 
-def _unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None) -> ValueError | None:
+def _unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None,
+                      labels_file: str = LABELS_FILE) -> ValueError | None:
     """A class name TFDS does not hold as it is, as the error that refuses it (``theirs``: the names TFDS read back,
     None before writing): the first name that differs is the culprit, every one before it came back whole."""
     for i, name in enumerate(class_names):
@@ -85,11 +109,11 @@ def _unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None
             try:
                 name.encode("utf-8")
             except UnicodeEncodeError:
-                why = f"its labels file {LABELS_FILE} is UTF-8 text and this folder name is not valid UTF-8"
+                why = f"its labels file {labels_file} is UTF-8 text and this folder name is not valid UTF-8"
                 break
         elif i >= len(theirs) or theirs[i] != name:
             got = f"as {_shown(theirs[i])}" if i < len(theirs) else "as no name"
-            why = (f"its labels file {LABELS_FILE} holds one name per line, each stripped of surrounding whitespace, "
+            why = (f"its labels file {labels_file} holds one name per line, each stripped of surrounding whitespace, "
                    f"so TFDS reads label {i} back {got}")
             break
     else:
@@ -123,12 +147,23 @@ def _tfds():
 def tfds_features(manifest):
     """The ``tfds.features.FeaturesDict`` of a manifest's records, keyed by the records' own keys."""
     tfds = _tfds()
-    if manifest.kind == "images":
-        features = {key: _scalar(tfds, spec) for key, spec in IMAGE_FEATURES.items()}
+    if manifest.kind == "images":  # the label key by kind: ClassLabel, a Sequence of them, or a float32 Tensor
+        table = image_features(manifest.labels, max(1, len(manifest.label_columns)))
+        features = {key: _scalar(tfds, spec) for key, spec in table.items()}
         features["image/encoded"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
-        features["image/class/label"] = tfds.features.ClassLabel(names=list(manifest.class_names))
+        names = tfds.features.ClassLabel(names=list(manifest.class_names)) if manifest.class_names else None
+        if manifest.labels == "multi":
+            features[MULTI_LABEL_KEY] = tfds.features.Sequence(names)
+        elif manifest.labels == "value":
+            features[VALUE_KEY] = tfds.features.Tensor(shape=(len(manifest.label_columns),), dtype=np.float32)
+        else:
+            features[_LABEL] = names
         return tfds.features.FeaturesDict(features)
     features = {key: _scalar(tfds, spec) for key, spec in EPISODE_FEATURES.items()}
+    if manifest.labels == "class":
+        features[LABEL_KEY] = tfds.features.ClassLabel(names=list(manifest.class_names))
+    elif manifest.labels == "value":
+        features[LABEL_KEY] = tfds.features.Scalar(np.float32)
     for name, spec in data_features(manifest.features).items():
         dtype, shape = np.dtype(spec["dtype"]), tuple(spec["shape"])
         feature = tfds.features.Tensor(shape=(None, *shape), dtype=dtype, encoding=tfds.features.Encoding.BYTES)
@@ -191,7 +226,7 @@ def tfds_info(out: str, manifest):
         features = tfds_features(manifest)
     except ValueError as e:
         raise ValueError(f"{out}: {e}") from None
-    unlabelled = _unlabelled_class(out, manifest.class_names, None)
+    unlabelled = _unlabelled_class(out, manifest.class_names, None, labels_file_of(manifest) or LABELS_FILE)
     if unlabelled is not None:
         raise unlabelled
     template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE,
@@ -202,7 +237,7 @@ def tfds_info(out: str, manifest):
         log.warning("%s: split(s) %s hold no records; left out of the TFDS metadata", out, ", ".join(empty))
     splits = [tfds.core.SplitInfo(name=name, shard_lengths=shards, num_bytes=manifest.splits[name].bytes,
                                   filename_template=template) for name, shards in lengths.items()]
-    supervised = ("image/encoded", "image/class/label") if manifest.kind == "images" else None
+    supervised = ("image/encoded", IMAGE_LABEL_KEYS[manifest.labels]) if manifest.kind == "images" else None
     info = tfds.core.DatasetInfo(
         builder=tfds.core.dataset_info.DatasetIdentity(name=template.dataset_name, version=tfds.core.Version(
             "1.0.0"), data_dir=out, module_name=""),
@@ -227,9 +262,11 @@ def write_tfds_info(out: str, manifest, info) -> list[str]:
     temp = _fresh_temp_folder(out)
     try:
         info.write_to_directory(temp)  # what tfds.folder_dataset.write_metadata does, minus its shard search
-        if manifest.kind == "images":  # what TFDS itself reads back, not a guess at its rules
-            theirs = tfds.builder_from_directory(temp).info.features[_LABEL].names
-            unlabelled = _unlabelled_class(out, manifest.class_names, list(theirs))
+        key = label_key(manifest)
+        if key is not None:  # what TFDS itself reads back, not a guess at its rules
+            feature = tfds.builder_from_directory(temp).info.features[key]
+            theirs = (feature.feature if manifest.labels == "multi" else feature).names
+            unlabelled = _unlabelled_class(out, manifest.class_names, list(theirs), labels_file_of(manifest))
             if unlabelled is not None:
                 raise unlabelled
         written = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(temp))

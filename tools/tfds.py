@@ -16,6 +16,8 @@ from ..ingest.lock import output_lock
 from ..ingest.tfds import (
     LABELS_FILE,
     SHARD_TEMPLATE,
+    label_key,
+    labels_file_of,
     tfds_features,
     tfds_info,
     tfds_label_names,
@@ -24,8 +26,8 @@ from ..ingest.tfds import (
 )
 
 # The helpers keep their names here too, for verify and the code that imports them from this module.
-__all__ = ["LABELS_FILE", "SHARD_TEMPLATE", "tfds_features", "tfds_label_names", "tfds_shard_lengths",
-           "write_tfds_metadata"]
+__all__ = ["LABELS_FILE", "SHARD_TEMPLATE", "label_key", "labels_file_of", "tfds_features", "tfds_label_names",
+           "tfds_shard_lengths", "write_tfds_metadata"]
 
 
 def write_tfds_metadata(out: str) -> list[str]:

@@ -16,8 +16,8 @@ from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
-from .record_checks import LABEL, REWRITE, Tally, labels_problems, read_shard, split_problems
-from .tfds import LABELS_FILE, tfds_label_names, tfds_shard_lengths
+from .record_checks import REWRITE, Tally, labels_problems, read_shard, split_problems
+from .tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
 
 
 class VerifyError(ValueError):
@@ -117,13 +117,13 @@ def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
         return [f"{path}: not TFDS metadata tfshard wrote (no splits with shard lengths); {fix}"]
     if lengths != tfds_shard_lengths(manifest) or not ours:
         return [f"{path}: TFDS metadata of another dataset (its splits or fingerprint differ from dataset.json); {fix}"]
-    if manifest.kind != "images":
+    if labels_file_of(manifest) is None:
         return []
-    labels = join(out, LABELS_FILE)
+    labels = join(out, labels_file_of(manifest))
     try:
         names = tfds_label_names(read_small_file(labels, "TFDS label names").decode("utf-8"))
     except FileNotFoundError:
-        return [f"{labels}: missing, so TFDS has no names for {LABEL}; {fix}"]
+        return [f"{labels}: missing, so TFDS has no names for {label_key(manifest)}; {fix}"]
     except ValueError as e:  # UnicodeDecodeError included
         return [f"{labels}: not TFDS label names tfshard wrote ({str(e)[:120]}); {fix}"]
     if names != manifest.class_names:
