@@ -171,6 +171,8 @@ def images(
     workers: Optional[int] = typer.Option(None, help="Decode processes (default: all CPUs; 0: in-process)."),
     index: bool = typer.Option(False, "--index", help="Also write DALI tfrecord2idx index files."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
+    dedupe: bool = typer.Option(False, "--dedupe", help="Keep one copy of identical images (val/test keep theirs over "
+                                "train's); duplicates are reported either way."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
     beam_options: Optional[str] = typer.Option(
@@ -184,7 +186,7 @@ def images(
 
         image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
-                                   image=image)
+                                   image=image, dedupe=dedupe)
         _convert_and_report(convert_images, src, out, options, quiet, workers=workers, overwrite=overwrite,
                             runner=_runner(runner, beam_options))
     except _errors() as e:

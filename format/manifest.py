@@ -122,6 +122,7 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     ignored_files: list[str] = dataclasses.field(default_factory=list)
     labels: str | None = None  # episodes only: None, or one of LABEL_KINDS
+    duplicates: dict[str, Any] | None = None  # images only: identical source images (``format/duplicates.py``)
 
     def __post_init__(self):
         check_format_version(self.format_version, MANIFEST_NAME)

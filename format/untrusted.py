@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from .duplicates import check_duplicates
 from .manifest import (
     _DTYPES,
     EPISODE_DTYPES,
@@ -276,7 +277,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    optional = {"format_version", "ignored_files", "labels"}
+    optional = {"format_version", "ignored_files", "labels", "duplicates"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -302,6 +303,9 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         check.count(value, f"ignored[{key!r}]")
     for i, path in enumerate(check.sequence(raw.get("ignored_files", []), "ignored_files")):
         check.text(path, f"ignored_files[{i}]")
+    if raw.get("duplicates") is not None and raw["kind"] != "images":
+        check.fail("duplicates", f"must be null for a {raw['kind']} dataset (image datasets only)", raw["duplicates"])
+    check_duplicates(check, raw.get("duplicates"))
     splits = {}
     for name, split in check.mapping(raw["splits"], "splits").items():
         if not SPLIT_NAME.match(name):

@@ -57,6 +57,8 @@ class ImageItemStats:
     label: int
     pixels: Any  # PixelSums
     converted: bool
+    source: str = ""  # the image's path relative to SRC, and the SHA-256 of its bytes (duplicates, --dedupe)
+    sha256: str = ""
 
 
 def image_records(image: PreparedImage, class_names: tuple[str, ...]) -> tuple[list[list[bytes]], ImageItemStats]:
@@ -72,7 +74,8 @@ def image_records(image: PreparedImage, class_names: tuple[str, ...]) -> tuple[l
         "image/class/text": _text(class_names[label]),
         "image/filename": _text(image.source.relpath),
     })
-    return [record], ImageItemStats(label, image.pixels, image.converted is not None)
+    return [record], ImageItemStats(label, image.pixels, image.converted is not None, image.source.relpath,
+                                    image.sha256)
 
 
 def episode_records(episode: PreparedEpisode, features: dict) -> tuple[list[list[bytes]], tuple[dict, dict]]:

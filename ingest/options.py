@@ -28,6 +28,8 @@ class ConvertOptions:
       index: also write DALI ``tfrecord2idx`` index files.
       image: how images are validated and converted (image datasets).
       episode: how episodes are checked and cut into records (episode datasets).
+      dedupe: keep one copy of images whose source bytes are identical (image datasets; see
+        ``ingest/duplicates.py`` for which copy is kept). Duplicates are reported either way.
     """
 
     shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -39,6 +41,7 @@ class ConvertOptions:
     index: bool = False
     image: ImageOptions = ImageOptions()
     episode: EpisodeOptions = EpisodeOptions()
+    dedupe: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "shard_bytes", parse_size(self.shard_bytes, "shard_bytes"))  # "64MiB" as the CLI takes
@@ -61,9 +64,11 @@ class ConvertOptions:
 
         How episodes are labelled (``labels_file``, ``class_folders``) is left out: the labels themselves are part
         of the inputs' identity (``EpisodeJob.identity``, ``source_key``), wherever the labels file lies.
+        ``dedupe`` is in only when on, so datasets converted before it existed keep their fingerprint.
         """
         other_kind = {"images": "episode", "episodes": "image"}[kind]
-        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind)}
+        left_out = ("on_error", other_kind) + (() if self.dedupe else ("dedupe",))
+        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in left_out}
         if "episode" in found:
             found["episode"] = {k: v for k, v in found["episode"].items() if k not in ("labels_file", "class_folders")}
         return found
