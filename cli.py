@@ -209,6 +209,8 @@ def images(
     tfds: bool = typer.Option(False, "--tfds", help="Also write TFDS metadata (as `tfshard tfds OUT` does), so "
                               "tfds.builder_from_directory(OUT) opens it; also when OUT is already complete."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
+    dedupe: bool = typer.Option(False, "--dedupe", help="Keep one copy of identical images (val/test keep theirs over "
+                                "train's); duplicates are reported either way."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
     beam_options: Optional[str] = typer.Option(
@@ -223,7 +225,7 @@ def images(
         image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate,
                              labels_file=labels, label_kind=label_kind and label_kind.value)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
-                                   (val_fraction, test_fraction, split_seed, stratify), image=image)
+                                   (val_fraction, test_fraction, split_seed, stratify), image=image, dedupe=dedupe)
         _convert_and_report(convert_images, src, out, options, quiet, workers=workers, overwrite=overwrite,
                             runner=_runner(runner, beam_options), tfds=tfds)
     except _errors() as e:

@@ -1,6 +1,7 @@
 """File names in a dataset folder, and compression names. Pure Python.
 
     shard_file_name("train", 3, 10)        # 'train-00003-of-00010.tfrecord'
+    shard_file_name("train", 0, 2, generation=1)        # 'train-g0001-00000-of-00002.tfrecord' (an append's)
     index_file_name("train-00003-of-00010.tfrecord")   # 'train-00003-of-00010.idx'
 """
 
@@ -15,18 +16,35 @@ STATE_DIR = ".tfshard-state"  # a conversion's resume state; gone once its manif
 LOCK_NAME = ".tfshard-lock"  # held by the one conversion writing into OUT
 COMPRESSIONS = (None, "gzip")
 SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
-SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.tfrecord(?P<gz>\.gz)?$")
-INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-\d{5}-of-\d{5}\.idx$")
+# A conversion writes generation 0 (no g part); each append adds its shards as the next generation, numbered
+# i-of-n among themselves, so no name ever changes or collides.
+SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?:g(?P<generation>\d{4})-)?(?P<index>\d{5})-of-(?P<count>\d{5})"
+                        r"\.tfrecord(?P<gz>\.gz)?$")
+INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-(?:g\d{4}-)?\d{5}-of-\d{5}\.idx$")
+MAX_GENERATION = 9999
 # TFDS metadata beside dataset.json (`tfshard tfds OUT`), then the class names of image/class/label, of multi-label
 # image/class/labels, and of labelled episodes' episode/label (TFDS names each after its key).
 TFDS_FILES = ("dataset_info.json", "features.json", "image.class.label.labels.txt", "image.class.labels.labels.txt",
               "episode.label.labels.txt")
 
 
-def shard_file_name(split: str, index: int, num_shards: int, compression: str | None = None) -> str:
-    """Returns the file name of one shard: ``train-00003-of-00010.tfrecord[.gz]``."""
+def shard_file_name(split: str, index: int, num_shards: int, compression: str | None = None,
+                    generation: int = 0) -> str:
+    """Returns the file name of one shard: ``train-00003-of-00010.tfrecord[.gz]``, or with ``generation`` g > 0
+    (the g-th append's shards) ``train-g000g-00003-of-00010.tfrecord[.gz]``."""
+    if not 0 <= generation <= MAX_GENERATION:
+        raise ValueError(f"generation: must be in [0, {MAX_GENERATION}] (got {generation!r})")
     suffix = ".tfrecord.gz" if compression == "gzip" else ".tfrecord"
-    return f"{split}-{index:05d}-of-{num_shards:05d}{suffix}"
+    part = f"g{generation:04d}-" if generation else ""
+    return f"{split}-{part}{index:05d}-of-{num_shards:05d}{suffix}"
+
+
+def shard_generation(name: str) -> int:
+    """The generation of a shard file name: 0 for a conversion's shards, g for the g-th append's."""
+    match = SHARD_NAME.match(name)
+    if match is None:
+        raise ValueError(f"{name!r}: not a shard file name")
+    return int(match["generation"] or 0)
 
 
 def index_file_name(shard_file: str) -> str:

@@ -7,11 +7,13 @@ names tfshard writes (never a path), counts must be counts, and a split's totals
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import re
 from typing import Any
 
+from .duplicates import check_duplicates
 from .manifest import (
     _DTYPES,
     EPISODE_DTYPES,
@@ -30,7 +32,7 @@ from .manifest import (
     is_count,
     is_finite_number,
 )
-from .names import MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_shard_name
+from .names import MANIFEST_NAME, SPLIT_NAME, is_shard_name, shard_file_name, shard_generation
 from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, image_features
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -205,6 +207,25 @@ def _class_counts(check: _Checker, where: str, counts: dict, class_names: list[s
         check.fail(where, f"must sum to the split's {records} records", sum(counts.values()))
 
 
+def _check_shard_names(check: _Checker, where: str, split: str, files: list[str], compression: Any) -> None:
+    """A split's shards in order: the conversion's ``i-of-n`` (generation 0), then each append's as its own
+    ``i-of-n`` run, generations rising; every name the one ``shard_file_name`` gives its place."""
+    generations = [shard_generation(f) for f in files]
+    counts = collections.Counter(generations)
+    first: dict[int, int] = {}
+    for i, generation in enumerate(generations):
+        if i and generation < generations[i - 1]:
+            check.fail(f"{where}.shards[{i}].file", f"must come before the shards of generation {generations[i - 1]}",
+                       files[i])
+        index = i - first.setdefault(generation, i)
+        expected = shard_file_name(split, index, counts[generation], "gzip" if compression == "gzip" else None,
+                                   generation)
+        if files[i] != expected:
+            of = f" of generation {generation}" if generation else ""
+            check.fail(f"{where}.shards[{i}].file",
+                       f"must be shard {index} of {counts[generation]}{of} of split {split!r} ({expected})", files[i])
+
+
 def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str, class_names: list[str],
                      consistency: bool = True, labels: str | None = None) -> SplitInfo:
     where = f"splits[{name!r}]"
@@ -214,16 +235,8 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
     shards = check.sequence(raw["shards"], f"{where}.shards")
     if not shards:
         check.fail(f"{where}.shards", "must list at least one shard", shards)
-    parsed = []
-    for i, shard in enumerate(shards):
-        at = f"{where}.shards[{i}]"
-        info = shard_from_dict(shard, check.source, at)
-        match = SHARD_NAME.match(info.file)
-        expected = (name, i, len(shards), compression == "gzip")
-        got = (match["split"], int(match["index"]), int(match["count"]), match["gz"] is not None)
-        if got != expected:
-            check.fail(f"{at}.file", f"must be shard {i} of {len(shards)} of split {name!r}", info.file)
-        parsed.append(info)
+    parsed = [shard_from_dict(shard, check.source, f"{where}.shards[{i}]") for i, shard in enumerate(shards)]
+    _check_shard_names(check, where, name, [info.file for info in parsed], compression)
     check.count(raw["records"], f"{where}.records")
     check.count(raw["bytes"], f"{where}.bytes")
     if consistency:
@@ -332,7 +345,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule"}
+    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule", "duplicates"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -359,6 +372,9 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         check.count(value, f"ignored[{key!r}]")
     for i, path in enumerate(check.sequence(raw.get("ignored_files", []), "ignored_files")):
         check.text(path, f"ignored_files[{i}]")
+    if raw.get("duplicates") is not None and raw["kind"] != "images":
+        check.fail("duplicates", f"must be null for a {raw['kind']} dataset (image datasets only)", raw["duplicates"])
+    check_duplicates(check, raw.get("duplicates"))
     splits = {}
     for name, split in check.mapping(raw["splits"], "splits").items():
         if not SPLIT_NAME.match(name):

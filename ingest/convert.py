@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ..format import manifest as manifest_lib
+from .duplicates import check_dedupe
 from .engine import check_folders, run_job
 from .jobs import EpisodeJob, ImageJob
 from .options import ConvertOptions
@@ -24,6 +25,7 @@ def _convert(make_job, default_on_error: str, src: str, out: str, options: Conve
     check_folders(src, out)
     if tfds:
         check_tfds_request(options.compression)
+    check_dedupe(make_job.kind, options.dedupe, run.get("runner"))  # before the scan
     if options.on_error is None:
         options = dataclasses.replace(options, on_error=default_on_error)
     return run_job(make_job(src, options), out, options, tfds=tfds, **run)

@@ -31,6 +31,7 @@ from ..format.dataset import check_output_folder
 from ..format.names import STATE_DIR, TEMP_PREFIX, index_file_name
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
+from . import duplicates
 from .errors import InputError
 from .kind import Kind
 from .lock import output_lock
@@ -47,7 +48,8 @@ log = logging.getLogger(__name__)
 
 def plan_job(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
     ordered, specs = {}, []
-    for split, items in job.items.items():
+    splits = duplicates.write_order(job.items) if options.dedupe else list(job.items)  # held-out splits first
+    for split, items in ((split, job.items[split]) for split in splits):
         if not items:
             log.warning("%s: split %r has no usable inputs; it is left out", job.src, split)
             continue
@@ -89,7 +91,7 @@ def _fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -
 
 def _write_shards(
     job: Kind, out: str, todo: list[ShardSpec], ordered: dict[str, list], options: ConvertOptions, workers: int,
-    progress: bool,
+    progress: bool, deduper: duplicates.Deduper | None = None,
 ) -> Iterator[tuple[ShardSpec, ShardResult]]:
     tasks = (ordered[s.split][i] for s in todo for i in range(s.start, s.stop))
     results = ordered_map(
@@ -115,13 +117,15 @@ def _write_shards(
         try:
             for spec in todo:
                 pairs = ((item, next(results)) for item in ordered[spec.split][spec.start : spec.stop])
-                yield spec, write_shard(job, out, spec, pairs, options, on_item)
+                screen = None if deduper is None else deduper.screen_for(spec)
+                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen)
         finally:
             results.close()
 
 
 def _assemble(
-    job: Kind, specs: list[ShardSpec], results: dict[str, ShardResult], options: ConvertOptions, fingerprint: str
+    job: Kind, specs: list[ShardSpec], results: dict[str, ShardResult], options: ConvertOptions, fingerprint: str,
+    found_duplicates: dict | None = None,
 ) -> manifest_lib.Manifest:
     splits = {}
     rejected = [{"path": r.relpath, "reason": r.reason} for r in job.rejected]
@@ -148,6 +152,7 @@ def _assemble(
         labels=job.labels,
         label_columns=list(job.label_columns),
         split_rule=job.split_rule,
+        duplicates=found_duplicates,
     )
 
 
@@ -180,6 +185,7 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
         log.warning("google-crc32c has no compiled extension on this platform; framing records will be slow "
                     "(pip install --force-reinstall google-crc32c, or use a platform it ships wheels for)")
     workers = default_workers() if workers is None else workers
+    duplicates.check_dedupe(job.kind, options.dedupe, runner)
     ordered, specs = plan_job(job, options)
     fingerprint = _fingerprint(job, ordered, options)
     check_output_folder(out)
@@ -235,7 +241,8 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
                         sum(r.info.bytes for r in results.values())))
     todo = [s for s in specs if s.file_name not in results]
     if runner is None:
-        for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress):
+        deduper = duplicates.Deduper(specs, results) if options.dedupe else None
+        for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress, deduper):
             record_commit(out, spec, result)
             results[spec.file_name] = result
     elif todo:
@@ -246,8 +253,9 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
             raise RuntimeError(
                 f"{out}: the runner finished without committing {len(missing)} shard(s), e.g. {missing[0]}"
             )
+    found = duplicates.report(specs, results) if job.kind == "images" else None  # before empty shards go
     specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned)
-    manifest = _assemble(job, specs, results, options, fingerprint)
+    manifest = _assemble(job, specs, results, options, fingerprint, found)
     write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
     tf.io.gfile.rmtree(state)
     return manifest

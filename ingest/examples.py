@@ -57,6 +57,8 @@ class ImageItemStats:
     label: int | tuple  # a class index; multi-label: the class indices; value labels: the floats
     pixels: Any  # PixelSums
     converted: bool
+    source: str = ""  # the image's path relative to SRC, and the SHA-256 of its bytes (duplicates, --dedupe)
+    sha256: str = ""
 
 
 def image_records(image: PreparedImage, class_names: tuple[str, ...], labels: str | None = None,
@@ -84,7 +86,8 @@ def image_records(image: PreparedImage, class_names: tuple[str, ...], labels: st
         values["image/class/label"] = label
         values["image/class/text"] = _text(class_names[label])
     record = serialize(features or IMAGE_FEATURES, values)
-    return [record], ImageItemStats(label, image.pixels, image.converted is not None)
+    return [record], ImageItemStats(label, image.pixels, image.converted is not None, image.source.relpath,
+                                    image.sha256)
 
 
 def episode_records(episode: PreparedEpisode, features: dict) -> tuple[list[list[bytes]], tuple[dict, dict]]:

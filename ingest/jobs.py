@@ -21,6 +21,7 @@ from typing import Any
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import LABEL_NAME, episode_features, image_features
 from ..format.untrusted import label_problem
+from . import duplicates
 from . import labels as labels_lib
 from .episodes import (
     EpisodeSource,
@@ -57,6 +58,9 @@ class ImageShardStats:
     class_counts: list[int]
     pixels: PixelSums = PixelSums()
     converted: int = 0
+    # [path, sha256] of each image written, and of each copy --dedupe left out (ingest/duplicates.py)
+    hashes: list[list[str]] = dataclasses.field(default_factory=list)
+    dropped: list[list[str]] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -64,7 +68,8 @@ class ImageShardStats:
     @classmethod
     def from_dict(cls, raw: dict) -> ImageShardStats:
         p = raw["pixels"]
-        return cls(raw["class_counts"], PixelSums(p["count"], tuple(p["sums"]), tuple(p["squares"])), raw["converted"])
+        return cls(raw["class_counts"], PixelSums(p["count"], tuple(p["sums"]), tuple(p["squares"])), raw["converted"],
+                   duplicates.check_hashes(raw["hashes"], "hashes"), duplicates.check_hashes(raw["dropped"], "dropped"))
 
 
 def _count(value, low: int = 0, high: float = math.inf) -> int:
@@ -169,6 +174,8 @@ class ImageJob:
         if len(counts) != len(self.class_names) or not adds_up:
             raise ValueError(f"class counts {counts!r:.80} do not add up to the shard's {records} records")
         _count(stats.converted, high=records)
+        if len(stats.hashes) != records:
+            raise ValueError(f"{len(stats.hashes)} image hashes in a shard of {records} records")
         pixels = stats.pixels
         _count(pixels.count)
         sums, squares = _numbers(pixels.sums, 3), _numbers(pixels.squares, 3)
@@ -186,6 +193,7 @@ class ImageJob:
             stats.class_counts[item.label] += 1
         stats.pixels += item.pixels
         stats.converted += item.converted
+        stats.hashes.append([item.source, item.sha256])
 
     def split_fields(self, parts: list[ImageShardStats]) -> dict[str, Any]:
         counts = [sum(p.class_counts[i] for p in parts) for i in range(len(self.class_names))]

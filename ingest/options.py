@@ -30,6 +30,8 @@ class ConvertOptions:
       image: how images are validated and converted (image datasets).
       episode: how episodes are checked and cut into records (episode datasets).
       holdout: the shares of ``train`` held out as ``val``/``test`` (``ingest/holdout.py``).
+      dedupe: keep one copy of images whose source bytes are identical (image datasets; see
+        ``ingest/duplicates.py`` for which copy is kept). Duplicates are reported either way.
     """
 
     shard_bytes: int = DEFAULT_SHARD_BYTES
@@ -42,6 +44,7 @@ class ConvertOptions:
     image: ImageOptions = ImageOptions()
     episode: EpisodeOptions = EpisodeOptions()
     holdout: Holdout = Holdout()
+    dedupe: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "shard_bytes", parse_size(self.shard_bytes, "shard_bytes"))  # "64MiB" as the CLI takes
@@ -64,10 +67,12 @@ class ConvertOptions:
 
         How inputs are labelled (``labels_file``, ``class_folders``, ``label_kind``) and split (``holdout``) is left
         out: the labels and the rule are part of the inputs' identity (the jobs' ``identity``, ``source_key``),
-        wherever the labels file lies.
+        wherever the labels file lies. ``dedupe`` is in only when on, so datasets converted before it existed keep
+        their fingerprint.
         """
         other_kind = {"images": "episode", "episodes": "image"}[kind]
-        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("on_error", other_kind, "holdout")}
+        left_out = ("on_error", other_kind, "holdout") + (() if self.dedupe else ("dedupe",))
+        found = {k: v for k, v in dataclasses.asdict(self).items() if k not in left_out}
         if "episode" in found:
             found["episode"] = {k: v for k, v in found["episode"].items() if k not in ("labels_file", "class_folders")}
         if "image" in found:

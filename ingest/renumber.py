@@ -24,7 +24,7 @@ import logging
 import tensorflow as tf
 
 from ..format import manifest as manifest_lib
-from ..format.names import STATE_DIR, index_file_name, shard_file_name
+from ..format.names import STATE_DIR, index_file_name, shard_file_name, shard_generation
 from ..format.storage import join
 from .errors import InputError
 from .plan import ShardSpec
@@ -70,7 +70,7 @@ def plan_renumbering(specs: list[ShardSpec], records: dict[str, int], *, compres
             if records[spec.file_name] == 0:
                 dropped += [spec.file_name] + ([index_file_name(spec.file_name)] if index else [])
         for i, spec in enumerate(kept):
-            name = shard_file_name(split, i, len(kept), compression)
+            name = shard_file_name(split, i, len(kept), compression, shard_generation(spec.file_name))
             final.append(dataclasses.replace(spec, index=i, num_shards=len(kept), file_name=name))
             planned_names[name] = spec.file_name
             if name != spec.file_name:

@@ -236,15 +236,18 @@ class ShardResult:
 
 
 def write_shard(job: Kind, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
-                on_item: Callable[[Any], None] = lambda item: None) -> ShardResult:
+                on_item: Callable[[Any], None] = lambda item: None, screen: Callable | None = None) -> ShardResult:
     """Writes one planned shard from its ``(item, EncodedItem | Rejection)`` pairs in plan order; commits it atomically.
 
     The one place records reach a shard, for the local process pool and the Beam runner alike: the workers
-    made and framed the records, so this appends their bytes and adds up their statistics.
+    made and framed the records, so this appends their bytes and adds up their statistics. ``screen(item stats,
+    shard stats)``, when given, may turn a prepared input into a chosen ``Rejection`` (``--dedupe``'s copies).
     """
     stats, rejected = job.new_stats(), []
     with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
         for item, result in prepared:
+            if screen is not None and not isinstance(result, Rejection):
+                result = screen(result.stats, stats) or result
             if isinstance(result, Rejection):
                 if options.on_error == "fail" and not result.chosen:
                     raise InputError(

@@ -8,12 +8,10 @@ import os
 
 import numpy as np
 import pytest
-from helpers import convert_image_tree, read_manifest, write_jpeg
-
+from helpers import convert_image_tree, write_jpeg
 from tfshard import readers
 from tfshard.ingest import ImageOptions
 from tfshard.ingest.errors import InputError
-from tfshard.ingest.holdout import Holdout
 
 NAMES = [f"img{i:02d}" for i in range(12)]
 
@@ -228,9 +226,8 @@ def test_info_verify_preview_and_tfds_follow_the_kind(flat, tmp_path, cli):
 
 
 def test_a_tampered_multi_label_record_fails_verify(flat, tmp_path, cli):
-    from helpers import read_records, shard_files, tfrecord_bytes
-
     import tensorflow as tf
+    from helpers import read_records, shard_files, tfrecord_bytes
 
     multi = write(tmp_path / "m.csv", "path,label\n" + "".join(
         f"{n}.jpg,{'a;b' if i % 2 else 'b'}\n" for i, n in enumerate(NAMES)))

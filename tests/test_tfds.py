@@ -178,7 +178,7 @@ def test_images_with_tfds_open_in_tfds_and_a_rerun_on_a_complete_out_adds_it(tmp
         assert np.array_equal(element["image/encoded"], pixels)
         assert (element["image/class/label"], element["image/filename"]) == (label, filename)
     written = _tfds_files(flagged)
-    assert sorted(written) == sorted(TFDS_FILES) and not [n for n in os.listdir(flagged) if n.startswith(".")]
+    assert sorted(written) == sorted(TFDS_FILES[:3]) and not [n for n in os.listdir(flagged) if n.startswith(".")]
     assert _rewritten_by_the_command(flagged) == written
     verify(flagged)
 

@@ -127,6 +127,24 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
         if listed and named > len(listed[:10]):
             more = named - len(listed[:10])
             lines.append(f"    ... and {more} more (dataset.json names the first {len(listed)})")
+    return lines + duplicate_lines(manifest.duplicates)
+
+
+def duplicate_lines(duplicates: dict | None, shown: int = 5) -> list[str]:
+    """Identical images the conversion found (the manifest's ``duplicates``): counts, then the first groups."""
+    if not duplicates or not duplicates["groups"]:
+        return []
+    dropped = f"; {duplicates['dropped']} copies dropped (--dedupe, listed in rejected)" if duplicates["dropped"] \
+        else "; pass --dedupe to keep one copy of each"
+    lines = [f"  duplicates: {duplicates['groups']} images found more than once ({duplicates['across_splits']} "
+             f"across splits, {duplicates['within_split']} within a split){dropped}:"]
+    for group in duplicates["listed"][:shown]:
+        paths = group["paths"][:4]
+        more = f" (+{group['copies'] - len(paths)} more)" if group["copies"] > len(paths) else ""
+        lines.append(f"    {' = '.join(paths)}{more}")
+    if duplicates["groups"] > shown:
+        lines.append(f"    ... and {duplicates['groups'] - shown} more (dataset.json names the first "
+                     f"{len(duplicates['listed'])})")
     return lines
 
 
