@@ -42,6 +42,24 @@ def test_images_on_beam_write_the_local_runs_records_files_and_manifest(tmp_path
     assert _files(tmp_path / "beam") == _files(tmp_path / "local")  # the plan fixes the order: identical bytes
 
 
+@pytest.mark.parametrize("labels", ["cat;dog", "0.25"])
+def test_images_labelled_by_a_file_and_held_out_on_beam_match_the_local_run(tmp_path, images_src, labels):
+    from tfshard.ingest import ImageOptions
+    from tfshard.ingest.holdout import Holdout
+
+    rows = [f"train/{c}/{i:03d}.jpg" for c in ("cat", "dog", "eel") for i in range(5)]
+    csv = tmp_path / "labels.csv"
+    csv.write_text("path,label\n" + "".join(f"{p},{labels if i % 2 else 'eel'}\n" for i, p in enumerate(rows)))
+    kind = None if labels == "cat;dog" else "value"
+    options = ConvertOptions(num_shards=1, image=ImageOptions(labels_file=str(csv), label_kind=kind),
+                             holdout=Holdout(test_fraction=0.3))
+    local = convert_images(str(images_src), str(tmp_path / "local"), options, workers=0, progress=False)
+    beam = convert_images(str(images_src), str(tmp_path / "beam"), options, progress=False,
+                          runner=BeamRunner("--runner=DirectRunner"))
+    assert local.labels == ("multi" if kind is None else "value") and set(local.splits) == {"train", "test"}
+    assert beam == local and _files(tmp_path / "beam") == _files(tmp_path / "local")
+
+
 def test_episodes_on_beam_with_chunked_episodes_match_the_local_run(tmp_path):
     src = tmp_path / "episodes"
     save_episodes(src, {f"run-{i}.npz": {"obs": e, "step": np.arange(len(e))} for i, e in
