@@ -12,6 +12,7 @@ from helpers import convert_image_tree, write_jpeg
 from tfshard import readers
 from tfshard.ingest import ImageOptions
 from tfshard.ingest.errors import InputError
+from tfshard.ingest.holdout import Holdout
 
 NAMES = [f"img{i:02d}" for i in range(12)]
 
@@ -197,15 +198,54 @@ def test_a_million_rows_stream_into_a_dict_and_no_more_memory(tmp_path):
     assert int(words[-1]) < 400 * rows  # the {path: (row, label)} dict (~250 bytes a row measured), not the text again
 
 
+@pytest.mark.slow
 def test_a_row_per_image_of_a_hundred_thousand_image_tree(tmp_path):
-    from tfshard.ingest import labels as labels_lib
+    from tfshard.ingest import ConvertOptions
+    from tfshard.ingest.jobs import ImageJob
 
-    inputs = [f"c{i % 50}/{i}.jpg" for i in range(100_000)]
-    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{p},{p.split('/')[0]}\n" for p in inputs))
-    labels, problems = labels_lib.decide(labels_lib.read_rows(csv, splits=True, columns=True), str(tmp_path),
-                                         inputs, kinds=labels_lib.LABEL_KINDS)
-    assert problems == [] and len(labels.by_path) == 100_000 and len(labels.class_names) == 50
-    assert labels.by_path["c7/107.jpg"] == labels.class_names.index("c7")
+    src = tmp_path / "src"
+    originals = [tmp_path / f"{k}.jpg" for k in range(4)]
+    for k, original in enumerate(originals):
+        write_jpeg(original, k)
+    paths = [f"c{i % 50}/{i}.jpg" for i in range(100_000)]
+    for name in {p.split("/")[0] for p in paths}:
+        (src / name).mkdir(parents=True)
+    for i, path in enumerate(paths):  # hard links: 100,000 images on disk (a file takes at most 65,000 links)
+        os.link(originals[i % 4], src / path)
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{p},{p.split('/')[0]}\n" for p in paths))
+    job = ImageJob(str(src), ConvertOptions(image=ImageOptions(labels_file=csv), on_error="fail"))  # scan + match
+    assert len(job.items["train"]) == 100_000 and len(job.class_names) == 50 and job.rejected == []
+    assert job.items["train"][0].label == job.class_names.index(job.items["train"][0].relpath.split("/")[0])
+
+
+def test_hash_splits_do_not_move_when_the_tree_grows(flat, tmp_path):
+    src = tmp_path / "src"
+    for i in range(30):
+        write_jpeg(src / f"a{i:02d}.jpg", i)
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"a{i:02d}.jpg,{i % 3}\n" for i in range(60)))
+
+    def splits() -> dict[str, str]:
+        manifest = convert(src, tmp_path / "out", csv, holdout=Holdout(val_fraction=0.3), overwrite=True,
+                           on_error="skip")
+        return {name: split for split in manifest.splits for name in _filenames(tmp_path / "out", split)}
+
+    before = splits()
+    for i in range(30, 60):
+        write_jpeg(src / f"a{i:02d}.jpg", i)
+    (src / "a03.jpg").unlink()
+    after = splits()
+    assert len(after) == 59 and all(after[name] == split for name, split in before.items() if name in after)
+    assert set(after.values()) == {"train", "val"}
+
+
+def _filenames(out, split) -> list[str]:
+    import tensorflow as tf
+
+    from tfshard.readers import info
+
+    spec = {"image/filename": tf.io.FixedLenFeature([], tf.string)}
+    return [tf.io.parse_single_example(r, spec)["image/filename"].numpy().decode()
+            for r in tf.data.TFRecordDataset(info(str(out)).shard_paths(split))]
 
 
 # --- what reads a finished dataset --------------------------------------------------------------------------------
