@@ -240,7 +240,6 @@ def test_hash_splits_do_not_move_when_the_tree_grows(flat, tmp_path):
 
 def _filenames(out, split) -> list[str]:
     import tensorflow as tf
-
     from tfshard.readers import info
 
     spec = {"image/filename": tf.io.FixedLenFeature([], tf.string)}
