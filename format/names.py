@@ -15,7 +15,7 @@ TEMP_PREFIX = ".tmp-"  # a file being written; renamed to its final name only wh
 STATE_DIR = ".tfshard-state"  # a conversion's resume state; gone once its manifest is written
 LOCK_NAME = ".tfshard-lock"  # held by the one conversion writing into OUT
 COMPRESSIONS = (None, "gzip")
-SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+\Z")  # \Z: "$" would also match before a final newline ("val\n")
 # A conversion writes generation 0 (no g part); each append adds its shards as the next generation, numbered
 # i-of-n among themselves, so no name ever changes or collides.
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?:g(?P<generation>\d{4})-)?(?P<index>\d{5})-of-(?P<count>\d{5})"

@@ -268,8 +268,12 @@ def _check_image_labels(check: _Checker, labels: Any, raw: dict, consistency: bo
     if labels is not None and (not isinstance(labels, str) or labels not in IMAGE_LABEL_KINDS):
         check.fail("labels", f"must be null or one of {IMAGE_LABEL_KINDS} for an images dataset", labels)
     columns = check.sequence(raw.get("label_columns", []), "label_columns")
+    named: set[str] = set()
     for i, name in enumerate(columns):
         check.text(name, f"label_columns[{i}]")
+        if name in named:
+            check.fail(f"label_columns[{i}]", "names a column a second time", name)
+        named.add(name)
     if (labels == "value") != bool(columns):
         check.fail("label_columns", "must name the value columns (labels is 'value')" if labels == "value" else
                    f"must be empty: only value labels have columns (labels is {labels!r})", columns)
@@ -322,12 +326,16 @@ def _check_split_rule(check: _Checker, rule: Any) -> None:
         check.fail("split_rule.method", f"must be one of {SPLIT_RULE_METHODS}", rule["method"])
     if not is_count(rule["seed"], 0, 2**63 - 1):
         check.fail("split_rule.seed", "must be a non-negative int64", rule["seed"])
-    check.text(rule["from"], "split_rule.from")
-    for name, fraction in check.mapping(rule["fractions"], "split_rule.fractions").items():
+    if not SPLIT_NAME.match(check.text(rule["from"], "split_rule.from")):
+        check.fail("split_rule.from", "must be a split name (letters, digits or _)", rule["from"])
+    fractions = check.mapping(rule["fractions"], "split_rule.fractions")
+    for name, fraction in fractions.items():
         if not (isinstance(name, str) and SPLIT_NAME.match(name)) or not (
                 is_finite_number(fraction) and 0 < fraction < 1):
             check.fail(f"split_rule.fractions[{name!r:.40}]", "must be a split name and a fraction in (0, 1)",
                        fraction)
+    if sum(fractions.values()) >= 1:  # as ingest/holdout.py's Holdout: some of the split must be left
+        check.fail("split_rule.fractions", "must add up to less than 1", fractions)
 
 
 def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool = True) -> Manifest:

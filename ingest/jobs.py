@@ -131,6 +131,11 @@ class ImageJob:
             self.label_columns = labels.columns if labels.kind == "value" else []
             self.ignored["unlabelled"] = len(unlabelled)
             self.ignored_files = sorted(tree.ignored_files + unlabelled)[:MAX_LISTED_IGNORED]
+            if not labels.by_path:  # images there may be plenty: say what the labels file did instead
+                first = f"; first: {label_rejects[0].reason}" if label_rejects else ""
+                self.nothing_found = (f"no image is labelled by {labels_file} (got {len(unlabelled)} images without "
+                                      f"a row, {len(label_rejects)} bad rows{first}); fix the labels file's paths "
+                                      "(relative to SRC) or its labels")
         _fail_on(src, unreadable, options.on_error)
         rejected = unreadable + label_rejects
         class_of = (lambda f: f.label) if self.labels in (None, "class") else None

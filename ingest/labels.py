@@ -5,15 +5,17 @@ kept, so time and memory are linear in rows. Nothing here knows what an input is
 against the files it found (``decide``) and decides what a bad row costs (a recorded reject or a one-line error).
 
 The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per line):
-  - a header row; the first column is the path (``/`` separators; a split folder included, ``train/run3.npy``).
-    A path without an extension names the one input it is the stem of (Kaggle's ``id`` column: ``a1b2`` is
-    ``a1b2.jpg``);
+  - a header row, each column named once; the first column is the path (``/`` separators; a split folder
+    included, ``train/run3.npy``), matched in either Unicode normal form (NFC or macOS's NFD). A path without an
+    input's extension names the one input it is the stem of (Kaggle's ``id`` column: ``a1b2`` is ``a1b2.jpg``;
+    with ``a1b2.png`` too the row must say which);
   - with ``splits=True`` (images), a column named ``split`` gives the input's split;
   - the label column is the one named ``label``; else every other column (``columns=True``, images: several
     columns are a value label of that many floats), or the second column (more than two need a ``label``);
   - in JSON Lines the keys are the columns: ``path`` (else the first key), ``split``, ``label``; a list of names
-    is a multi-label value (``["cat", "outdoor"]``), a number is a number;
-  - row N is line N of the file (the header is row 1); blank lines are skipped; header names and labels are
+    is a multi-label value (``["cat", "outdoor"]``; ``["cat"]`` and ``[]`` too), a number is a number;
+  - row N is line N of the file (the CSV header is row 1; JSON Lines has no header line, its first object is
+    row 1); blank lines are skipped; header names and labels are
     stripped of spaces, paths are taken as written (a file name may end in a space).
 
 The kind of label is decided over every value (``label_kind``), or given (``--label-kind``): a ``;`` in any
@@ -32,6 +34,7 @@ import os
 import posixpath
 import re
 import struct
+import unicodedata
 from collections.abc import Iterable
 
 from ..format.names import SPLIT_NAME
@@ -74,7 +77,8 @@ class LabelRows:
     """What a labels file says: ``{path: (row, value)}`` in file order, and the rows that say nothing usable.
 
     A value is the label text, or with several label columns a tuple of their texts (``columns``, in order);
-    ``splits`` maps a path to its ``split`` column when the file has one.
+    ``splits`` maps a path to its ``split`` column when the file has one; ``lists``: the labels are JSON lists of
+    names, so multi-label whatever their lengths (``["cat"]``, ``[]``).
     """
 
     file: str
@@ -82,6 +86,7 @@ class LabelRows:
     problems: list[RowProblem]
     columns: list[str] = dataclasses.field(default_factory=lambda: [LABEL_COLUMN])
     splits: dict[str, str] = dataclasses.field(default_factory=dict)
+    lists: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,27 +158,33 @@ def read_rows(path: str, *, splits: bool = False, columns: bool = False) -> Labe
 
 class _JsonLines:
     """JSON Lines as CSV rows: the first object's keys are the header (``path`` first), each object a row of
-    texts in that order. A list of names is one ``;``-joined text, a list of numbers that many columns."""
+    texts in that order. A list of names is one ``;``-joined text (its key is then ``listed``: multi-label), a list
+    of numbers that many columns."""
 
     def __init__(self, path: str, text):
         self._path, self._lines, self.line_num, self._keys = path, text, 0, None
+        self._pending, self._widths, self.listed = None, {}, set()
 
     def __iter__(self):
         return self
 
-    def _texts(self, value) -> list[str] | None:
+    def _texts(self, value, key: str) -> list[str] | None:
         if isinstance(value, str):
             return [value]
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return [repr(value)]
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [MULTI_SEPARATOR.join(value)] if value else [""]
+            self.listed.add(key)  # a list is multi-label however long: ["cat"] and [] too (read_rows)
+            return [MULTI_SEPARATOR.join(value)]
         if isinstance(value, list) and value and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             return [repr(v) for v in value]
         return None
 
     def __next__(self) -> list[str]:
+        if self._pending is not None:  # the first object's own row, right after the header it gave (line 1 both)
+            record, self._pending = self._pending, None
+            return self._row(record)
         for line in self._lines:
             self.line_num += 1
             if not line.strip():
@@ -184,6 +195,10 @@ class _JsonLines:
                 raise _bad_file(self._path, f"line {self.line_num} is not JSON ({e})",
                                 "write one JSON object per line (JSON Lines)") from None
             if not isinstance(record, dict) or not record:
+                if self._keys is None:  # no header to read the rest by
+                    raise _bad_file(self._path, f"line {self.line_num} is not a JSON object of the columns "
+                                    f"(got {line.strip()!r:.80})",
+                                    'start with an object such as {"path": ..., "label": ...}')
                 return ["\0not an object", line.strip()]
             if self._keys is None:  # the header, then this first row
                 keys = list(record)
@@ -193,12 +208,10 @@ class _JsonLines:
                 self._keys, self._pending = keys, record
                 header = []  # a list of numbers spreads over as many columns: key[0], key[1], ...
                 for key in keys:
-                    texts = self._texts(record[key]) or [""]
+                    texts = self._texts(record[key], key) or [""]
+                    self._widths[key] = len(texts)
                     header += [key] if len(texts) == 1 else [f"{key}[{i}]" for i in range(len(texts))]
                 return header
-            return self._row(record)
-        if getattr(self, "_pending", None) is not None:
-            record, self._pending = self._pending, None
             return self._row(record)
         raise StopIteration
 
@@ -207,16 +220,32 @@ class _JsonLines:
             return ["\0keys", json.dumps(record)[:200]]
         fields = []
         for key in self._keys:
-            texts = self._texts(record[key])
+            texts = self._texts(record[key], key)
             if texts is None:
                 return ["\0value", json.dumps(record)[:200]]
+            if len(texts) != self._widths[key]:
+                return ["\0width", json.dumps(record)[:200]]
             fields += texts
         return fields
+
+
+_JSON_PROBLEMS = {  # what _JsonLines says of a line that is no row, and the fix
+    "\0not an object": "is not a JSON object of the columns; write one object per line",
+    "\0keys": "has other keys than the first line; give every line the first line's keys",
+    "\0value": "has a value that is not a text, a number or a list of them (null, true, an object, a mixed list); "
+               "give each key a text, a number, or a list of names or of numbers",
+    "\0width": "has a list of numbers of another length than the first line's; give every line's list as many "
+               "numbers",
+}
 
 
 def _label_columns(path: str, header: list[str], splits: bool, many: bool) -> tuple[list[int], int | None]:
     """Which columns hold the label, and which the split (None: no split column)."""
     columns = [c.strip() for c in header]
+    twice = sorted({c for c in columns if c and columns.count(c) > 1})
+    if twice:  # which of them is the label (or the split) would be a guess
+        raise _bad_file(path, f"header names the column {twice[0]!r} twice (got {header!r:.100})",
+                        "give each column its own name")
     split = columns.index(SPLIT_COLUMN, 1) if SPLIT_COLUMN in columns[1:] else None
     if split is not None and not splits:
         raise _bad_file(path, f"has a {SPLIT_COLUMN!r} column (got {header!r:.100}), but episodes take their split "
@@ -228,6 +257,9 @@ def _label_columns(path: str, header: list[str], splits: bool, many: bool) -> tu
     if spread:
         return spread, split
     if len(rest) == 1 or (many and rest):
+        if not all(columns[i] for i in rest):
+            raise _bad_file(path, f"header leaves a label column unnamed (got {header!r:.100})",
+                            "name every column, or drop the empty one")
         return rest, split
     problem = "has no label column" if not rest else "has more than two columns and none named 'label'"
     raise _bad_file(path, f"header {problem} (got {header!r:.100})",
@@ -250,11 +282,8 @@ def _rows(path: str, reader, *, splits: bool, columns: bool) -> LabelRows:
             continue
         number = reader.line_num
         text = ",".join(row)
-        if row[0].startswith("\0"):
-            why = {"\0not an object": "is not a JSON object of the columns",
-                   "\0keys": "has other keys than the first row",
-                   "\0value": "has a value that is not a text, a number or a list of them"}[row[0]]
-            problems.append(RowProblem(number, row[1], f"{why}; give every line the first line's keys"))
+        if row[0] in _JSON_PROBLEMS:
+            problems.append(RowProblem(number, row[1], _JSON_PROBLEMS[row[0]]))
             continue
         if len(row) != width:
             problems.append(RowProblem(number, text, f"has {len(row)} columns, the header has {width}; "
@@ -283,7 +312,8 @@ def _rows(path: str, reader, *, splits: bool, columns: bool) -> LabelRows:
         label = tuple(row[i].strip() for i in label_columns)
         values[clean] = (number, label[0] if len(label) == 1 else label)
     names = [header[i].strip() for i in label_columns]
-    return LabelRows(path, values, problems, names, split_of)
+    lists = bool(set(names) & getattr(reader, "listed", set()))
+    return LabelRows(path, values, problems, names, split_of, lists)
 
 
 def _float32(text: str) -> float | None:
@@ -354,7 +384,7 @@ def _canonical(text: str) -> str:
 
 def _label(value: str, kind: str, index: dict[str, int]) -> int | float | tuple | None:
     if kind == "multi":  # an empty value is an image of none of the classes
-        found = [index.get(_canonical(part)) for part in _parts(value)]
+        found = [_index(part, index) for part in _parts(value)]
         return None if None in found else tuple(sorted(set(found)))
     if isinstance(value, tuple):  # several columns: a value label of that many floats
         numbers = tuple(_float32(v) if _is_label(v) else None for v in value)
@@ -363,23 +393,57 @@ def _label(value: str, kind: str, index: dict[str, int]) -> int | float | tuple 
         return None
     if kind == "value":
         return _float32(value)
-    return index.get(_canonical(value))
+    return _index(value, index)
 
 
-def _matcher(inputs: Iterable[str]):
-    """``name -> input``: the input itself, else the one input whose path without its extension it is (Kaggle's
-    ``id`` column); None for none, and for a stem two inputs share (``a.jpg``, ``a.png``: the row must say which)."""
-    known = set(inputs)
-    stems: dict[str, str | None] = {}
-    for path in known:
-        stem, ext = posixpath.splitext(path)
-        if ext:
-            stems[stem] = None if stem in stems else path
+def _index(text: str, index: dict[str, int]) -> int | None:
+    """A class name's index: as written (``01`` among names such as ``cat``), else as its integer (``01`` among
+    integer classes is class ``1``)."""
+    found = index.get(text)
+    return index.get(_canonical(text)) if found is None else found
 
-    def match(name: str) -> str | None:
-        return name if name in known else stems.get(name)
 
-    return match
+def _fold(text: str) -> str:
+    """``text`` in Unicode NFC: ``café`` typed (NFC) and ``café`` as macOS writes it (NFD) are one name."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
+class _Matcher:
+    """``name -> input``: the input itself, else the one input it is in another Unicode normal form (NFC/NFD), else
+    the one input whose path without its extension it is (Kaggle's ``id`` column; a name ending in an input's
+    extension is a file name, never a stem); None for none, and for a stem two inputs share (``a.jpg``, ``a.png``:
+    the row must say which, ``shared`` names them)."""
+
+    def __init__(self, inputs: Iterable[str]):
+        self.known = set(inputs)
+        self.folded: dict[str, str | None] = {}
+        self.stems: dict[str, str | None] = {}
+        self.shared: dict[str, list[str]] = {}
+        self.extensions: set[str] = set()
+        for path in sorted(self.known):
+            folded = _fold(path)
+            if folded != path:
+                self.folded[folded] = None if folded in self.folded else path
+            stem, ext = posixpath.splitext(folded)
+            if ext:
+                self.extensions.add(ext.lower())
+                if stem in self.stems:
+                    self.shared.setdefault(stem, [self.stems[stem]]).append(path)  # the first, then each other
+                    self.stems[stem] = None
+                else:
+                    self.stems[stem] = path
+
+    def __call__(self, name: str) -> str | None:
+        if name in self.known:
+            return name
+        folded = _fold(name)
+        if folded in self.known:
+            return folded
+        if folded in self.folded:
+            return self.folded[folded]
+        if posixpath.splitext(folded)[1].lower() in self.extensions:
+            return None
+        return self.stems.get(folded)
 
 
 def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[str] = ("class", "value"),
@@ -404,13 +468,17 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
     if len(rows.columns) > 1 and forced not in (None, "value"):
         raise _bad_file(rows.file, f"has {len(rows.columns)} label columns ({', '.join(rows.columns)}) but "
                         f"--label-kind {forced} takes one", "name the label column `label`, or pass --label-kind value")
-    match = _matcher(inputs)
+    match = _Matcher(inputs)
     problems = list(rows.problems)
     named: dict[str, tuple[int, str | tuple]] = {}
     for path, (row, value) in rows.values.items():
         found = match(path)
         shown = f"{path},{value if isinstance(value, str) else ','.join(value)}"
-        if found is None:
+        if found is None and _fold(path) in match.shared:
+            both = match.shared[_fold(path)]
+            problems.append(RowProblem(row, shown, f"{path!r} is the stem of {len(both)} inputs "
+                                       f"({', '.join(both[:3])}); give the file name with its extension"))
+        elif found is None:
             problems.append(RowProblem(row, shown, f"{_unknown(src, path)}; fix the path or remove the row"))
         elif found in named:
             problems.append(RowProblem(row, shown, f"names {found!r} again (first on row {named[found][0]}); "
@@ -418,8 +486,14 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
         else:
             named[found] = (row, value, path)
     several = len(rows.columns) > 1
+    if forced is None and rows.lists and "multi" in kinds:
+        forced = "multi"  # JSON lists of names: multi-label, even when every list holds one name (or none)
     kind, class_names = ("value", []) if several else label_kind((v for _, v, _ in named.values()), tuple(kinds),
                                                                  forced)
+    if kind == "multi" and not class_names and named:  # a multi-hot of no classes: nothing to learn, nor to read
+        row, value, named_as = next(iter(named.values()))
+        raise _bad_file(rows.file, f"its multi-label values name no class (got {value!r} on row {row}, and no "
+                        "other row names one)", "give the images' classes, separated by ;")
     index = {c: i for i, c in enumerate(class_names)}
     by_path: dict[str, int | float | tuple] = {}
     splits: dict[str, str] = {}

@@ -42,8 +42,9 @@ class ImageLabels:
         value = parsed[self.key]
         if self.labels == "multi":  # sorted indices → multi-hot; an image of no class is all zeros
             indices = tf.cast(value.values, tf.int32)
-            return tf.cast(tf.math.bincount(indices, minlength=self.num_classes, maxlength=self.num_classes) > 0,
-                           tf.float32)
+            hot = tf.math.bincount(indices, minlength=self.num_classes, maxlength=self.num_classes) > 0
+            # bincount's static shape is [None]: the reshape gives batches a known [B, C] (a model's head size)
+            return tf.reshape(tf.cast(hot, tf.float32), [self.num_classes])
         if self.labels == "value" and self.columns == 1:
             return tf.reshape(value, [])
         return value

@@ -140,7 +140,7 @@ def test_multi_label_and_regression_train_in_model_fit(flat, tmp_path):
     ("path,label\nimg00.jpg,cat\nimg01.jpg,nan\n", r"row 3: label 'nan' is not finite"),
     ("path,a,b\nimg00.jpg,1,x\n", r"row 2: label 'x' is not a finite float32 number"),
     (b"path,label\nimg00.jpg,caf\xe9\n", "not UTF-8 text"),
-    ('{"path": "img00.jpg", "label": "a"}\n{"path": "img01.jpg"}\n', "row 2: has other keys than the first row"),
+    ('{"path": "img00.jpg", "label": "a"}\n{"path": "img01.jpg"}\n', "row 2: has other keys than the first line"),
     ('{"path": "img00.jpg", "label": "a"}\nnot json\n', "line 2 is not JSON"),
 ])
 def test_a_bad_labels_file_or_row_is_one_line_naming_it(flat, tmp_path, content, match):
