@@ -43,9 +43,13 @@ class DatasetInfo:
     def __repr__(self) -> str:
         """A line, not the whole manifest: ``DatasetInfo('photos-tfr': images, 5 classes, train 3,670 records
         in 2 shards, val 500 records in 1 shard)``."""
-        kind = self.manifest.kind
-        what = f"{len(self.manifest.class_names)} classes" if kind == "images" else \
-            f"{len(data_features(self.manifest.features))} features"
+        kind, labels = self.manifest.kind, self.manifest.labels
+        if kind == "episodes":
+            what = f"{len(data_features(self.manifest.features))} features"
+        elif labels == "value":
+            what = f"value labels ({', '.join(self.manifest.label_columns)})"
+        else:
+            what = f"{len(self.manifest.class_names)} classes{' (multi-label)' if labels == 'multi' else ''}"
         splits = ", ".join(f"{name} {split.records:,} records in {len(split.shards)} shard"
                            f"{'' if len(split.shards) == 1 else 's'}" for name, split in self.manifest.splits.items())
         return f"DatasetInfo({self.path!r}: {kind}, {what}, {splits})"
@@ -62,6 +66,14 @@ class DatasetInfo:
     def labelled(self) -> bool:
         """Whether the episodes carry labels (class folders or ``--labels FILE`` at conversion)."""
         return self.manifest.labels is not None
+
+    @property
+    def label_kind(self) -> str | None:
+        """What the labels are: ``"class"``, ``"multi"`` or ``"value"``; None for unlabelled episodes. Image class
+        folders are ``"class"``."""
+        if self.manifest.kind == "images":
+            return self.manifest.labels or "class"
+        return self.manifest.labels
 
     def num_records(self, split: str) -> int:
         return split_info(self, split).records

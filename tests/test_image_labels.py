@@ -80,6 +80,8 @@ def test_value_labels_one_column_and_several_from_json_lines(flat, tmp_path):
     jsonl = write(tmp_path / "xy.jsonl", "\n".join(rows) + "\n")
     manifest = convert(flat, tmp_path / "two", jsonl)
     assert manifest.label_columns == ["x", "y"] and manifest.features["image/value"]["shape"] == [2]
+    assert readers.info(str(tmp_path / "two")).label_kind == "value"
+    assert "value labels (x, y)" in repr(readers.info(str(tmp_path / "two")))
     got = read_labels(tmp_path / "two")
     assert got.shape == (12, 2)
     assert got.tolist() == [[np.float32(i / 3).item(), -i] for i in range(12)]
