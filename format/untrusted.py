@@ -37,6 +37,8 @@ from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, 
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
+SHA256 = _SHA256  # for the format modules that check their own files (format/inputs.py)
+
 _REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
 
 
@@ -105,6 +107,8 @@ class _Checker:
         if unknown:
             self.fail(where, f"has unknown keys {', '.join(unknown)}", sorted(value))
 
+
+Checker = _Checker  # for the format modules that check their own files (format/inputs.py)
 
 _MANIFEST_KEYS = {f.name for f in dataclasses.fields(Manifest)}
 

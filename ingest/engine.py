@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator
 import tensorflow as tf  # OUT is read and written through tf.io.gfile (local or gs://); workers never import this
 import tqdm
 
+from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format.dataset import check_output_folder
-from ..format.names import STATE_DIR, TEMP_PREFIX, index_file_name
+from ..format.names import INPUTS_NAME, STATE_DIR, TEMP_PREFIX, index_file_name
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
 from . import duplicates
@@ -226,6 +227,8 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
     planned = [s.file_name for s in specs]
     if options.index:
         planned += [index_file_name(n) for n in planned]
+    if job.kind == "images":
+        planned.append(INPUTS_NAME)
     existing = prepare_output(out, fingerprint, overwrite, planned + [manifest_lib.MANIFEST_NAME])
     if existing is not None:
         return _already_complete(out, existing, on_status)
@@ -254,8 +257,13 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
                 f"{out}: the runner finished without committing {len(missing)} shard(s), e.g. {missing[0]}"
             )
     found = duplicates.report(specs, results) if job.kind == "images" else None  # before empty shards go
+    read = job.input_records(specs, ordered, results) if job.kind == "images" else None
     specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned)
     manifest = _assemble(job, specs, results, options, fingerprint, found)
+    if read is not None:  # before the manifest: a dataset.json is never without its inputs file
+        sums = {split: job.pixel_sums([results[s.file_name].stats for s in specs if s.split == split])
+                for split in manifest.splits}
+        write_text_atomic(join(out, INPUTS_NAME), inputs_lib.to_json(inputs_lib.Inputs(fingerprint, sums, read)))
     write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
     tf.io.gfile.rmtree(state)
     return manifest

@@ -18,6 +18,7 @@ import math
 import os
 from typing import Any
 
+from ..format.inputs import InputRecord
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import LABEL_NAME, episode_features, image_features
 from ..format.untrusted import label_problem
@@ -202,6 +203,33 @@ class ImageJob:
 
     def summary(self, parts: list[ImageShardStats]) -> dict[str, Any]:
         return {"converted_images": sum(p.converted for p in parts)}
+
+    def label_of(self, item: SourceFile) -> str | list:
+        """An input's label as ``inputs.json`` holds it: its class name, its class names, or its floats."""
+        if self.labels == "multi":
+            return [self.class_names[i] for i in item.label]
+        if self.labels == "value":
+            return list(item.label)
+        return self.class_names[item.label]
+
+    def input_records(self, specs, ordered: dict[str, list], results: dict) -> list[InputRecord]:
+        """Every input the planned shards read (``format/inputs.py``): written, dropped by ``--dedupe``, or rejected."""
+        records = []
+        for spec in specs:
+            stats = results[spec.file_name].stats
+            hashes, dropped = dict(map(tuple, stats.hashes)), dict(map(tuple, stats.dropped))
+            for item in ordered[spec.split][spec.start:spec.stop]:
+                path = item.relpath
+                state = "written" if path in hashes else "dropped" if path in dropped else "rejected"
+                records.append(InputRecord(path, item.split, self.label_of(item), item.size, item.mtime_ns,
+                                           item.ctime_ns, hashes.get(path, dropped.get(path)), state))
+        return records
+
+    @staticmethod
+    def pixel_sums(parts: list[ImageShardStats]) -> dict[str, Any]:
+        """A split's exact pixel sums from its shards' statistics, as ``inputs.json`` holds them."""
+        total = sum((p.pixels for p in parts), PixelSums())
+        return {"count": total.count, "sums": list(total.sums), "squares": list(total.squares)}
 
 
 @dataclasses.dataclass

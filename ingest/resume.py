@@ -23,7 +23,7 @@ import tensorflow as tf
 from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
-from ..format.names import LOCK_NAME, STATE_DIR, TEMP_PREFIX, TFDS_FILES
+from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, TEMP_PREFIX, TFDS_FILES
 from ..format.storage import NotRegularFileError, file_sha256, is_url, join, stat_regular
 from .errors import OutputExistsError
 from .plan import ShardSpec
@@ -199,6 +199,8 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
             if name is not None
         ]
         old_files += _ours_tfds_files(out, old)  # they describe the old shards: they go with them
+        if old.kind == "images" and tf.io.gfile.exists(join(out, INPUTS_NAME)):
+            old_files.append(INPUTS_NAME)  # beside an image dataset's manifest, ours
     elif tf.io.gfile.exists(plan_path):
         old_plan = read_state(plan_path)
         old_files = files_to_remove(old_plan, plan_path)
