@@ -109,14 +109,33 @@ def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
     return files, labels, rejected, unlabelled
 
 
+def _after_known(items: dict[str, list[SourceFile]], found: list[str], known: list[str], labels: str | None):
+    """``items`` relabelled so that the ``known`` classes keep their indices and the classes ``found`` that are new
+    follow them (an append's: no existing label changes); returns the items and the class names."""
+    if labels == "value":
+        return items, []
+    merged = list(known) + [name for name in found if name not in set(known)]
+    position = {name: i for i, name in enumerate(merged)}
+    moved = [position[name] for name in found]
+
+    def relabel(source: SourceFile) -> SourceFile:
+        label = tuple(sorted(moved[i] for i in source.label)) if labels == "multi" else moved[source.label]
+        return dataclasses.replace(source, label=label)
+
+    return {split: [relabel(f) for f in files] for split, files in items.items()}, merged
+
+
 class ImageJob:
-    """Images: one record per image, labelled by class folder or by a labels file (``ImageOptions.labels_file``)."""
+    """Images: one record per image, labelled by class folder or by a labels file (``ImageOptions.labels_file``).
+
+    ``known_classes`` (an append): the dataset's class names, which keep their indices; new classes follow them.
+    """
 
     kind = "images"
     unit = "img"
     nothing_found = f"no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC"
 
-    def __init__(self, src: str, options):
+    def __init__(self, src: str, options, known_classes: list[str] | None = None):
         labels_file = options.image.labels_file
         tree = scan_image_files(src) if labels_file is not None else scan_image_folders(src)
         self.src = src
@@ -133,6 +152,8 @@ class ImageJob:
             self.ignored["unlabelled"] = len(unlabelled)
             self.ignored_files = sorted(tree.ignored_files + unlabelled)[:MAX_LISTED_IGNORED]
         _fail_on(src, unreadable, options.on_error)
+        if known_classes is not None:
+            items, self.class_names = _after_known(items, self.class_names, known_classes, self.labels)
         rejected = unreadable + label_rejects
         class_of = (lambda f: f.label) if self.labels in (None, "class") else None
         self.items: dict[str, list[SourceFile]] = hold_out(items, options.holdout, path_of=lambda f: f.relpath,
@@ -221,7 +242,7 @@ class ImageJob:
             for item in ordered[spec.split][spec.start:spec.stop]:
                 path = item.relpath
                 state = "written" if path in hashes else "dropped" if path in dropped else "rejected"
-                records.append(InputRecord(path, item.split, self.label_of(item), item.size, item.mtime_ns,
+                records.append(InputRecord(path, spec.split, self.label_of(item), item.size, item.mtime_ns,
                                            item.ctime_ns, hashes.get(path, dropped.get(path)), state))
         return records
 
