@@ -25,7 +25,7 @@ from .ingest.images import ImageOptions
 from .ingest.options import ConvertOptions
 from .tools import console
 from .tools.console import EXIT_CODES, global_flags_first  # noqa: F401  (the command's API)
-from .tools.report import describe_lines, summary_lines, window_of
+from .tools.report import append_lines, describe_lines, summary_lines, window_of
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Sharded TFRecords from image folders and numpy episodes, verified.")
@@ -172,7 +172,10 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
     with console.sigterm_as_interrupt():
         manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
     if not quiet:
-        _echo_lines(summary_lines(out, manifest, time.monotonic() - started, found[0] if found else None))
+        status = found[0] if found else None
+        _echo_lines(summary_lines(out, manifest, time.monotonic() - started, status))
+        if status is not None and status.append is not None:
+            _echo_lines(append_lines(out, status.append, status.complete))
         if run.get("tfds"):
             typer.echo(_TFDS_DONE.format(out=out, what="TFDS metadata"))
 
@@ -209,6 +212,8 @@ def images(
     tfds: bool = typer.Option(False, "--tfds", help="Also write TFDS metadata (as `tfshard tfds OUT` does), so "
                               "tfds.builder_from_directory(OUT) opens it; also when OUT is already complete."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
+    append: bool = typer.Option(False, "--append", help="Convert only the images not yet in the dataset in OUT into "
+                                "new shards, with its options; existing shards are never rewritten."),
     dedupe: bool = typer.Option(False, "--dedupe", help="Keep one copy of identical images (val/test keep theirs over "
                                 "train's); duplicates are reported either way."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
@@ -227,7 +232,7 @@ def images(
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    (val_fraction, test_fraction, split_seed, stratify), image=image, dedupe=dedupe)
         _convert_and_report(convert_images, src, out, options, quiet, workers=workers, overwrite=overwrite,
-                            runner=_runner(runner, beam_options), tfds=tfds)
+                            runner=_runner(runner, beam_options), tfds=tfds, append=append)
     except _errors() as e:
         _fail(e)
     except KeyboardInterrupt as e:
@@ -267,6 +272,7 @@ def episodes(
     tfds: bool = typer.Option(False, "--tfds", help="Also write TFDS metadata (as `tfshard tfds OUT` does), so "
                               "tfds.builder_from_directory(OUT) opens it; also when OUT is already complete."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a dataset in OUT made from other inputs."),
+    append: bool = typer.Option(False, "--append", help="Not for episodes yet: refused (image datasets only)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar or summary."),
     runner: Runner = typer.Option(Runner.local, help="local: worker processes here; beam: an Apache Beam pipeline."),
     beam_options: Optional[str] = typer.Option(
@@ -283,7 +289,7 @@ def episodes(
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    (val_fraction, test_fraction, split_seed, stratify), episode=episode)
         _convert_and_report(convert_episodes, src, out, options, quiet, workers=workers, overwrite=overwrite,
-                            runner=_runner(runner, beam_options), tfds=tfds)
+                            runner=_runner(runner, beam_options), tfds=tfds, append=append)
     except _errors() as e:
         _fail(e)
     except KeyboardInterrupt as e:

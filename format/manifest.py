@@ -136,6 +136,7 @@ class Manifest:
     label_columns: list[str] = dataclasses.field(default_factory=list)  # images, labels "value": the value columns
     split_rule: dict[str, Any] | None = None  # held-out splits decided at conversion (ingest/holdout.py), else None
     duplicates: dict[str, Any] | None = None  # images only: identical source images (``format/duplicates.py``)
+    appends: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one per --append (format/appends.py)
 
     def __post_init__(self):
         check_format_version(self.format_version, MANIFEST_NAME)

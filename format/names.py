@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 MANIFEST_NAME = "dataset.json"
+INPUTS_NAME = "inputs.json"  # every input an image dataset has read, and its exact pixel sums (format/inputs.py)
 TEMP_PREFIX = ".tmp-"  # a file being written; renamed to its final name only when complete
 STATE_DIR = ".tfshard-state"  # a conversion's resume state; gone once its manifest is written
 LOCK_NAME = ".tfshard-lock"  # held by the one conversion writing into OUT
@@ -63,9 +64,10 @@ def is_tfds_name(name: Any) -> bool:
 
 
 def is_output_name(name: Any) -> bool:
-    """A file name tfshard writes in OUT: a shard, an index file, the manifest or TFDS metadata (never a path)."""
+    """A file name tfshard writes in OUT: a shard, an index file, the manifest, the inputs file or TFDS metadata
+    (never a path)."""
     return (is_shard_name(name) or (isinstance(name, str) and INDEX_NAME.match(name) is not None)
-            or name == MANIFEST_NAME or is_tfds_name(name))
+            or name in (MANIFEST_NAME, INPUTS_NAME) or is_tfds_name(name))
 
 
 def tf_compression_type(compression: str | None) -> str:

@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from .appends import check_appends
 from .duplicates import check_duplicates
 from .manifest import (
     _DTYPES,
@@ -36,6 +37,8 @@ from .names import MANIFEST_NAME, SPLIT_NAME, is_shard_name, shard_file_name, sh
 from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, image_features
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+SHA256 = _SHA256  # for the format modules that check their own files (format/inputs.py)
 
 _REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
 
@@ -105,6 +108,8 @@ class _Checker:
         if unknown:
             self.fail(where, f"has unknown keys {', '.join(unknown)}", sorted(value))
 
+
+Checker = _Checker  # for the format modules that check their own files (format/inputs.py)
 
 _MANIFEST_KEYS = {f.name for f in dataclasses.fields(Manifest)}
 
@@ -353,7 +358,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule", "duplicates"}
+    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule", "duplicates", "appends"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -389,6 +394,10 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
             check.fail("splits", "split names must be letters, digits or _", name)
         splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"], raw["class_names"],
                                         consistency, labels)
+    if raw.get("appends") and raw["kind"] != "images":
+        check.fail("appends", f"must be empty for a {raw['kind']} dataset (image datasets only)", raw["appends"])
+    check_appends(check, raw.get("appends", []), raw["class_names"],
+                  sum(s.records for s in splits.values()) if consistency else None)
     return Manifest(**{**raw, "splits": splits})
 
 

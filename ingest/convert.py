@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ..format import manifest as manifest_lib
+from .append import append_images, check_append_request
 from .duplicates import check_dedupe
 from .engine import check_folders, run_job
 from .jobs import EpisodeJob, ImageJob
@@ -19,15 +20,21 @@ from .resume import RunStatus
 from .tfds import check_tfds_request
 
 
-def _convert(make_job, default_on_error: str, src: str, out: str, options: ConvertOptions, *, tfds: bool, **run):
-    """Checks the folders (and a ``tfds`` request), settles the kind's ``on_error`` default, scans ``src`` into a
-    job and runs it."""
+def _convert(make_job, default_on_error: str, src: str, out: str, options: ConvertOptions, *, tfds: bool,
+             append: bool, **run):
+    """Checks the folders (and a ``tfds`` or ``append`` request), settles the kind's ``on_error`` default, scans
+    ``src`` into a job and runs it (or appends its new inputs, ``ingest/append.py``)."""
     check_folders(src, out)
+    if append:
+        check_append_request(make_job.kind, run["overwrite"], tfds)
     if tfds:
         check_tfds_request(options.compression)
     check_dedupe(make_job.kind, options.dedupe, run.get("runner"))  # before the scan
     if options.on_error is None:
         options = dataclasses.replace(options, on_error=default_on_error)
+    if append:
+        run.pop("overwrite")
+        return append_images(src, out, options, **run)
     return run_job(make_job(src, options), out, options, tfds=tfds, **run)
 
 
@@ -42,6 +49,7 @@ def convert_images(
     runner: Callable | None = None,
     on_status: Callable[[RunStatus], None] | None = None,
     tfds: bool = False,
+    append: bool = False,
 ) -> manifest_lib.Manifest:
     """Converts ``src/<class>/<image>`` (or ``src/<split>/<class>/<image>``) into sharded TFRecords in ``out``.
 
@@ -59,13 +67,18 @@ def convert_images(
       tfds: also write TFDS metadata beside ``dataset.json`` once it is written (also when ``out`` already
         held this dataset), the files ``tfshard tfds OUT`` writes, so ``tfds.builder_from_directory(out)``
         opens it. Needs the ``tfds`` extra and uncompressed shards (checked before any work).
+      append: convert only the images not yet in the dataset in ``out`` into new shards of its next generation,
+        leaving every existing shard as it is (``ingest/append.py``); with the dataset's own options, and not with
+        ``overwrite`` or ``tfds``. ``on_status`` then gets ``RunStatus.append``; nothing new is ``complete``.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
 
     Raises:
       FileNotFoundError: ``src`` does not exist.
-      InputError: bad layout, a bad file with ``on_error="fail"``, or too few images for the shards asked.
+      InputError: bad layout, a bad file with ``on_error="fail"``, or too few images for the shards asked; with
+        ``append``, no dataset in ``out``, one without ``inputs.json``, a stratified one, or options, labels or
+        held-out splits other than the dataset's (the error names the option).
       OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
       TfdsMetadataError: ``tfds`` and the metadata could not be written (the dataset is converted and
         complete; the message says why, and that ``tfshard tfds OUT`` adds the metadata later).
@@ -75,7 +88,7 @@ def convert_images(
       m.splits["train"].records, [s.file for s in m.splits["train"].shards]  # 3670, ['train-00000-of-00002...
     """
     return _convert(ImageJob, "skip", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
-                    runner=runner, on_status=on_status, tfds=tfds)
+                    runner=runner, on_status=on_status, tfds=tfds, append=append)
 
 
 def convert_episodes(
@@ -89,6 +102,7 @@ def convert_episodes(
     runner: Callable | None = None,
     on_status: Callable[[RunStatus], None] | None = None,
     tfds: bool = False,
+    append: bool = False,
 ) -> manifest_lib.Manifest:
     """Converts numpy episodes under ``src`` (``.npy``/``.npz``, time on axis 0, recursive) into sharded TFRecords.
 
@@ -108,6 +122,7 @@ def convert_episodes(
         episode stops the run unless ``"skip"`` is asked (empty episodes are
         always skipped, with their reason recorded).
       workers, overwrite, progress, runner, on_status, tfds: as for ``convert_images``.
+      append: refused for now (an ``InputError``): episode datasets cannot be appended to.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.
@@ -124,4 +139,4 @@ def convert_episodes(
       m.splits["train"].episode_lengths[:3]  # [5120, 19876, 8003]
     """
     return _convert(EpisodeJob, "fail", src, out, options, workers=workers, overwrite=overwrite, progress=progress,
-                    runner=runner, on_status=on_status, tfds=tfds)
+                    runner=runner, on_status=on_status, tfds=tfds, append=append)

@@ -19,6 +19,7 @@ refused there (duplicates are still reported).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -36,7 +37,12 @@ def write_order(splits: Iterable[str]) -> list[str]:
     >>> write_order(["train", "val", "test"])
     ['test', 'val', 'train']
     """
-    return sorted(splits, key=lambda split: (split == "train", split != HELD_OUT_FIRST, split))
+    return sorted(splits, key=_rank)
+
+
+def _rank(split: str) -> tuple:
+    """Where a split comes in the write order: a copy in a split of lower rank is kept over this one's."""
+    return split == "train", split != HELD_OUT_FIRST, split
 
 
 def check_dedupe(kind: str, dedupe: bool, runner: Callable | None) -> None:
@@ -74,15 +80,21 @@ class Deduper:
       specs: every planned shard, in write order.
       results: the engine's committed shards by file name, filled in as shards commit; a shard's screen is
         asked for only once every shard before it is in there.
+      existing: an append's images already in the dataset, ``sha256 -> (path, split)``. A new copy of one is
+        dropped when the old copy's split comes no later in the write order (a new train copy of anything, a new
+        val copy of a test image); otherwise both stay, since the old shard cannot lose its copy, and the pair is
+        reported as a duplicate across splits.
 
     Example:
       deduper = Deduper(specs, results)
       write_shard(job, out, spec, pairs, options, screen=deduper.screen_for(spec))
     """
 
-    def __init__(self, specs: list[ShardSpec], results: dict[str, Any]):
+    def __init__(self, specs: list[ShardSpec], results: dict[str, Any],
+                 existing: dict[str, tuple[str, str]] | None = None):
         self._names = [s.file_name for s in specs]
         self._results = results
+        self._existing = existing or {}
         self._next = 0
         self._kept: dict[str, str] = {}  # sha256 -> the path of the copy kept
 
@@ -92,22 +104,28 @@ class Deduper:
             for path, sha256 in self._results[self._names[self._next]].stats.hashes:
                 self._kept.setdefault(sha256, path)
             self._next += 1
-        return self._screen
+        return functools.partial(self._screen, split=spec.split)
 
-    def _screen(self, item, shard_stats) -> Rejection | None:
+    def _screen(self, item, shard_stats, split: str) -> Rejection | None:
         """None keeps the image (``item``: its ``ImageItemStats``); a copy of a kept one is a chosen Rejection."""
-        kept = self._kept.setdefault(item.sha256, item.source)
-        if kept == item.source:
-            return None
+        old = self._existing.get(item.sha256)
+        if old is not None and _rank(old[1]) <= _rank(split):
+            kept = old[0]
+        else:
+            kept = self._kept.setdefault(item.sha256, item.source)
+            if kept == item.source:
+                return None
         shard_stats.dropped.append([item.source, item.sha256])
         return Rejection(item.source, f"duplicate of {kept} (identical bytes); left out by --dedupe, which keeps "
                          "one copy (held-out splits first)", chosen=True)
 
 
-def report(specs: list[ShardSpec], results: dict[str, Any]) -> dict[str, Any]:
-    """The manifest's ``duplicates`` field from the final shards' statistics."""
-    images: dict[str, list] = {}
-    dropped = 0
+def report(specs: list[ShardSpec], results: dict[str, Any], earlier: dict[str, list[tuple[str, str]]] | None = None,
+           earlier_dropped: int = 0) -> dict[str, Any]:
+    """The manifest's ``duplicates`` field from the final shards' statistics, and for an append the
+    ``(path, sha256)`` per split of the images the dataset already read (``earlier_dropped`` of them dropped)."""
+    images: dict[str, list] = {split: list(found) for split, found in (earlier or {}).items()}
+    dropped = earlier_dropped
     for spec in specs:
         stats = results[spec.file_name].stats
         images.setdefault(spec.split, []).extend(map(tuple, stats.hashes + stats.dropped))

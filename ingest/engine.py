@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterator
 import tensorflow as tf  # OUT is read and written through tf.io.gfile (local or gs://); workers never import this
 import tqdm
 
+from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format.dataset import check_output_folder
-from ..format.names import STATE_DIR, TEMP_PREFIX, index_file_name
+from ..format.names import INPUTS_NAME, STATE_DIR, TEMP_PREFIX, index_file_name
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
 from . import duplicates
@@ -46,7 +47,9 @@ from .write import ShardResult, remove_if_exists, write_shard, write_text_atomic
 log = logging.getLogger(__name__)
 
 
-def plan_job(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[ShardSpec]]:
+def plan_job(job: Kind, options: ConvertOptions, generation: int = 0) -> tuple[dict[str, list], list[ShardSpec]]:
+    """The record order of each split and its shard specs. An append's (``generation`` > 0) split of fewer new
+    inputs than ``num_shards``/``min_shards`` gets one shard per input: its options cannot change."""
     ordered, specs = {}, []
     splits = duplicates.write_order(job.items) if options.dedupe else list(job.items)  # held-out splits first
     for split, items in ((split, job.items[split]) for split in splits):
@@ -54,14 +57,19 @@ def plan_job(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[
             log.warning("%s: split %r has no usable inputs; it is left out", job.src, split)
             continue
         ordered[split] = [items[i] for i in shuffled_order(len(items), options.seed)]
+        num_shards, min_shards = options.num_shards, options.min_shards
+        if generation:
+            num_shards = None if num_shards is None else min(num_shards, len(items))
+            min_shards = min(min_shards, len(items))
         try:
             specs += plan_split(
                 split,
                 [job.size_of(item) for item in ordered[split]],
                 target_bytes=options.shard_bytes,
-                num_shards=options.num_shards,
-                min_shards=options.min_shards,
+                num_shards=num_shards,
+                min_shards=min_shards,
                 compression=options.compression,
+                generation=generation,
             )
         except ValueError as e:
             found, asked = len(ordered[split]), max(options.num_shards or 0, options.min_shards)
@@ -78,7 +86,8 @@ def plan_job(job: Kind, options: ConvertOptions) -> tuple[dict[str, list], list[
     return ordered, specs
 
 
-def _fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -> str:
+def job_fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -> str:
+    """What identifies a run's output: the kind, its options, the kind-wide facts and every input in write order."""
     return manifest_lib.fingerprint(
         {
             "kind": job.kind,
@@ -187,7 +196,7 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
     workers = default_workers() if workers is None else workers
     duplicates.check_dedupe(job.kind, options.dedupe, runner)
     ordered, specs = plan_job(job, options)
-    fingerprint = _fingerprint(job, ordered, options)
+    fingerprint = job_fingerprint(job, ordered, options)
     check_output_folder(out)
     check_bucket(out)
     # Found complete without the lock, which a read-only OUT could not give; --tfds writes into OUT anyway, so it
@@ -221,14 +230,57 @@ def _no_space(out: str) -> OSError:
     )
 
 
-def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner,
-                on_status):
+def planned_files(job: Kind, specs: list[ShardSpec], options: ConvertOptions) -> list[str]:
+    """The files a run plans to write besides the manifest: its shards, their index files, the inputs file."""
     planned = [s.file_name for s in specs]
     if options.index:
         planned += [index_file_name(n) for n in planned]
+    if job.kind == "images":
+        planned.append(INPUTS_NAME)
+    return planned
+
+
+def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner,
+                on_status):
+    planned = planned_files(job, specs, options)
     existing = prepare_output(out, fingerprint, overwrite, planned + [manifest_lib.MANIFEST_NAME])
     if existing is not None:
         return _already_complete(out, existing, on_status)
+    done = commit_shards(job, out, options, ordered, specs, fingerprint, planned, workers=workers, progress=progress,
+                         runner=runner, on_status=on_status)
+    manifest = _assemble(job, done.specs, done.results, options, fingerprint, done.duplicates)
+    if done.read is not None:  # before the manifest: a dataset.json is never without its inputs file
+        sums = {split: job.pixel_sums([done.results[s.file_name].stats for s in done.specs if s.split == split])
+                for split in manifest.splits}
+        write_text_atomic(join(out, INPUTS_NAME), inputs_lib.to_json(inputs_lib.Inputs(fingerprint, sums, done.read)))
+    write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
+    tf.io.gfile.rmtree(join(out, STATE_DIR))
+    return manifest
+
+
+@dataclasses.dataclass
+class Committed:
+    """Every planned shard committed: the final specs and results (empty shards dropped, the rest renumbered),
+    the duplicates found, the inputs read (images; None for episodes) and every rejection of the planned shards."""
+
+    specs: list[ShardSpec]
+    results: dict[str, ShardResult]
+    duplicates: dict | None
+    read: list | None
+    rejected: list[dict[str, str]]
+
+
+def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[str, list], specs: list[ShardSpec],
+                  fingerprint: str, planned: list[str], *, workers: int, progress: bool, runner: Callable | None,
+                  on_status: Callable[[RunStatus], None], existing: dict | None = None, earlier: dict | None = None,
+                  earlier_dropped: int = 0, appending: bool = False) -> Committed:
+    """Writes and commits the planned shards into the state folder ``prepare_output`` (or an append) made, keeping
+    those a killed run committed; for a conversion and an append alike.
+
+    ``existing``, ``earlier``, ``earlier_dropped``: an append's images already in the dataset, for ``--dedupe``
+    (``duplicates.Deduper``) and the duplicates report. ``appending``: an append, whose every new input may be
+    rejected (no shard is then committed; a conversion stops with an error).
+    """
     undo_unfinished_renumbering(out)  # before plan.json forgets the renamed files' names
     state = join(out, STATE_DIR)
     write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
@@ -241,7 +293,7 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
                         sum(r.info.bytes for r in results.values())))
     todo = [s for s in specs if s.file_name not in results]
     if runner is None:
-        deduper = duplicates.Deduper(specs, results) if options.dedupe else None
+        deduper = duplicates.Deduper(specs, results, existing) if options.dedupe else None
         for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress, deduper):
             record_commit(out, spec, result)
             results[spec.file_name] = result
@@ -253,12 +305,12 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
             raise RuntimeError(
                 f"{out}: the runner finished without committing {len(missing)} shard(s), e.g. {missing[0]}"
             )
-    found = duplicates.report(specs, results) if job.kind == "images" else None  # before empty shards go
-    specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned)
-    manifest = _assemble(job, specs, results, options, fingerprint, found)
-    write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
-    tf.io.gfile.rmtree(state)
-    return manifest
+    images = job.kind == "images"
+    found = duplicates.report(specs, results, earlier, earlier_dropped) if images else None  # before empty shards go
+    read = job.input_records(specs, ordered, results) if images else None
+    rejected = [r for s in specs for r in results[s.file_name].rejected]
+    specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned, appending)
+    return Committed(specs, results, found, read, rejected)
 
 
 def _already_complete(out: str, existing: manifest_lib.Manifest, on_status) -> manifest_lib.Manifest:
@@ -269,16 +321,18 @@ def _already_complete(out: str, existing: manifest_lib.Manifest, on_status) -> m
 
 
 def _close_gaps(job: Kind, out: str, specs: list[ShardSpec], results: dict[str, ShardResult], options,
-                fingerprint: str, planned: list[str]) -> tuple[list[ShardSpec], dict[str, ShardResult]]:
+                fingerprint: str, planned: list[str], appending: bool = False
+                ) -> tuple[list[ShardSpec], dict[str, ShardResult]]:
     """Drops shards that hold no record (every input rejected) and renumbers the rest (``ingest/renumber.py``)."""
 
     records = {name: result.info.records for name, result in results.items()}
     renumbering = plan_renumbering(specs, records, compression=options.compression, index=options.index)
     if not renumbering.dropped:
         return specs, results
-    check_requested_shards(job.src, renumbering, specs, records, num_shards=options.num_shards,
-                           min_shards=options.min_shards, unit=job.unit)
-    if not renumbering.specs:
+    if not appending:  # an append's shards are one more generation: the shards asked for were met already
+            check_requested_shards(job.src, renumbering, specs, records, num_shards=options.num_shards,
+                               min_shards=options.min_shards, unit=job.unit)
+    if not renumbering.specs and not appending:
         first = next(r for result in results.values() for r in result.rejected)
         raise InputError(f"{job.src}: every input was rejected, e.g. {first['path']}: {first['reason']}; "
                          "no dataset is written")
@@ -286,6 +340,8 @@ def _close_gaps(job: Kind, out: str, specs: list[ShardSpec], results: dict[str, 
         if not any(s.split == split for s in renumbering.specs):
             log.warning("%s: split %r: every input was rejected; it is left out", job.src, split)
     apply_renumbering(out, renumbering, fingerprint, planned)
+    if not renumbering.specs:
+        return [], {}
     renamed = {}
     for spec in renumbering.specs:
         result = results[renumbering.planned_names[spec.file_name]]

@@ -18,6 +18,7 @@ import math
 import os
 from typing import Any
 
+from ..format.inputs import InputRecord
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import LABEL_NAME, episode_features, image_features
 from ..format.untrusted import label_problem
@@ -108,14 +109,33 @@ def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
     return files, labels, rejected, unlabelled
 
 
+def _after_known(items: dict[str, list[SourceFile]], found: list[str], known: list[str], labels: str | None):
+    """``items`` relabelled so that the ``known`` classes keep their indices and the classes ``found`` that are new
+    follow them (an append's: no existing label changes); returns the items and the class names."""
+    if labels == "value":
+        return items, []
+    merged = list(known) + [name for name in found if name not in set(known)]
+    position = {name: i for i, name in enumerate(merged)}
+    moved = [position[name] for name in found]
+
+    def relabel(source: SourceFile) -> SourceFile:
+        label = tuple(sorted(moved[i] for i in source.label)) if labels == "multi" else moved[source.label]
+        return dataclasses.replace(source, label=label)
+
+    return {split: [relabel(f) for f in files] for split, files in items.items()}, merged
+
+
 class ImageJob:
-    """Images: one record per image, labelled by class folder or by a labels file (``ImageOptions.labels_file``)."""
+    """Images: one record per image, labelled by class folder or by a labels file (``ImageOptions.labels_file``).
+
+    ``known_classes`` (an append): the dataset's class names, which keep their indices; new classes follow them.
+    """
 
     kind = "images"
     unit = "img"
     nothing_found = f"no images found (extensions {', '.join(IMAGE_EXTENSIONS)}); check SRC"
 
-    def __init__(self, src: str, options):
+    def __init__(self, src: str, options, known_classes: list[str] | None = None):
         labels_file = options.image.labels_file
         tree = scan_image_files(src) if labels_file is not None else scan_image_folders(src)
         self.src = src
@@ -137,6 +157,8 @@ class ImageJob:
                                       f"a row, {len(label_rejects)} bad rows{first}); fix the labels file's paths "
                                       "(relative to SRC) or its labels")
         _fail_on(src, unreadable, options.on_error)
+        if known_classes is not None:
+            items, self.class_names = _after_known(items, self.class_names, known_classes, self.labels)
         rejected = unreadable + label_rejects
         class_of = (lambda f: f.label) if self.labels in (None, "class") else None
         self.items: dict[str, list[SourceFile]] = hold_out(items, options.holdout, path_of=lambda f: f.relpath,
@@ -207,6 +229,33 @@ class ImageJob:
 
     def summary(self, parts: list[ImageShardStats]) -> dict[str, Any]:
         return {"converted_images": sum(p.converted for p in parts)}
+
+    def label_of(self, item: SourceFile) -> str | list:
+        """An input's label as ``inputs.json`` holds it: its class name, its class names, or its floats."""
+        if self.labels == "multi":
+            return [self.class_names[i] for i in item.label]
+        if self.labels == "value":
+            return list(item.label)
+        return self.class_names[item.label]
+
+    def input_records(self, specs, ordered: dict[str, list], results: dict) -> list[InputRecord]:
+        """Every input the planned shards read (``format/inputs.py``): written, dropped by ``--dedupe``, or rejected."""
+        records = []
+        for spec in specs:
+            stats = results[spec.file_name].stats
+            hashes, dropped = dict(map(tuple, stats.hashes)), dict(map(tuple, stats.dropped))
+            for item in ordered[spec.split][spec.start:spec.stop]:
+                path = item.relpath
+                state = "written" if path in hashes else "dropped" if path in dropped else "rejected"
+                records.append(InputRecord(path, spec.split, self.label_of(item), item.size, item.mtime_ns,
+                                           item.ctime_ns, hashes.get(path, dropped.get(path)), state))
+        return records
+
+    @staticmethod
+    def pixel_sums(parts: list[ImageShardStats]) -> dict[str, Any]:
+        """A split's exact pixel sums from its shards' statistics, as ``inputs.json`` holds them."""
+        total = sum((p.pixels for p in parts), PixelSums())
+        return {"count": total.count, "sums": list(total.sums), "squares": list(total.squares)}
 
 
 @dataclasses.dataclass

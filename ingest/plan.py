@@ -179,8 +179,10 @@ def plan_split(
     num_shards: int | None = None,
     min_shards: int = 1,
     compression: str | None = None,
+    generation: int = 0,
 ) -> list[ShardSpec]:
-    """Plans the shards of one split whose records, in write order, have ``sizes`` bytes.
+    """Plans the shards of one split whose records, in write order, have ``sizes`` bytes (``generation`` g > 0:
+    an append's shards, ``train-g000g-...``).
 
     >>> [(s.file_name, s.start, s.stop) for s in plan_split("val", [5, 5, 5], num_shards=2)]
     [('val-00000-of-00002.tfrecord', 0, 2), ('val-00001-of-00002.tfrecord', 2, 3)]
@@ -195,7 +197,7 @@ def plan_split(
             start=bounds[i],
             stop=bounds[i + 1],
             planned_bytes=sum(sizes[bounds[i] : bounds[i + 1]]),
-            file_name=shard_file_name(split, i, n, compression),
+            file_name=shard_file_name(split, i, n, compression, generation),
         )
         for i in range(n)
     ]

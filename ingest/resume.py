@@ -23,7 +23,7 @@ import tensorflow as tf
 from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
-from ..format.names import LOCK_NAME, STATE_DIR, TEMP_PREFIX, TFDS_FILES
+from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, TEMP_PREFIX, TFDS_FILES
 from ..format.storage import NotRegularFileError, file_sha256, is_url, join, stat_regular
 from .errors import OutputExistsError
 from .plan import ShardSpec
@@ -43,6 +43,7 @@ class RunStatus:
       kept_shards: shards already committed, kept as they are (every shard when ``complete``).
       total_shards: shards of the whole dataset.
       kept_records, kept_bytes: what the kept shards hold, so a rate can count only this run's work.
+      append: for an append, what it found in SRC (``ingest.append.AppendFound``); None for a conversion.
 
     Example:
       convert_images("photos/", "out/", on_status=print)  # after a Ctrl-C: RunStatus(complete=False, kept_shards=3,
@@ -54,6 +55,7 @@ class RunStatus:
     total_shards: int
     kept_records: int = 0
     kept_bytes: int = 0
+    append: Any = None  # an append's ``AppendFound`` (ingest/append.py): what is new, changed and deleted
 
     @property
     def resumed(self) -> bool:
@@ -199,6 +201,8 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
             if name is not None
         ]
         old_files += _ours_tfds_files(out, old)  # they describe the old shards: they go with them
+        if old.kind == "images" and tf.io.gfile.exists(join(out, INPUTS_NAME)):
+            old_files.append(INPUTS_NAME)  # beside an image dataset's manifest, ours
     elif tf.io.gfile.exists(plan_path):
         old_plan = read_state(plan_path)
         old_files = files_to_remove(old_plan, plan_path)
@@ -208,7 +212,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
     else:
         leftovers = sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out))
         leftovers = [n for n in leftovers if n not in (STATE_DIR, LOCK_NAME)]
-        _refuse_taken_names(out, planned, leftovers, old_files)
+        refuse_taken_names(out, planned, leftovers, old_files)
         if leftovers and not overwrite:
             raise OutputExistsError(
                 f"{out}: output folder holds {len(leftovers)} files that tfshard did not write "
@@ -222,7 +226,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
         raise OutputExistsError(
             f"{out}: output folder holds {what}; pass --overwrite to replace it, or choose another folder"
         )
-    _refuse_taken_names(out, planned, sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out)), old_files)
+    refuse_taken_names(out, planned, sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out)), old_files)
     # Record what goes before removing anything: a run killed midway finishes the removal when rerun.
     log.info("%s: --overwrite: removing %d files of the previous dataset", out, len(old_files))
     tf.io.gfile.makedirs(state_path)
@@ -233,7 +237,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
     return None
 
 
-def _refuse_taken_names(out: str, planned: list[str], present: list[str], ours: list[str]) -> None:
+def refuse_taken_names(out: str, planned: list[str], present: list[str], ours: list[str]) -> None:
     """A file this run would write exists in OUT and is no file of a tfshard dataset there: refused, so another
     tool's dataset (say TFDS's ``train-00000-of-00001.tfrecord``) is never replaced, with or without --overwrite."""
     taken = sorted(set(planned) & set(present) - set(ours))

@@ -221,6 +221,10 @@ def tfds_info(out: str, manifest):
     if manifest.compression is not None:
         raise ValueError(f"{out}: gzip shards; TFDS opens TFRecord files uncompressed only, so it cannot read them: "
                          "convert again without --compression to open the dataset from TFDS")
+    if manifest.appends:
+        raise ValueError(f"{out}: an appended dataset ({len(manifest.appends)} append(s)); TFDS finds a split's "
+                         "shards through one file name template, which appended shards (train-g0001-...) do not "
+                         "follow: reconvert the whole SRC with --overwrite to open it from TFDS")
     tfds = _tfds()
     try:
         features = tfds_features(manifest)

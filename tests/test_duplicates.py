@@ -143,7 +143,7 @@ def test_a_split_of_copies_only_is_left_out_and_its_empty_shards_dropped(tmp_pat
         _copy(src, f"val/{rel}", f"train/{rel}")
     manifest = convert_images(src, str(tmp_path / "out"), ConvertOptions(dedupe=True), workers=0, progress=False)
     assert list(manifest.splits) == ["val"] and len(manifest.rejected) == 4
-    assert sorted(os.listdir(tmp_path / "out")) == ["dataset.json", "val-00000-of-00001.tfrecord"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["dataset.json", "inputs.json", "val-00000-of-00001.tfrecord"]
     assert manifest.duplicates["across_splits"] == 4
 
 

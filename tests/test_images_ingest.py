@@ -134,7 +134,7 @@ def test_split_folders_are_splits_and_labels_are_shared_across_splits(tmp_path):
     assert manifest.class_names == ["cat", "dog", "emu"]
     assert sorted(manifest.splits) == ["test", "train", "val"]
     assert shard_files(str(out)) == sorted(f"{s}-{i:05d}-of-00002.tfrecord" for s in layout for i in range(2))
-    assert sorted(os.listdir(out)) == sorted(shard_files(str(out)) + ["dataset.json"])
+    assert sorted(os.listdir(out)) == sorted(shard_files(str(out)) + ["dataset.json", "inputs.json"])
     for split, classes in layout.items():
         records = read_split(str(out), manifest, split)
         assert sorted(r["image/filename"] for r in records) == sorted(r for r in written if r.startswith(split + "/"))
@@ -267,7 +267,8 @@ def test_same_seed_gives_byte_identical_output(image_tree, tmp_path):
     convert_image_tree(src, tmp_path / "b", seed=7, num_shards=2)
 
     names = sorted(os.listdir(tmp_path / "a"))
-    assert names == sorted(os.listdir(tmp_path / "b")) == sorted(shard_files(str(tmp_path / "a")) + ["dataset.json"])
+    assert names == sorted(os.listdir(tmp_path / "b")) == sorted(shard_files(str(tmp_path / "a")) + ["dataset.json",
+                                                                                               "inputs.json"])
     for name in names:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
@@ -433,7 +434,7 @@ def test_two_workers_write_the_same_bytes_as_in_process(tmp_path):
     assert serial == parallel
     names = sorted(os.listdir(tmp_path / "w0"))
     assert names == sorted(os.listdir(tmp_path / "w2"))
-    assert len(names) == 4
+    assert len(names) == 5  # 3 shards, dataset.json, inputs.json
     for name in names:
         assert (tmp_path / "w0" / name).read_bytes() == (tmp_path / "w2" / name).read_bytes(), name
 

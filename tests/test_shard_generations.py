@@ -1,8 +1,8 @@
-"""Shard names with a generation (``train-g0001-00000-of-00002.tfrecord``), what ``--append`` will write: the names,
+"""Shard names with a generation (``train-g0001-00000-of-00002.tfrecord``), what ``--append`` writes: the names,
 the manifest's checks of a split's order, renumbering that keeps a generation, and readers and verify on them.
 
-The dataset with a generation here is assembled by hand from two conversions (the append itself is not written
-yet), so the readers and checks are tested on the exact names and manifest layout an append is to produce.
+The dataset with a generation here is assembled by hand from two conversions, so the readers and checks are tested
+on the names and manifest layout alone; tests/test_append.py makes them with --append itself.
 """
 
 from __future__ import annotations

@@ -1000,7 +1000,8 @@ def test_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world, slo
 
     assert rerun.code == 0, rerun.stderr
     ok(w.cli("verify", w.out))
-    assert sorted(os.listdir(w.out)) == [MANIFEST] + [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
+    assert sorted(os.listdir(w.out)) == [MANIFEST, "inputs.json"] + [f"train-0000{i}-of-00003.tfrecord"
+                                                                       for i in range(3)]
     assert_untouched(before, snapshot(w.root, skip=("out",)))
 
 

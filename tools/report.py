@@ -84,7 +84,9 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     """
     lines = []
     if status is not None and status.complete:
-        lines.append(f"{out}: already complete for these inputs and options; nothing converted")
+        done = "nothing new to append" if status.append is not None else \
+            "already complete for these inputs and options; nothing converted"
+        lines.append(f"{out}: {done}")
         seconds = None
     for name, split in manifest.splits.items():
         episodes = getattr(split, "episodes", None)  # an EpisodeSplitInfo
@@ -128,6 +130,23 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
             more = named - len(listed[:10])
             lines.append(f"    ... and {more} more (dataset.json names the first {len(listed)})")
     return lines + duplicate_lines(manifest.duplicates)
+
+
+def append_lines(out: str, found, complete: bool, shown: int = 5) -> list[str]:
+    """What an append found (``ingest.append.AppendFound``): the new images, and the inputs in the dataset that
+    changed or were deleted since, which stay as they were converted."""
+    lines = []
+    if not complete:
+        classes = f" (new classes: {', '.join(found.new_classes[:20])})" if found.new_classes else ""
+        lines.append(f"  appended: {found.new_inputs:,} new images as generation {found.generation}{classes}")
+    for paths, what, fix in ((found.changed, "changed since they were converted", "take the new versions"),
+                             (found.deleted, "deleted from SRC", "drop them")):
+        if paths:
+            more = f", ... {len(paths) - shown} more" if len(paths) > shown else ""
+            lines.append(f"  {what}: {len(paths):,}, kept as converted (shards are never rewritten): "
+                         f"{', '.join(paths[:shown])}{more}; to {fix}, reconvert with "
+                         f"`tfshard images SRC {out} --overwrite`")
+    return lines
 
 
 def duplicate_lines(duplicates: dict | None, shown: int = 5) -> list[str]:

@@ -1,0 +1,344 @@
+"""``--append``: the images of SRC not yet in a dataset, converted into new shards of the next generation.
+
+The dataset's ``inputs.json`` (``format/inputs.py``) says what it has read. SRC is scanned as for a
+conversion, with the dataset's class names first so no label changes (new classes follow, sorted); an input
+whose path is not listed (or was listed as rejected or dropped and has changed since) is new. A listed input
+that changed (size, mtime, ctime, label or split) or is gone from SRC is only reported: its record stays, since
+shards are never rewritten. The new inputs are planned with the dataset's own options (any other
+output-affecting option is an error naming it) into shards named for generation g (``train-g0001-...``), and
+written, committed and resumed by the engine (``ingest/engine.py commit_shards``) in the state folder, as a
+conversion is. Class counts are added and pixel statistics merged from the exact sums ``inputs.json`` keeps.
+
+Crash safety, under the output lock: ``append.json`` in the state folder records the base and target
+fingerprints before any shard is written; once every shard is committed, the new inputs file is staged in the
+state folder, then ``dataset.json`` is replaced (atomically), then ``inputs.json``, then the state folder goes.
+So ``dataset.json`` only ever lists committed shards. A rerun of the same command resumes; one that finds the
+manifest already replaced only puts the staged inputs file in place; an unfinished append of other inputs
+(SRC changed in between) has its unlisted shards removed and starts again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+from collections.abc import Callable
+
+import tensorflow as tf
+
+from ..format import appends as appends_lib
+from ..format import inputs as inputs_lib
+from ..format import manifest as manifest_lib
+from ..format.dataset import load_manifest, read_small_file
+from ..format.names import INPUTS_NAME, STATE_DIR, TFDS_FILES, shard_generation
+from ..format.storage import join
+from .engine import commit_shards, job_fingerprint, plan_job, planned_files
+from .errors import InputError, OutputExistsError
+from .images import PixelSums
+from .jobs import ImageJob
+from .lock import output_lock
+from .options import ConvertOptions
+from .parallel import default_workers
+from .resume import (
+    REMOVING,
+    RunStatus,
+    check_state_folder,
+    files_to_remove,
+    read_state,
+    refuse_taken_names,
+    remove_outputs,
+)
+from .write import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+APPEND = "append.json"  # in the state folder: {"base", "target"}, the fingerprints before and after the append
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+_RECONVERT = "reconvert the union with `tfshard images SRC OUT --overwrite`"
+# The flags of the options an append must share with the dataset (ConvertOptions.identity's keys).
+_FLAGS = {"shard_bytes": "--shard-size", "num_shards": "--num-shards", "min_shards": "--min-shards",
+          "compression": "--compression", "seed": "--seed/--no-shuffle", "index": "--index", "dedupe": "--dedupe",
+          "image.quality": "--quality", "image.rgb": "--rgb", "image.max_side": "--max-side",
+          "image.max_pixels": "--max-pixels", "image.validate": "--validate/--no-validate"}
+_HOLDOUT_FLAGS = {"method": "--stratify", "seed": "--split-seed", "from": "--val-fraction/--test-fraction",
+                  "fractions": "--val-fraction/--test-fraction"}
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendFound:
+    """What an append found in SRC against the dataset, before writing anything (``RunStatus.append``).
+
+    Attributes:
+      generation: the generation its shards are named for.
+      new_inputs: inputs not yet in the dataset, to convert.
+      new_classes: classes they bring, after the dataset's own.
+      changed: paths in the dataset whose file (size, mtime, ctime), label or split is not what was converted.
+      deleted: paths in the dataset gone from SRC.
+    """
+
+    generation: int
+    new_inputs: int
+    new_classes: list[str]
+    changed: list[str]
+    deleted: list[str]
+
+
+def check_append_request(kind: str, overwrite: bool, tfds: bool) -> None:
+    """``--append`` is for image datasets, on its own: refused with episodes, ``--overwrite`` or ``--tfds``.
+
+    Raises:
+      InputError: naming the option and the fix.
+    """
+    if kind != "images":
+        raise InputError(f"--append: only image datasets can be appended to for now (got a {kind} conversion); "
+                         "convert the episodes in full, into a new folder or with --overwrite")
+    if overwrite:
+        raise InputError("--append with --overwrite: --overwrite replaces the dataset and --append adds to it (got "
+                         "both); drop one")
+    if tfds:
+        raise InputError("--tfds with --append: TFDS finds a split's shards through one file name template, which "
+                         "appended shards (train-g0001-...) do not follow (got --tfds); drop --tfds")
+
+
+def _base(out: str) -> manifest_lib.Manifest:
+    try:
+        base = load_manifest(out)
+    except FileNotFoundError as e:
+        raise InputError(f"{out}: --append: no dataset to append to ({e}); convert SRC first (drop --append), "
+                         "or choose the dataset's folder") from e
+    if base.kind != "images":
+        raise InputError(f"{out}: --append: an {base.kind} dataset (got kind {base.kind!r}); only image datasets "
+                         "can be appended to")
+    if base.split_rule is not None and base.split_rule["method"] == "stratified":
+        raise InputError(f"{out}: --append: the dataset's held-out splits are stratified (exact per-class counts), "
+                         "which no append can keep exact (got split_rule method 'stratified'); "
+                         f"{_RECONVERT}, or hold out by hash (without --stratify) to append later")
+    return base
+
+
+def _flat(options: dict, prefix: str = "") -> dict:
+    found = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            found.update(_flat(value, f"{prefix}{key}."))
+        else:
+            found[prefix + key] = value
+    return found
+
+
+def _check_options(out: str, base: manifest_lib.Manifest, options: ConvertOptions) -> None:
+    """The output-affecting options must be the dataset's: another shard size, quality or compression would
+    make the new shards unlike the old ones."""
+    asked = _flat(options.identity("images"))
+    had = _flat({k: v for k, v in base.options.items() if k != "converted_images"})
+    for key in sorted(set(asked) | set(had)):
+        if asked.get(key) != had.get(key):
+            raise InputError(f"{out}: --append: option {key} ({_FLAGS.get(key, key)}) is {asked.get(key)!r}, but "
+                             f"the dataset was converted with {had.get(key)!r}; pass the dataset's options "
+                             f"(`tfshard info {out}` lists them), or convert into another folder")
+
+
+def _kind_name(labels: str | None) -> str:
+    return "class folders (labels null)" if labels is None else f"{labels!r} labels"
+
+
+def _check_job(out: str, base: manifest_lib.Manifest, job: ImageJob) -> None:
+    if job.labels != base.labels:
+        raise InputError(f"{out}: --append: SRC gives {_kind_name(job.labels)} but the dataset has "
+                         f"{_kind_name(base.labels)}; label the new images as the dataset is labelled "
+                         "(--labels, --label-kind), or convert into another folder")
+    if job.label_columns != base.label_columns:
+        raise InputError(f"{out}: --append: the value labels' columns are {job.label_columns!r} but the dataset's "
+                         f"are {base.label_columns!r}; give the labels file the dataset's columns")
+    if job.split_rule != base.split_rule:
+        rule, had = job.split_rule or {}, base.split_rule or {}
+        key = next(k for k in ("method", "fractions", "seed", "from") if rule.get(k) != had.get(k))
+        raise InputError(f"{out}: --append: held-out split option {key} ({_HOLDOUT_FLAGS[key]}) is "
+                         f"{rule.get(key)!r}, but the dataset's split_rule has {had.get(key)!r}; pass the dataset's "
+                         "--val-fraction, --test-fraction and --split-seed")
+
+
+def _settle_state(out: str) -> dict | None:
+    """An append killed after its manifest gets its staged inputs file; returns an unfinished append's record."""
+    check_state_folder(out)
+    state = join(out, STATE_DIR)
+    if not tf.io.gfile.exists(state):
+        return None
+    record = join(state, APPEND)
+    if not tf.io.gfile.exists(record) or tf.io.gfile.exists(join(state, REMOVING)):
+        raise OutputExistsError(f"{out}: holds an unfinished conversion ({STATE_DIR}/); rerun the command that "
+                                "started it to finish it, then append")
+    raw = read_state(record)
+    if not (isinstance(raw, dict) and set(raw) == {"base", "target"}
+            and all(isinstance(v, str) and _HEX.match(v) for v in raw.values())):
+        raise OutputExistsError(f"{record}: not an append record tfshard wrote; remove {state} and run again")
+    manifest = load_manifest(out)
+    if manifest.fingerprint == raw["target"]:  # killed after its manifest: only the inputs file is left to do
+        inputs_lib.load_inputs(state, manifest)  # checked before it is put in place
+        write_text_atomic(join(out, INPUTS_NAME), read_small_file(join(state, INPUTS_NAME), "inputs file").decode())
+        tf.io.gfile.rmtree(state)
+        return None
+    if manifest.fingerprint != raw["base"]:
+        raise OutputExistsError(f"{record}: an append to another dataset than {out}'s; remove {state} and run again")
+    return raw
+
+
+def _discard(out: str, base: manifest_lib.Manifest) -> None:
+    """An unfinished append of other inputs: its shards, which no manifest lists, are removed."""
+    state = join(out, STATE_DIR)
+    plan = join(state, "plan.json")
+    listed = {n for s in base.splits.values() for sh in s.shards for n in (sh.file, sh.index_file) if n}
+    names = files_to_remove(read_state(plan), plan) if tf.io.gfile.exists(plan) else []
+    gone = [n for n in names if n not in listed and n not in (INPUTS_NAME, manifest_lib.MANIFEST_NAME)]
+    log.warning("%s: an unfinished append of other inputs: removing its %d file(s), in no manifest", out, len(gone))
+    remove_outputs(out, gone)
+    tf.io.gfile.rmtree(state)
+
+
+def _diff(src: str, job: ImageJob, inputs: inputs_lib.Inputs) -> tuple[dict, set, list[str], list[str]]:
+    """The new items per split, the paths retried (read before, rejected or dropped, changed since), and the
+    changed and deleted paths of inputs already in the dataset."""
+    known = {r.path: r for r in inputs.inputs}
+    new: dict[str, list] = {}
+    retried, changed, seen = set(), [], set()
+    for split, files in job.items.items():
+        for item in files:
+            seen.add(item.relpath)
+            old = known.get(item.relpath)
+            now = inputs_lib.InputRecord(item.relpath, split, job.label_of(item), item.size, item.mtime_ns,
+                                         item.ctime_ns, None, "")
+            if old is not None and old.same_file(now):
+                continue
+            if old is not None and old.state == "written":
+                changed.append(item.relpath)
+                continue
+            if old is not None:
+                retried.add(item.relpath)
+            new.setdefault(split, []).append(item)
+    deleted = []
+    for path, old in known.items():
+        if old.state == "written" and path not in seen:
+            (changed if os.path.lexists(os.path.join(src, *path.split("/"))) else deleted).append(path)
+    return new, retried, sorted(changed), sorted(deleted)
+
+
+def _merged_splits(base, inputs, job, done) -> tuple[dict, dict]:
+    """The splits of the merged manifest and their exact pixel sums: old shards, then the new generation's."""
+    parts: dict[str, list] = {}
+    for spec in done.specs:
+        parts.setdefault(spec.split, []).append(done.results[spec.file_name])
+    splits, sums = {}, {}
+    for split in list(base.splits) + [s for s in parts if s not in base.splits]:
+        old, new = base.splits.get(split), parts.get(split, [])
+        raw = inputs.pixel_sums.get(split, {"count": 0, "sums": [0, 0, 0], "squares": [0, 0, 0]})
+        total = sum((p.stats.pixels for p in new), PixelSums(raw["count"], tuple(raw["sums"]), tuple(raw["squares"])))
+        sums[split] = {"count": total.count, "sums": list(total.sums), "squares": list(total.squares)}
+        counts = {name: (old.class_counts.get(name, 0) if old else 0) + sum(p.stats.class_counts[i] for p in new)
+                  for i, name in enumerate(job.class_names)}
+        shards = (old.shards if old else []) + [p.info for p in new]
+        mean, std = total.mean_std()
+        splits[split] = manifest_lib.ImageSplitInfo(shards=shards, records=sum(s.records for s in shards),
+                                                    bytes=sum(s.bytes for s in shards), class_counts=counts,
+                                                    pixel_mean=mean, pixel_std=std)
+    return splits, sums
+
+
+def append_images(src: str, out: str, options: ConvertOptions, *, workers: int | None, progress: bool,
+                  runner: Callable | None, on_status: Callable[[RunStatus], None] | None) -> manifest_lib.Manifest:
+    """Converts the images of ``src`` not yet in the dataset at ``out`` into shards of its next generation.
+
+    Everything runs under ``OUT/.tfshard-lock``; see the module docstring for what is new and how a killed append
+    resumes. ``on_status`` gets a ``RunStatus`` whose ``append`` is the ``AppendFound``; ``complete`` when
+    nothing is new (nothing is written then).
+
+    Raises:
+      InputError: no dataset in ``out``, a stratified one, one made before ``inputs.json`` existed, options,
+        labels or held-out splits other than the dataset's.
+    """
+    on_status = on_status or (lambda status: None)
+    workers = default_workers() if workers is None else workers
+    _base(out)  # the errors before the lock and the scan
+    with output_lock(out):
+        unfinished = _settle_state(out)
+        base = _base(out)
+        _check_options(out, base, options)
+        tfds_files = [n for n in TFDS_FILES if tf.io.gfile.exists(join(out, n))]
+        if tfds_files:
+            raise InputError(f"{out}: --append: holds TFDS metadata ({tfds_files[0]}), which would go on describing "
+                             "only the old shards, and TFDS cannot name appended ones; remove the TFDS files to "
+                             "append, or reconvert the union with --overwrite")
+        inputs = inputs_lib.load_inputs(out, base)
+        if inputs is None:
+            raise InputError(f"{out}: --append: the dataset has no {INPUTS_NAME} (made before tfshard kept one), so "
+                             f"which inputs are new cannot be told; {_RECONVERT} once, then append")
+        job = ImageJob(src, options, known_classes=base.class_names)
+        _check_job(out, base, job)
+        new, retried, changed, deleted = _diff(src, job, inputs)
+        generation = 1 + max([shard_generation(sh.file) for s in base.splits.values() for sh in s.shards]
+                             + [a["generation"] for a in base.appends])
+        new_classes = job.class_names[len(base.class_names):]
+        found = AppendFound(generation, sum(map(len, new.values())), new_classes, changed, deleted)
+        for what, paths in (("changed since they were converted", changed), ("deleted from SRC", deleted)):
+            if paths:
+                log.warning("%s: %d input(s) in the dataset %s, e.g. %s; their records stay as converted (shards "
+                            "are never rewritten); %s to take SRC as it is now", out, len(paths), what, paths[0],
+                            _RECONVERT)
+        job.items = new  # only the new inputs are converted; the scan saw them all
+        ordered, specs = plan_job(job, options, generation) if new else ({}, [])
+        target = manifest_lib.fingerprint({"base": base.fingerprint, "generation": generation,
+                                           "append": job_fingerprint(job, ordered, options)})
+        if unfinished is not None and unfinished["target"] != target:
+            _discard(out, base)
+        if not new:
+            shards = sum(len(s.shards) for s in base.splits.values())
+            on_status(RunStatus(True, shards, shards, base.total_records, base.total_bytes, append=found))
+            return base
+        manifest, text = _append_locked(out, base, inputs, job, options, ordered, specs, target, found, retried,
+                                        workers=workers, progress=progress, runner=runner, on_status=on_status)
+        state = join(out, STATE_DIR)
+        write_text_atomic(join(state, INPUTS_NAME), text)  # staged: a kill after the manifest finds it here
+        write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
+        write_text_atomic(join(out, INPUTS_NAME), text)
+        tf.io.gfile.rmtree(state)
+        return manifest
+
+
+def _append_locked(out, base, inputs, job, options, ordered, specs, target, found, retried, *, workers, progress,
+                   runner, on_status) -> tuple[manifest_lib.Manifest, str]:
+    """Commits the new shards in the state folder; returns the merged manifest and the new inputs file's text."""
+    state = join(out, STATE_DIR)
+    tf.io.gfile.makedirs(state)
+    write_text_atomic(join(state, APPEND), json.dumps({"base": base.fingerprint, "target": target}))
+    planned = planned_files(job, specs, options)
+    ours = [n for s in base.splits.values() for sh in s.shards for n in (sh.file, sh.index_file) if n]
+    plan = join(state, "plan.json")
+    if tf.io.gfile.exists(plan):  # this very append, killed: its shards are ours to keep
+        ours += files_to_remove(read_state(plan), plan)
+    refuse_taken_names(out, planned, sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out)), ours + [INPUTS_NAME])
+    read = [r for r in inputs.inputs if r.state != "rejected"]
+    existing = {r.sha256: (r.path, r.split) for r in read if r.state == "written"}
+    earlier: dict[str, list] = {}
+    for r in read:
+        earlier.setdefault(r.split, []).append((r.path, r.sha256))
+    done = commit_shards(job, out, options, ordered, specs, target, planned, workers=workers, progress=progress,
+                         runner=runner, on_status=lambda s: on_status(dataclasses.replace(s, append=found)),
+                         existing=existing, earlier=earlier, earlier_dropped=sum(r.state == "dropped" for r in read),
+                         appending=True)
+    splits, sums = _merged_splits(base, inputs, job, done)
+    converted = {r.path for r in done.read}
+    rejected = {r["path"]: r for r in base.rejected if r["path"] not in converted | retried}
+    rejected.update({r.relpath: {"path": r.relpath, "reason": r.reason} for r in job.rejected})
+    rejected.update({r["path"]: r for r in done.rejected})
+    record = appends_lib.append_record(found.generation, sum(s.info.records for s in done.results.values()),
+                                       found.new_classes, found.changed, found.deleted)
+    converted_images = base.options.get("converted_images", 0) + sum(r.stats.converted for r in done.results.values())
+    manifest = dataclasses.replace(
+        base, fingerprint=target, class_names=job.class_names, splits=splits,
+        options={**options.identity("images"), "converted_images": converted_images},
+        rejected=sorted(rejected.values(), key=lambda r: r["path"]), ignored=job.ignored,
+        ignored_files=job.ignored_files, duplicates=done.duplicates, appends=[*base.appends, record])
+    records = {r.path: r for r in inputs.inputs}
+    records.update({r.path: r for r in done.read})
+    return manifest, inputs_lib.to_json(inputs_lib.Inputs(target, sums, list(records.values())))

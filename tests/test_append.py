@@ -1,0 +1,461 @@
+"""The inputs file (``inputs.json``) every image conversion writes, and ``--append``, which converts only the inputs
+not yet in the dataset into new shards of the next generation and leaves every existing shard as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import (
+    assert_same_tree,
+    convert_image_tree,
+    image_features,
+    make_tree,
+    read_manifest,
+    snapshot,
+    write_jpeg,
+)
+from tfshard import readers
+from tfshard.format.dataset import load_manifest
+from tfshard.format.inputs import load_inputs
+from tfshard.format.manifest import ManifestError, is_output_name
+from tfshard.ingest import ConvertOptions, ImageOptions, InputError, convert_episodes, convert_images
+from tfshard.ingest import append as append_lib
+from tfshard.ingest.beam_runner import BeamRunner
+from tfshard.ingest.holdout import Holdout
+from tfshard.tools.verify import verify
+
+INPUTS = "inputs.json"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _inputs_raw(out) -> dict:
+    with open(os.path.join(str(out), INPUTS)) as f:
+        return json.load(f)
+
+
+def _write_inputs_raw(out, raw) -> None:
+    with open(os.path.join(str(out), INPUTS), "w") as f:
+        json.dump(raw, f)
+
+
+# --- the inputs file ------------------------------------------------------------------------------------------------
+
+
+def test_every_image_conversion_lists_its_inputs_and_exact_pixel_sums(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=3)
+    shutil.copyfile(src / "cat" / "000.jpg", src / "dog" / "copy.jpg")
+    (src / "dog" / "bad.jpg").write_bytes(b"not a jpeg")
+    manifest = convert_image_tree(src, out, num_shards=2, dedupe=True)
+    inputs = load_inputs(str(out), manifest)
+    states = {r.path: (r.state, r.label, r.sha256 is None) for r in inputs.inputs}
+    assert states["dog/bad.jpg"] == ("rejected", "dog", True)
+    assert states["dog/copy.jpg"][0] == "dropped" or states["cat/000.jpg"][0] == "dropped"
+    assert sum(state == "written" for state, _, _ in states.values()) == manifest.splits["train"].records == 6
+    st = os.stat(src / "cat" / "001.jpg")
+    record = next(r for r in inputs.inputs if r.path == "cat/001.jpg")
+    assert (record.size, record.mtime_ns, record.ctime_ns) == (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    sums = inputs.pixel_sums["train"]
+    mean = [round(s / sums["count"] / 255, 6) for s in sums["sums"]]
+    assert mean == manifest.splits["train"].pixel_mean
+    assert is_output_name(INPUTS)
+
+
+def test_overwrite_replaces_the_inputs_file_with_the_new_datasets(tmp_path):
+    src, other, out = tmp_path / "src", tmp_path / "other", tmp_path / "out"
+    make_tree(src, per_class=2)
+    make_tree(other, classes=("emu",), per_class=2, seed=50)
+    convert_image_tree(src, out)
+    manifest = convert_image_tree(other, out, overwrite=True)
+    assert [r.path for r in load_inputs(str(out), manifest).inputs] == ["emu/000.jpg", "emu/001.jpg"]
+
+
+@pytest.mark.parametrize("change, field", [
+    (lambda raw: raw["inputs"][0].update(sha256="abc"), r"field inputs\[0\]\.sha256"),
+    (lambda raw: raw["inputs"][1].update(label="zebra"), r"field inputs\[1\]\.label"),
+    (lambda raw: raw["inputs"][0].update(size=-1), r"field inputs\[0\]\.size"),
+    (lambda raw: raw["inputs"][0].update(path="cat/001.jpg"), r"field inputs\[1\]\.path: must be a path named once"),
+    (lambda raw: raw["inputs"].pop(), r"field inputs: must list the 4 written inputs"),
+    (lambda raw: raw.update(fingerprint="0" * 64), "field fingerprint"),
+    (lambda raw: raw["pixel_sums"]["train"].update(sums=[1, 2]), r"field pixel_sums\['train'\]\.sums"),
+    (lambda raw: raw["inputs"][0].update(state="kept"), r"field inputs\[0\]\.state"),
+    (lambda raw: raw["inputs"][0].update(extra=1), r"field inputs\[0\]: has unknown keys extra"),
+])
+def test_a_tampered_inputs_file_is_refused_in_one_line_naming_the_field(tmp_path, change, field):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=2)
+    manifest = convert_image_tree(src, out)
+    raw = _inputs_raw(out)
+    change(raw)
+    _write_inputs_raw(out, raw)
+    with pytest.raises(ManifestError, match=field) as caught:
+        load_inputs(str(out), manifest)
+    assert "\n" not in str(caught.value) and INPUTS in str(caught.value)
+
+
+def test_value_and_multi_labels_are_held_as_floats_and_class_names(tmp_path):
+    src = tmp_path / "src"
+    for i in range(3):
+        write_jpeg(src / f"{i}.jpg", i)
+    (tmp_path / "values.csv").write_text("path,x,y\n0.jpg,0.5,1\n1.jpg,2.25,3\n2.jpg,-1,0\n")
+    (tmp_path / "multi.csv").write_text("path,label\n0.jpg,cat;dog\n1.jpg,dog\n2.jpg,\n")
+    for name, expected in (("values", [2.25, 3.0]), ("multi", ["dog"])):
+        out = tmp_path / name
+        manifest = convert_image_tree(src, out, image=ImageOptions(labels_file=str(tmp_path / f"{name}.csv")))
+        labels = {r.path: r.label for r in load_inputs(str(out), manifest).inputs}
+        assert labels["1.jpg"] == expected
+    assert load_manifest(str(tmp_path / "multi")).labels == "multi"
+
+
+# --- --append -------------------------------------------------------------------------------------------------------
+
+
+def _append(src, out, **options):
+    """convert_images(..., append=True) in-process; returns (manifest, RunStatus)."""
+    found = []
+    options.setdefault("on_error", "skip")
+    manifest = convert_images(str(src), str(out), ConvertOptions(**options), workers=0, progress=False,
+                              append=True, on_status=found.append)
+    return manifest, found[0]
+
+
+def _records(out, manifest) -> dict[str, list[tuple[str, str, bytes]]]:
+    """Per split, the sorted ``(filename, class name, encoded image)`` of every record, read with tf.data."""
+    import tensorflow as tf
+
+    found = {}
+    for split, info in manifest.splits.items():
+        ds = tf.data.TFRecordDataset([os.path.join(str(out), s.file) for s in info.shards])
+        rows = [tf.io.parse_single_example(r, image_features()) for r in ds]
+        found[split] = sorted((r["image/filename"].numpy().decode(), manifest.class_names[int(r["image/class/label"])],
+                               r["image/encoded"].numpy()) for r in rows)
+    return found
+
+
+def _read_back(out) -> list[tuple[str, float]]:
+    """``readers.images`` (training=False): the sorted (class name, pixel sum) of every image."""
+    ds = readers.images(str(out), batch_size=4, image_size=(16, 16), training=False, drop_remainder=False)
+    names = load_manifest(str(out)).class_names
+    return sorted((names[int(label)], round(float(image.sum()), 2)) for images, labels in ds
+                  for image, label in zip(images.numpy(), labels.numpy()))
+
+
+def _shards(out) -> dict[str, bytes]:
+    return {n: (out / n).read_bytes() for n in os.listdir(out) if ".tfrecord" in n}
+
+
+@pytest.fixture
+def grown(tmp_path):
+    """(src, out, old shards): a dataset of cat/dog, then SRC grown by a new class (emu) and two new cats."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=4)
+    convert_image_tree(src, out, num_shards=2)
+    old = _shards(out)
+    make_tree(src, classes=("emu",), per_class=3, seed=100)
+    for i in range(2):
+        write_jpeg(src / "cat" / f"new-{i}.jpg", 200 + i)
+    return src, out, old
+
+
+def test_append_equals_a_full_conversion_of_the_union_and_keeps_every_old_shard(grown, tmp_path):
+    src, out, old = grown
+    before = load_manifest(str(out))
+    manifest, status = _append(src, out, num_shards=2)
+    full = convert_image_tree(src, tmp_path / "full", num_shards=2)
+
+    assert not status.complete and status.append.new_inputs == 5 and status.append.new_classes == ["emu"]
+    assert {n: b for n, b in _shards(out).items() if n in old} == old  # byte-identical, same names
+    assert [s.file for s in manifest.splits["train"].shards] == [s.file for s in before.splits["train"].shards] + [
+        "train-g0001-00000-of-00002.tfrecord", "train-g0001-00001-of-00002.tfrecord"]
+    assert manifest.splits["train"].shards[:2] == before.splits["train"].shards  # same sha256
+    assert manifest.class_names == ["cat", "dog", "emu"]  # new classes after the old: old labels unchanged
+    assert _records(out, manifest) == _records(tmp_path / "full", full)
+    assert _read_back(out) == _read_back(tmp_path / "full")
+    split, whole = manifest.splits["train"], full.splits["train"]
+    assert split.class_counts == whole.class_counts and split.records == whole.records
+    assert (split.pixel_mean, split.pixel_std) == (whole.pixel_mean, whole.pixel_std)
+    assert load_inputs(str(out), manifest).pixel_sums == load_inputs(str(tmp_path / "full"), full).pixel_sums
+    assert manifest.appends == [{"generation": 1, "records_added": 5, "new_classes": ["emu"], "changed": 0,
+                                 "deleted": 0, "changed_paths": [], "deleted_paths": []}]
+    assert verify(str(out)).splits["train"].records == 13
+
+
+def test_a_second_append_is_the_next_generation_and_a_rerun_does_nothing(grown):
+    src, out, _ = grown
+    _append(src, out, num_shards=2)
+    write_jpeg(src / "dog" / "late.jpg", 300)
+    manifest, _ = _append(src, out, num_shards=2)
+    assert [s.file for s in manifest.splits["train"].shards][-1] == "train-g0002-00000-of-00001.tfrecord"
+    assert [a["generation"] for a in manifest.appends] == [1, 2]  # one new image: one shard, not two
+    files = snapshot(out)
+    again, status = _append(src, out, num_shards=2)
+    assert status.complete and status.append.new_inputs == 0 and again == manifest
+    assert_same_tree(snapshot(out), files)
+
+
+def test_changed_and_deleted_inputs_are_reported_and_their_records_stay(grown, cli):
+    src, out, old = grown
+    write_jpeg(src / "cat" / "000.jpg", 999)  # other bytes under an old path
+    os.remove(src / "dog" / "001.jpg")
+    result = cli("images", src, out, "--num-shards", "2", "--append", "--workers", "0")
+    assert result.exit_code == 0, result.output
+    assert "changed since they were converted: 1" in result.output and "cat/000.jpg" in result.output
+    assert "deleted from SRC: 1" in result.output and "dog/001.jpg" in result.output
+    assert "--overwrite" in result.output
+    manifest = load_manifest(str(out))
+    assert manifest.appends[0]["changed_paths"] == ["cat/000.jpg"]
+    assert manifest.appends[0]["deleted_paths"] == ["dog/001.jpg"]
+    names = [name for name, _, _ in _records(out, manifest)["train"]]
+    assert names.count("cat/000.jpg") == 1 and "dog/001.jpg" in names  # the old records, not dropped nor doubled
+    assert manifest.splits["train"].records == 13
+    rerun = cli("images", src, out, "--num-shards", "2", "--append", "--workers", "0")
+    assert rerun.exit_code == 0 and "nothing new to append" in rerun.output and "cat/000.jpg" in rerun.output
+
+
+@pytest.mark.parametrize("kind", ["class", "multi"])
+def test_labels_file_append_puts_a_new_class_after_the_old(tmp_path, kind):
+    src, out = tmp_path / "src", tmp_path / "out"
+    rows = {f"{i}.jpg": ("b" if i % 2 else "a") + (";c" if kind == "multi" and i == 0 else "") for i in range(4)}
+    for i in range(4):
+        write_jpeg(src / f"{i}.jpg", i)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,label\n" + "".join(f"{p},{v}\n" for p, v in rows.items()))
+    image = ImageOptions(labels_file=str(labels))
+    convert_image_tree(src, out, image=image)
+    old = _shards(out)
+    write_jpeg(src / "4.jpg", 4)
+    with open(labels, "a") as f:
+        f.write("4.jpg,A;b\n" if kind == "multi" else "4.jpg,A\n")  # "A" sorts first: it must still come last
+    manifest, status = _append(src, out, image=image)
+    assert manifest.class_names == (["a", "b", "c", "A"] if kind == "multi" else ["a", "b", "A"])
+    assert status.append.new_classes == ["A"] and {n: b for n, b in _shards(out).items() if n in old} == old
+    counts = manifest.splits["train"].class_counts
+    assert counts["A"] == 1 and counts["b"] == 2 + (kind == "multi")
+    ds = readers.images(str(out), batch_size=5, image_size=(16, 16), training=False, drop_remainder=False)
+    labels_read = [lab for _, batch in ds for lab in batch.numpy().tolist()]
+    if kind == "multi":  # a multi-hot vector per image over every class; the new image's is b and A
+        assert sorted(map(tuple, labels_read)) == [(0, 1, 0, 0), (0, 1, 0, 0), (0, 1, 0, 1), (1, 0, 0, 0),
+                                                   (1, 0, 1, 0)]
+    else:
+        assert sorted(labels_read) == [0, 0, 1, 1, 2]
+
+
+def test_value_labels_append_with_the_same_columns_only(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    for i in range(3):
+        write_jpeg(src / f"{i}.jpg", i)
+    labels = tmp_path / "values.csv"
+    labels.write_text("path,x,y\n0.jpg,0.5,1\n1.jpg,2.25,3\n2.jpg,-1,0\n")
+    image = ImageOptions(labels_file=str(labels))
+    convert_image_tree(src, out, image=image)
+    write_jpeg(src / "3.jpg", 3)
+    labels.write_text(labels.read_text() + "3.jpg,7.5,8\n")
+    manifest, _ = _append(src, out, image=image)
+    assert manifest.label_columns == ["x", "y"] and manifest.splits["train"].records == 4
+    assert {r.path: r.label for r in load_inputs(str(out), manifest).inputs}["3.jpg"] == [7.5, 8.0]
+    write_jpeg(src / "4.jpg", 4)
+    other = tmp_path / "other.csv"
+    other.write_text("path,x,z\n" + "".join(f"{i}.jpg,{i}.5,1\n" for i in range(5)))
+    with pytest.raises(InputError, match=r"columns are \['x', 'z'\] but the dataset's are \['x', 'y'\]"):
+        _append(src, out, image=ImageOptions(labels_file=str(other)))
+    classes = tmp_path / "classes.csv"
+    classes.write_text("path,label\n" + "".join(f"{i}.jpg,cat\n" for i in range(5)))
+    with pytest.raises(InputError, match=r"SRC gives 'class' labels but the dataset has 'value' labels"):
+        _append(src, out, image=ImageOptions(labels_file=str(classes)))
+
+
+def test_dedupe_drops_a_new_train_copy_and_reports_a_new_val_copy_of_an_old_train_image(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, splits=("train", "val"), per_class=2)
+    convert_image_tree(src, out, dedupe=True)
+    shutil.copyfile(src / "val" / "cat" / "000.jpg", src / "train" / "dog" / "copy-of-old-val.jpg")
+    shutil.copyfile(src / "train" / "cat" / "001.jpg", src / "val" / "dog" / "copy-of-old-train.jpg")
+    manifest, _ = _append(src, out, dedupe=True)
+    rejected = {r["path"]: r["reason"] for r in manifest.rejected}
+    assert rejected["train/dog/copy-of-old-val.jpg"].startswith("duplicate of val/cat/000.jpg")
+    assert "val/dog/copy-of-old-train.jpg" not in rejected  # the old train shard cannot lose its copy
+    assert manifest.duplicates["across_splits"] == 2 and manifest.duplicates["dropped"] == 1
+    assert manifest.splits["val"].records == 5 and manifest.splits["train"].records == 4
+
+
+def test_hash_held_out_splits_take_new_inputs_by_the_same_rule(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=6)
+    convert_image_tree(src, out, holdout=Holdout(val_fraction=0.3, seed=3))
+    make_tree(src, classes=("emu",), per_class=6, seed=100)
+    manifest, _ = _append(src, out, holdout=Holdout(val_fraction=0.3, seed=3))
+    full = convert_image_tree(src, tmp_path / "full", holdout=Holdout(val_fraction=0.3, seed=3))
+    assert {s: [r[:2] for r in rows] for s, rows in _records(out, manifest).items()} == {
+        s: [r[:2] for r in rows] for s, rows in _records(tmp_path / "full", full).items()}
+    with pytest.raises(InputError, match=r"held-out split option seed \(--split-seed\) is 4"):
+        _append(src, out, holdout=Holdout(val_fraction=0.3, seed=4))
+
+
+def test_a_cached_reader_serves_the_appended_records(grown, tmp_path):
+    src, out, _ = grown
+    cache = str(tmp_path / "cache")
+
+    def count() -> int:
+        ds = readers.images(str(out), batch_size=4, image_size=(16, 16), training=False, drop_remainder=False,
+                            cache=cache)
+        return sum(int(labels.shape[0]) for _, labels in ds)
+
+    assert count() == count() == 8  # the second read comes from the cache
+    _append(src, out, num_shards=2)
+    assert count() == 13
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda src, out: shutil.rmtree(out), r"no dataset to append to .*convert SRC first \(drop --append\)"),
+    (lambda src, out: os.remove(os.path.join(out, INPUTS)), r"no inputs.json .*--overwrite. once, then append"),
+])
+def test_append_without_a_dataset_or_its_inputs_file_is_refused_with_the_fix(grown, make, problem):
+    src, out, _ = grown
+    make(str(src), str(out))
+    with pytest.raises(InputError, match=problem):
+        _append(src, out, num_shards=2)
+
+
+@pytest.mark.parametrize("options, problem", [
+    (dict(num_shards=3), r"option num_shards \(--num-shards\) is 3, but the dataset was converted with 2"),
+    (dict(num_shards=2, image=ImageOptions(quality=80)), r"option image.quality \(--quality\) is 80"),
+    (dict(num_shards=2, compression="gzip"), r"option compression \(--compression\) is 'gzip'"),
+    (dict(num_shards=2, dedupe=True), r"option dedupe \(--dedupe\) is True"),
+])
+def test_append_with_other_output_options_is_refused_naming_the_option(grown, options, problem):
+    src, out, old = grown
+    with pytest.raises(InputError, match=problem):
+        _append(src, out, **options)
+    assert _shards(out) == old
+
+
+def test_append_refusals_stratified_episodes_overwrite_tfds(tmp_path, grown):
+    src, out, _ = grown
+    with pytest.raises(InputError, match="--append with --overwrite"):
+        convert_images(str(src), str(out), ConvertOptions(num_shards=2), append=True, overwrite=True, progress=False)
+    with pytest.raises(InputError, match="--tfds with --append"):
+        convert_images(str(src), str(out), ConvertOptions(num_shards=2), append=True, tfds=True, progress=False)
+    with pytest.raises(InputError, match="only image datasets can be appended to"):
+        convert_episodes(str(src), str(tmp_path / "episodes"), append=True, progress=False)
+    stratified = tmp_path / "stratified"
+    convert_image_tree(src, stratified, holdout=Holdout(val_fraction=0.3, stratify=True))
+    with pytest.raises(InputError, match="stratified .* no append can keep exact"):
+        _append(src, stratified, holdout=Holdout(val_fraction=0.3, stratify=True))
+
+
+# --- an interrupted append resumes to the bytes of an uninterrupted one ----------------------------------------------
+
+
+def _listed_shards_exist(out) -> bool:
+    """dataset.json (when readable) lists only shards that are there, whole."""
+    try:
+        raw = read_manifest(out)
+    except (FileNotFoundError, ValueError):
+        return True  # being replaced: the rename is atomic, so this is a read between two tries
+    return all(os.path.isfile(os.path.join(str(out), s["file"])) and os.path.getsize(os.path.join(str(out), s["file"]))
+               == s["bytes"] for split in raw["splits"].values() for s in split["shards"])
+
+
+@pytest.fixture
+def base_and_clean(tmp_path):
+    """(src, out, clean): a dataset of 8 images then SRC grown by 6 (one of them, sorting last, not an image), and
+    the snapshot of an uninterrupted append to a copy of the dataset."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=4)
+    convert_image_tree(src, out, num_shards=2, seed=None)
+    make_tree(src, classes=("emu",), per_class=5, seed=100)
+    (src / "emu" / "zzz.jpg").write_bytes(b"not a jpeg")
+    shutil.copytree(out, tmp_path / "clean")
+    _append(src, tmp_path / "clean", num_shards=2, seed=None)
+    return src, out, snapshot(tmp_path / "clean")
+
+
+def test_an_append_stopped_by_an_error_resumes_byte_identical(base_and_clean):
+    src, out, clean = base_and_clean
+    old = read_manifest(out)
+    with pytest.raises(InputError, match="zzz.jpg"):
+        _append(src, out, num_shards=2, seed=None, on_error="fail")
+    assert "train-g0001-00000-of-00002.tfrecord" in os.listdir(out)  # one new shard committed before the error
+    assert read_manifest(out) == old and _listed_shards_exist(out)
+    _append(src, out, num_shards=2, seed=None)
+    assert_same_tree(snapshot(out), clean)
+
+
+def test_an_append_killed_between_its_manifest_and_its_inputs_file_finishes_on_rerun(base_and_clean, monkeypatch):
+    src, out, clean = base_and_clean
+    real = append_lib.write_text_atomic
+
+    def die_at_the_inputs_file(path, text):
+        if path == os.path.join(str(out), INPUTS):
+            raise KeyboardInterrupt  # as a kill would stop it, after dataset.json
+        real(path, text)
+
+    monkeypatch.setattr(append_lib, "write_text_atomic", die_at_the_inputs_file)
+    with pytest.raises(KeyboardInterrupt):
+        _append(src, out, num_shards=2, seed=None)
+    monkeypatch.undo()
+    assert read_manifest(out)["appends"] and _listed_shards_exist(out)
+    manifest, status = _append(src, out, num_shards=2, seed=None)
+    assert status.complete and len(manifest.appends) == 1
+    assert_same_tree(snapshot(out), clean)
+
+
+@pytest.mark.slow
+def test_kill_9_during_an_append_then_rerun_is_byte_identical(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, classes=("a", "b"), per_class=10, size=(160, 160))
+    command = [sys.executable, "-m", "tfshard", "images", str(src), "OUT", "--num-shards", "4", "--quiet",
+               "--workers", "1"]
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def run(folder, *extra):
+        done = subprocess.run([str(folder) if a == "OUT" else a for a in command] + list(extra), cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+
+    run(out)
+    make_tree(src, classes=("c", "d"), per_class=60, size=(160, 160), seed=100)
+    shutil.copytree(out, tmp_path / "clean")
+    run(tmp_path / "clean", "--append")
+    proc = subprocess.Popen([str(out) if a == "OUT" else a for a in command] + ["--append"], cwd=REPO, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:  # killed once some of the new generation's shards are committed; dataset.json never lies meanwhile
+        while len([n for n in os.listdir(out) if n.startswith("train-g0001") and n.endswith(".tfrecord")]) < 2:
+            assert proc.poll() is None, "the append ended before the kill point"
+            assert _listed_shards_exist(out)
+            time.sleep(0.001)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    assert _listed_shards_exist(out) and not read_manifest(out).get("appends")
+    run(out, "--append")
+    assert_same_tree(snapshot(out), snapshot(tmp_path / "clean"))
+    assert load_manifest(str(out)).appends[0]["records_added"] == 120
+
+
+def test_an_unfinished_append_of_other_inputs_is_discarded_and_the_new_one_done(base_and_clean):
+    src, out, _ = base_and_clean
+    with pytest.raises(InputError, match="zzz.jpg"):
+        _append(src, out, num_shards=2, seed=None, on_error="fail")
+    os.remove(src / "emu" / "zzz.jpg")
+    write_jpeg(src / "emu" / "later.jpg", 500)
+    manifest, _ = _append(src, out, num_shards=2, seed=None)
+    listed = {s.file for split in manifest.splits.values() for s in split.shards}
+    assert {n for n in os.listdir(out) if ".tfrecord" in n} == listed and ".tfshard-state" not in os.listdir(out)
+    assert manifest.appends[0]["records_added"] == 6 and verify(str(out)).splits["train"].records == 14
+
+
+def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_path):
+    src, out, _ = grown
+    shutil.copytree(out, tmp_path / "local")
+    _append(src, tmp_path / "local", num_shards=2)
+    convert_images(str(src), str(out), ConvertOptions(num_shards=2), progress=False, append=True,
+                   runner=BeamRunner("--runner=DirectRunner"))
+    assert_same_tree(snapshot(out), snapshot(tmp_path / "local"))
