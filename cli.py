@@ -156,6 +156,14 @@ def _convert_options(shard_size, num_shards, min_shards, compression, seed, shuf
 _TFDS_DONE = "{out}: wrote {what}; open it with tfds.builder_from_directory({out!r})"
 
 
+def _tfds_splits_note(manifest) -> str:
+    """After an append, how TFDS reads each whole split (each generation is a TFDS split of its own)."""
+    from .ingest.tfds import tfds_read_splits
+
+    whole = {split: names for split, names in tfds_read_splits(manifest).items() if "+" in names}
+    return "".join(f"; split={names!r} reads all of {split}" for split, names in whole.items())
+
+
 def _convert_and_report(convert, src, out, options, quiet=False, **run):
     """Runs ``convert``; says when it resumes (before the progress bar) and prints the summary (unless quiet).
 
@@ -177,7 +185,7 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
         if status is not None and status.append is not None:
             _echo_lines(append_lines(out, status.append, status.complete))
         if run.get("tfds"):
-            typer.echo(_TFDS_DONE.format(out=out, what="TFDS metadata"))
+            typer.echo(_TFDS_DONE.format(out=out, what="TFDS metadata") + _tfds_splits_note(manifest))
 
 
 @app.command()
@@ -386,10 +394,11 @@ def tfds_metadata(out: str = typer.Argument(..., help="A dataset folder (uncompr
     """Write TFDS metadata next to dataset.json, so tfds.builder_from_directory(OUT) opens the dataset."""
     try:
         _load_tensorflow()
+        from .format.dataset import load_manifest
         from .tools.tfds import write_tfds_metadata
 
         written = write_tfds_metadata(out)
-        typer.echo(_TFDS_DONE.format(out=out, what=", ".join(written)))
+        typer.echo(_TFDS_DONE.format(out=out, what=", ".join(written)) + _tfds_splits_note(load_manifest(out)))
     except _errors() as e:
         _fail(e)
 

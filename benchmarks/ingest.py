@@ -18,7 +18,8 @@ ImageNet) in a few class folders, and on a set of ``.npz`` episodes:
   7. episodes: ``convert_episodes`` against reading + writing the same bytes.
 
 Each timing is ``time.perf_counter`` over the whole call (tfshard's scan, worker
-start-up and shard hashing included). Runs are repeated and interleaved; the table
+start-up and shard hashing included). Runs are repeated, interleaved and rotated (after one untimed
+conversion); the table
 shows the best and worst, the CPU-seconds of the best run (benchmark process and
 its workers), the CPU of the converting process alone per image, and the share of
 the CPUs that other processes took meanwhile: on a shared machine, over ~10% means
@@ -423,8 +424,10 @@ def main() -> None:
         runs = {name: [] for name in methods}
         floors = []
         episode_runs = {name: [] for name in episode_methods}
-        for _ in range(args.repeats):  # interleaved, so drift on the machine hits every method alike
-            for name, fn in methods.items():
+        timed(methods["tfshard"], sets[args.images], out)  # untimed: the forkserver starts, caches warm
+        order = list(methods.items())
+        for repeat in range(args.repeats):  # interleaved and rotated, so drift and position hit every method alike
+            for name, fn in order[repeat % len(order):] + order[:repeat % len(order)]:
                 runs[name].append(timed(fn, sets[args.images], out))
             floors.append(validation_floor(sets[args.images], args.workers or cpus))
             if episodes:

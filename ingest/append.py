@@ -50,6 +50,7 @@ from .resume import (
     refuse_taken_names,
     remove_outputs,
 )
+from .tfds import write_tfds_after_conversion
 from .write import write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,8 @@ class AppendFound:
     deleted: list[str]
 
 
-def check_append_request(kind: str, overwrite: bool, tfds: bool) -> None:
-    """``--append`` is for image datasets, on its own: refused with episodes, ``--overwrite`` or ``--tfds``.
+def check_append_request(kind: str, overwrite: bool) -> None:
+    """``--append`` is for image datasets, and adds to them: refused with episodes or ``--overwrite``.
 
     Raises:
       InputError: naming the option and the fix.
@@ -97,9 +98,6 @@ def check_append_request(kind: str, overwrite: bool, tfds: bool) -> None:
     if overwrite:
         raise InputError("--append with --overwrite: --overwrite replaces the dataset and --append adds to it (got "
                          "both); drop one")
-    if tfds:
-        raise InputError("--tfds with --append: TFDS finds a split's shards through one file name template, which "
-                         "appended shards (train-g0001-...) do not follow (got --tfds); drop --tfds")
 
 
 def _base(out: str) -> manifest_lib.Manifest:
@@ -246,7 +244,8 @@ def _merged_splits(base, inputs, job, done) -> tuple[dict, dict]:
 
 
 def append_images(src: str, out: str, options: ConvertOptions, *, workers: int | None, progress: bool,
-                  runner: Callable | None, on_status: Callable[[RunStatus], None] | None) -> manifest_lib.Manifest:
+                  runner: Callable | None, on_status: Callable[[RunStatus], None] | None,
+                  tfds: bool = False) -> manifest_lib.Manifest:
     """Converts the images of ``src`` not yet in the dataset at ``out`` into shards of its next generation.
 
     Everything runs under ``OUT/.tfshard-lock``; see the module docstring for what is new and how a killed append
@@ -265,10 +264,10 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         base = _base(out)
         _check_options(out, base, options)
         tfds_files = [n for n in TFDS_FILES if tf.io.gfile.exists(join(out, n))]
-        if tfds_files:
+        if tfds_files and not tfds:
             raise InputError(f"{out}: --append: holds TFDS metadata ({tfds_files[0]}), which would go on describing "
-                             "only the old shards, and TFDS cannot name appended ones; remove the TFDS files to "
-                             "append, or reconvert the union with --overwrite")
+                             "only the old shards (got no --tfds); pass --tfds to rewrite it with the append, or "
+                             "remove the TFDS files")
         inputs = inputs_lib.load_inputs(out, base)
         if inputs is None:
             raise InputError(f"{out}: --append: the dataset has no {INPUTS_NAME} (made before tfshard kept one), so "
@@ -294,6 +293,8 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         if not new:
             shards = sum(len(s.shards) for s in base.splits.values())
             on_status(RunStatus(True, shards, shards, base.total_records, base.total_bytes, append=found))
+            if tfds:
+                write_tfds_after_conversion(out)
             return base
         manifest, text = _append_locked(out, base, inputs, job, options, ordered, specs, target, found, retried,
                                         workers=workers, progress=progress, runner=runner, on_status=on_status)
@@ -302,6 +303,8 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
         write_text_atomic(join(out, INPUTS_NAME), text)
         tf.io.gfile.rmtree(state)
+        if tfds:  # after dataset.json, under the same lock, as a conversion's --tfds
+            write_tfds_after_conversion(out)
         return manifest
 
 

@@ -26,7 +26,7 @@ def _convert(make_job, default_on_error: str, src: str, out: str, options: Conve
     ``src`` into a job and runs it (or appends its new inputs, ``ingest/append.py``)."""
     check_folders(src, out)
     if append:
-        check_append_request(make_job.kind, run["overwrite"], tfds)
+        check_append_request(make_job.kind, run["overwrite"])
     if tfds:
         check_tfds_request(options.compression)
     check_dedupe(make_job.kind, options.dedupe, run.get("runner"))  # before the scan
@@ -34,7 +34,7 @@ def _convert(make_job, default_on_error: str, src: str, out: str, options: Conve
         options = dataclasses.replace(options, on_error=default_on_error)
     if append:
         run.pop("overwrite")
-        return append_images(src, out, options, **run)
+        return append_images(src, out, options, tfds=tfds, **run)
     return run_job(make_job(src, options), out, options, tfds=tfds, **run)
 
 
@@ -69,7 +69,9 @@ def convert_images(
         opens it. Needs the ``tfds`` extra and uncompressed shards (checked before any work).
       append: convert only the images not yet in the dataset in ``out`` into new shards of its next generation,
         leaving every existing shard as it is (``ingest/append.py``); with the dataset's own options, and not with
-        ``overwrite`` or ``tfds``. ``on_status`` then gets ``RunStatus.append``; nothing new is ``complete``.
+        ``overwrite``. With ``tfds`` the TFDS metadata is rewritten after it (each appended generation is a TFDS
+        split of its own: ``train_g0001``). ``on_status`` then gets ``RunStatus.append``; nothing new is
+        ``complete``.
 
     Returns:
       The manifest, also written to ``out/dataset.json``.

@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..format.dataset import load_manifest
-from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name
+from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name, shard_generation
 from ..format.records import (
     DATA_PREFIX,
     EPISODE_FEATURES,
@@ -79,10 +79,35 @@ def _scalar(tfds, spec: dict):
     return tfds.features.Scalar(np.int64) if spec["dtype"] == "int64" else tfds.features.Text()
 
 
+def tfds_split_name(split: str, generation: int) -> str:
+    """The TFDS split of one generation of a split: ``train`` for the shards a conversion wrote, ``train_g0001`` for
+    those of the first append (TFDS finds a split's shards through one file name template, and a generation's
+    shards are numbered among themselves). Read a whole split as ``split="train+train_g0001"``."""
+    return split if generation == 0 else f"{split}_g{generation:04d}"
+
+
+def tfds_splits(manifest) -> dict[str, tuple[str, int, list]]:
+    """TFDS split name → (our split, generation, its shards), in the manifest's order; generations with no
+    records are left out (TFDS refuses a split of no examples, "corresponds to no data", for every split)."""
+    found: dict[str, tuple[str, int, list]] = {}
+    for name, split in manifest.splits.items():
+        for shard in split.shards:
+            generation = shard_generation(shard.file)
+            found.setdefault(tfds_split_name(name, generation), (name, generation, []))[2].append(shard)
+    return {name: entry for name, entry in found.items() if sum(s.records for s in entry[2])}
+
+
 def tfds_shard_lengths(manifest) -> dict[str, list[int]]:
-    """Split → records per shard, as the TFDS metadata lists them: splits with no records are left out (TFDS
-    refuses a split of no examples, "corresponds to no data", for every split of the builder)."""
-    return {name: [s.records for s in split.shards] for name, split in manifest.splits.items() if split.records}
+    """TFDS split → records per shard, as the TFDS metadata lists them (``tfds_splits``)."""
+    return {name: [s.records for s in shards] for name, (_, _, shards) in tfds_splits(manifest).items()}
+
+
+def tfds_read_splits(manifest) -> dict[str, str]:
+    """Our split → the TFDS split expression that reads all of it: ``{"train": "train+train_g0001"}``."""
+    found: dict[str, list[str]] = {}
+    for name, (split, _, _) in tfds_splits(manifest).items():
+        found.setdefault(split, []).append(name)
+    return {split: "+".join(names) for split, names in found.items()}
 
 
 def tfds_label_names(text: str) -> list[str]:
@@ -221,10 +246,6 @@ def tfds_info(out: str, manifest):
     if manifest.compression is not None:
         raise ValueError(f"{out}: gzip shards; TFDS opens TFRecord files uncompressed only, so it cannot read them: "
                          "convert again without --compression to open the dataset from TFDS")
-    if manifest.appends:
-        raise ValueError(f"{out}: an appended dataset ({len(manifest.appends)} append(s)); TFDS finds a split's "
-                         "shards through one file name template, which appended shards (train-g0001-...) do not "
-                         "follow: reconvert the whole SRC with --overwrite to open it from TFDS")
     tfds = _tfds()
     try:
         features = tfds_features(manifest)
@@ -233,17 +254,25 @@ def tfds_info(out: str, manifest):
     unlabelled = _unlabelled_class(out, manifest.class_names, None, labels_file_of(manifest) or LABELS_FILE)
     if unlabelled is not None:
         raise unlabelled
-    template = tfds.core.ShardedFileTemplate(data_dir=out, template=SHARD_TEMPLATE,
-                                             dataset_name=f"tfshard_{manifest.kind}", filetype_suffix="tfrecord")
-    lengths = tfds_shard_lengths(manifest)
-    empty = [name for name in manifest.splits if name not in lengths]
+    dataset_name = f"tfshard_{manifest.kind}"
+    entries = tfds_splits(manifest)
+    taken = [name for name, (split, generation, _) in entries.items() if generation and name in manifest.splits]
+    if taken:
+        raise ValueError(f"{out}: TFDS would name an appended generation {taken[0]!r}, as a split of the dataset is "
+                         f"already called (got splits {sorted(manifest.splits)!r}); rename that split and convert again")
+    empty = [name for name in manifest.splits if name not in tfds_read_splits(manifest)]
     if empty:
         log.warning("%s: split(s) %s hold no records; left out of the TFDS metadata", out, ", ".join(empty))
-    splits = [tfds.core.SplitInfo(name=name, shard_lengths=shards, num_bytes=manifest.splits[name].bytes,
-                                  filename_template=template) for name, shards in lengths.items()]
+    splits = []
+    for name, (split, generation, shards) in entries.items():
+        pattern = SHARD_TEMPLATE if generation == 0 else f"{split}-g{generation:04d}-{{SHARD_X_OF_Y}}.{{FILEFORMAT}}"
+        template = tfds.core.ShardedFileTemplate(data_dir=out, template=pattern, dataset_name=dataset_name,
+                                                 split=name, filetype_suffix="tfrecord")
+        splits.append(tfds.core.SplitInfo(name=name, shard_lengths=[s.records for s in shards],
+                                          num_bytes=sum(s.bytes for s in shards), filename_template=template))
     supervised = ("image/encoded", IMAGE_LABEL_KEYS[manifest.labels]) if manifest.kind == "images" else None
     info = tfds.core.DatasetInfo(
-        builder=tfds.core.dataset_info.DatasetIdentity(name=template.dataset_name, version=tfds.core.Version(
+        builder=tfds.core.dataset_info.DatasetIdentity(name=dataset_name, version=tfds.core.Version(
             "1.0.0"), data_dir=out, module_name=""),
         features=features, supervised_keys=supervised,
         description=f"tfshard {manifest.kind} dataset (dataset.json fingerprint {manifest.fingerprint})",

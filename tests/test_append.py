@@ -340,8 +340,6 @@ def test_append_refusals_stratified_episodes_overwrite_tfds(tmp_path, grown):
     src, out, _ = grown
     with pytest.raises(InputError, match="--append with --overwrite"):
         convert_images(str(src), str(out), ConvertOptions(num_shards=2), append=True, overwrite=True, progress=False)
-    with pytest.raises(InputError, match="--tfds with --append"):
-        convert_images(str(src), str(out), ConvertOptions(num_shards=2), append=True, tfds=True, progress=False)
     with pytest.raises(InputError, match="only image datasets can be appended to"):
         convert_episodes(str(src), str(tmp_path / "episodes"), append=True, progress=False)
     stratified = tmp_path / "stratified"
@@ -459,3 +457,35 @@ def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_
     convert_images(str(src), str(out), ConvertOptions(num_shards=2), progress=False, append=True,
                    runner=BeamRunner("--runner=DirectRunner"))
     assert_same_tree(snapshot(out), snapshot(tmp_path / "local"))
+
+
+def test_append_with_tfds_names_each_generation_a_split_tfds_reads_as_one(grown, cli):
+    import tensorflow_datasets as tfds
+
+    from tfshard.ingest.tfds import tfds_read_splits
+
+    from tfshard.tools.tfds import write_tfds_metadata
+
+    src, out, _ = grown
+    write_tfds_metadata(str(out))  # the first conversion's metadata: an append without --tfds would leave it stale
+    with pytest.raises(InputError, match=r"holds TFDS metadata .* pass --tfds to rewrite it"):
+        _append(src, out, num_shards=2)
+    manifest = convert_images(str(src), str(out), ConvertOptions(num_shards=2), workers=0, progress=False,
+                              append=True, tfds=True)
+    assert tfds_read_splits(manifest) == {"train": "train+train_g0001"}
+    builder = tfds.builder_from_directory(str(out))
+    assert set(builder.info.splits) == {"train", "train_g0001"}
+    names = builder.info.features["image/class/label"].names
+    read = [(names[int(label)], int(label)) for _, label in builder.as_dataset(split="train+train_g0001",
+                                                                               as_supervised=True)]
+    assert len(read) == manifest.splits["train"].records == 13 and names == ["cat", "dog", "emu"]
+    assert sorted(read) == sorted((manifest.class_names[label], label) for label in read_labels_of(out))
+    assert cli("verify", out).exit_code == 0  # its TFDS metadata checked against the manifest too
+    assert "split='train+train_g0001' reads all of train" in cli("tfds", out).output
+
+
+def read_labels_of(out) -> list[int]:
+    from tfshard import readers
+
+    ds = readers.images(str(out), batch_size=64, image_size=8, training=False)
+    return [int(v) for _, labels in ds for v in labels.numpy()]
