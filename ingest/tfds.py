@@ -259,7 +259,7 @@ def tfds_info(out: str, manifest):
     taken = [name for name, (split, generation, _) in entries.items() if generation and name in manifest.splits]
     if taken:
         raise ValueError(f"{out}: TFDS would name an appended generation {taken[0]!r}, as a split of the dataset is "
-                         f"already called (got splits {sorted(manifest.splits)!r}); rename that split and convert again")
+                         f"already called (got splits {sorted(manifest.splits)!r}); rename that split, convert again")
     empty = [name for name in manifest.splits if name not in tfds_read_splits(manifest)]
     if empty:
         log.warning("%s: split(s) %s hold no records; left out of the TFDS metadata", out, ", ".join(empty))
