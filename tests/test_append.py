@@ -480,6 +480,8 @@ def test_append_with_tfds_names_each_generation_a_split_tfds_reads_as_one(grown,
     assert sorted(read) == sorted((manifest.class_names[label], label) for label in read_labels_of(out))
     assert cli("verify", out).exit_code == 0  # its TFDS metadata checked against the manifest too
     assert "split='train+train_g0001' reads all of train" in cli("tfds", out).output
+    assert "append 1: +5 records, new classes emu; 0 changed and 0 deleted inputs kept as converted" in cli(
+        "info", out).output
 
 
 def read_labels_of(out) -> list[int]:

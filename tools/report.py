@@ -233,6 +233,10 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
             per = " (images holding each class)" if manifest.labels == "multi" else ""
             lines.append(f"  {name}: {split.records:,} images{': ' + counts + per if counts else ''}")
             lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
+    for record in manifest.appends:  # what each --append added, and what it found changed or deleted
+        classes = f", new classes {', '.join(record['new_classes'][:20])}" if record["new_classes"] else ""
+        lines.append(f"  append {record['generation']}: +{record['records_added']:,} records{classes}; "
+                     f"{record['changed']} changed and {record['deleted']} deleted inputs kept as converted")
     kind_options = "image" if manifest.kind == "images" else "episode"
     options = {k: v for k, v in manifest.options.items() if k != kind_options}
     lines.append(f"  options: {json.dumps(options, sort_keys=True)}")
