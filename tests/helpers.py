@@ -79,6 +79,19 @@ def make_tree(root, classes=("cat", "dog"), per_class=6, splits=None, size=(16, 
     return written
 
 
+def flat_jpegs(root, names) -> None:
+    """Writes ``root/<name>.jpg`` for each name, seeded by its position: a flat folder for a labels file."""
+    for i, name in enumerate(names):
+        write_jpeg(os.path.join(root, f"{name}.jpg"), i)
+
+
+def write_text(path, text: str) -> str:
+    """Writes UTF-8 ``text`` to ``path``; returns the path as a string (a labels file, a CSV)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return str(path)
+
+
 def save_episodes(root, episodes: dict) -> None:
     """Writes ``{relpath: array}`` as .npy and ``{relpath: {name: array}}`` as .npz under ``root``."""
     for rel, value in episodes.items():

@@ -11,7 +11,7 @@ import unicodedata
 
 import numpy as np
 import pytest
-from helpers import convert_image_tree, read_manifest, write_jpeg
+from helpers import convert_image_tree, flat_jpegs, read_manifest, write_jpeg, write_text
 from tfshard import readers
 from tfshard.format.manifest import ManifestError
 from tfshard.ingest import ImageOptions
@@ -26,14 +26,11 @@ NAMES = [f"img{i:02d}" for i in range(6)]
 def flat(tmp_path_factory):
     """img00.jpg .. img05.jpg in one folder."""
     root = tmp_path_factory.mktemp("flat")
-    for i, name in enumerate(NAMES):
-        write_jpeg(root / f"{name}.jpg", i)
+    flat_jpegs(root, NAMES)
     return root
 
 
-def write(path, text: str) -> str:
-    path.write_text(text, encoding="utf-8")
-    return str(path)
+write = write_text
 
 
 def convert(src, out, labels_file, kind=None, **options):

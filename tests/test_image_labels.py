@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 import pytest
-from helpers import convert_image_tree, write_jpeg
+from helpers import convert_image_tree, flat_jpegs, write_jpeg, write_text
 from tfshard import readers
 from tfshard.ingest import ImageOptions
 from tfshard.ingest.errors import InputError
@@ -21,15 +21,12 @@ NAMES = [f"img{i:02d}" for i in range(12)]
 def flat(tmp_path_factory):
     """A flat folder of 12 JPEGs, img00.jpg .. img11.jpg, and a README the scan ignores."""
     root = tmp_path_factory.mktemp("flat")
-    for i, name in enumerate(NAMES):
-        write_jpeg(root / f"{name}.jpg", i)
+    flat_jpegs(root, NAMES)
     (root / "README.txt").write_text("not an image")
     return root
 
 
-def write(path, text: str) -> str:
-    path.write_text(text, encoding="utf-8")
-    return str(path)
+write = write_text
 
 
 def read_labels(out, split="train") -> np.ndarray:
