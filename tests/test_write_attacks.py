@@ -427,7 +427,7 @@ def test_a_gzip_shard_whose_inputs_were_all_rejected_is_dropped_and_the_rest_sta
     manifest = convert_images(str(tmp_path / "src"), out, options, workers=0, progress=False)
     (shard,) = manifest.splits["train"].shards
     assert (shard.file, shard.records, len(manifest.rejected)) == ("train-00000-of-00001.tfrecord.gz", 2, 2)
-    assert sorted(os.listdir(out)) == ["dataset.json", shard.file]
+    assert sorted(os.listdir(out)) == ["dataset.json", "inputs.json", shard.file]
     path = os.path.join(out, shard.file)
     assert len(read_records(path, "GZIP")) == 2
     assert _read(path)[:2] == b"\x1f\x8b"
