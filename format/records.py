@@ -91,6 +91,19 @@ def image_features(labels: str | None = None, columns: int = 1) -> dict[str, Any
     return features
 
 
+def image_features_of(labels: str | None, label_columns: Iterable[str] = ()) -> dict[str, Any]:
+    """``image_features`` of a manifest's ``labels`` and ``label_columns``: what its records must hold."""
+    return image_features(labels, max(1, len(list(label_columns))))
+
+
+def same_keys(features: dict[str, Any], expected: dict[str, Any]) -> bool:
+    """Whether two feature tables declare the same keys with the same dtypes and shapes (descriptions aside)."""
+    def kinds(table):
+        return {key: (spec.get("dtype"), spec.get("shape")) for key, spec in table.items()}
+
+    return kinds(features) == kinds(expected)
+
+
 def data_features(features: dict[str, Any]) -> dict[str, dict]:
     """Feature name → its entry (``dtype``, ``shape``) for the ``data/<name>`` keys of an episode table."""
     return {key[len(DATA_PREFIX):]: spec for key, spec in features.items() if key.startswith(DATA_PREFIX)}

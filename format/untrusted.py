@@ -34,7 +34,7 @@ from .manifest import (
     is_finite_number,
 )
 from .names import MANIFEST_NAME, SPLIT_NAME, is_shard_name, shard_file_name, shard_generation
-from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, image_features
+from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, image_features_of, same_keys
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -286,10 +286,9 @@ def _check_image_labels(check: _Checker, labels: Any, raw: dict, consistency: bo
         check.fail("class_names", "must be empty: value labels have no classes" if labels == "value" else
                    "must name the classes", raw["class_names"])
     if consistency:
-        expected = image_features(labels, max(1, len(columns)))
+        expected = image_features_of(labels, columns)
         features = raw["features"]
-        if {k: (v["dtype"], v["shape"]) for k, v in features.items()} != {
-                k: (v["dtype"], v["shape"]) for k, v in expected.items()}:
+        if not same_keys(features, expected):
             check.fail("features", f"must be the record keys of {labels or 'class'} labels "
                        f"({', '.join(sorted(expected))})", sorted(features))
 

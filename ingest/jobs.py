@@ -20,7 +20,7 @@ from typing import Any
 
 from ..format.inputs import InputRecord
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
-from ..format.records import LABEL_NAME, episode_features, image_features
+from ..format.records import LABEL_NAME, episode_features, image_features_of
 from ..format.untrusted import label_problem
 from . import duplicates
 from . import labels as labels_lib
@@ -165,7 +165,7 @@ class ImageJob:
                                                            class_of=class_of, src=src)
         self.split_rule = options.holdout.rule()
         self.rejected = sorted(rejected, key=lambda r: r.relpath)
-        self.features = image_features(self.labels, max(1, len(self.label_columns)))
+        self.features = image_features_of(self.labels, self.label_columns)
         self.prepare = functools.partial(
             encode_item,
             prepare=functools.partial(prepare_image, options=options.image),

@@ -48,7 +48,7 @@ from ..format.records import (
     MULTI_LABEL_KEY,
     VALUE_KEY,
     data_features,
-    image_features,
+    image_features_of,
 )
 from ..format.storage import is_url, join
 from .errors import TfdsMetadataError
@@ -173,7 +173,7 @@ def tfds_features(manifest):
     """The ``tfds.features.FeaturesDict`` of a manifest's records, keyed by the records' own keys."""
     tfds = _tfds()
     if manifest.kind == "images":  # the label key by kind: ClassLabel, a Sequence of them, or a float32 Tensor
-        table = image_features(manifest.labels, max(1, len(manifest.label_columns)))
+        table = image_features_of(manifest.labels, manifest.label_columns)
         features = {key: _scalar(tfds, spec) for key, spec in table.items()}
         features["image/encoded"] = tfds.features.Image(shape=(None, None, 3), encoding_format="jpeg")
         names = tfds.features.ClassLabel(names=list(manifest.class_names)) if manifest.class_names else None

@@ -24,7 +24,7 @@ import tensorflow as tf
 from PIL import Image, ImageDraw
 
 from ..format.names import tf_compression_type
-from ..format.records import MULTI_LABEL_KEY, VALUE_KEY, image_features, parse_spec
+from ..format.records import MULTI_LABEL_KEY, VALUE_KEY, image_features_of, parse_spec
 from ..format.storage import write_atomic
 from ..readers import files as files_lib
 from ..readers.arguments import check_count
@@ -82,7 +82,7 @@ def _records_of(dataset: files_lib.DatasetInfo, split: str, keys: tuple[str, ...
     paths = [s.path for s in files_lib.check_shards(dataset, split, files_lib.pipeline_shards(dataset, split))]
     records = tf.data.TFRecordDataset(paths, compression_type=tf_compression_type(dataset.manifest.compression))
     manifest = dataset.manifest
-    spec = parse_spec(image_features(manifest.labels, max(1, len(manifest.label_columns))), keys)
+    spec = parse_spec(image_features_of(manifest.labels, manifest.label_columns), keys)
     return records.map(lambda r: tf.io.parse_single_example(r, spec))
 
 

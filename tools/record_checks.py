@@ -25,8 +25,9 @@ from ..format.records import (
     VALUE_KEY,
     data_features,
     episode_parse_spec,
-    image_features,
+    image_features_of,
     parse_spec,
+    same_keys,
 )
 from ..ingest.episodes import FeatureSums, feature_sums
 from .report import short_tf_error
@@ -125,7 +126,7 @@ def _multi_label_summary(classes: int):
 def _image_parse(manifest) -> tuple[dict, object]:
     """The parse spec of what ``verify`` checks of an image record, and what to make of it (or None)."""
     labels = manifest.labels
-    features = image_features(labels, max(1, len(manifest.label_columns)))
+    features = image_features_of(labels, manifest.label_columns)
     if labels == "multi":
         return parse_spec(features, (MULTI_LABEL_KEY, _TEXT)), _multi_label_summary(len(manifest.class_names))
     if labels == "value":
@@ -377,9 +378,7 @@ def labels_problems(manifest_path: str, manifest) -> list[str]:
         problems.append(f"{manifest_path}: field class_names: names a class a second time (got {twice!r:.80}); "
                         f"{REWRITE}")
     if manifest.kind == "images":
-        expected = image_features(manifest.labels, max(1, len(manifest.label_columns)))
-        if {k: (v["dtype"], v["shape"]) for k, v in manifest.features.items()} != {
-                k: (v["dtype"], v["shape"]) for k, v in expected.items()}:
+        if not same_keys(manifest.features, image_features_of(manifest.labels, manifest.label_columns)):
             problems.append(f"{manifest_path}: field features: not the record keys of {manifest.labels or 'class'} "
                             f"labels (got {sorted(manifest.features)!r:.120}); {REWRITE}")
         return problems
