@@ -34,6 +34,7 @@ import os
 import posixpath
 import re
 import struct
+import typing
 import unicodedata
 from collections.abc import Iterable
 
@@ -156,6 +157,13 @@ def read_rows(path: str, *, splits: bool = False, columns: bool = False) -> Labe
                 raise _bad_file(path, f"not a CSV file (row {reader.line_num}: {e})") from None
 
 
+class _NotARow(typing.NamedTuple):
+    """A JSON line that gives no row (a CSV row is a list, so never this): its text and the problem with the fix."""
+
+    text: str
+    problem: str
+
+
 class _JsonLines:
     """JSON Lines as CSV rows: the first object's keys are the header (``path`` first), each object a row of
     texts in that order. A list of names is one ``;``-joined text (its key is then ``listed``: multi-label), a list
@@ -199,7 +207,7 @@ class _JsonLines:
                     raise _bad_file(self._path, f"line {self.line_num} is not a JSON object of the columns "
                                     f"(got {line.strip()!r:.80})",
                                     'start with an object such as {"path": ..., "label": ...}')
-                return ["\0not an object", line.strip()]
+                return _NotARow(line.strip(), _JSON_PROBLEMS["not an object"])
             if self._keys is None:  # the header, then this first row
                 keys = list(record)
                 if "path" in keys:
@@ -217,24 +225,24 @@ class _JsonLines:
 
     def _row(self, record: dict) -> list[str]:
         if set(record) != set(self._keys):
-            return ["\0keys", json.dumps(record)[:200]]
+            return _NotARow(json.dumps(record)[:200], _JSON_PROBLEMS["keys"])
         fields = []
         for key in self._keys:
             texts = self._texts(record[key], key)
             if texts is None:
-                return ["\0value", json.dumps(record)[:200]]
+                return _NotARow(json.dumps(record)[:200], _JSON_PROBLEMS["value"])
             if len(texts) != self._widths[key]:
-                return ["\0width", json.dumps(record)[:200]]
+                return _NotARow(json.dumps(record)[:200], _JSON_PROBLEMS["width"])
             fields += texts
         return fields
 
 
 _JSON_PROBLEMS = {  # what _JsonLines says of a line that is no row, and the fix
-    "\0not an object": "is not a JSON object of the columns; write one object per line",
-    "\0keys": "has other keys than the first line; give every line the first line's keys",
-    "\0value": "has a value that is not a text, a number or a list of them (null, true, an object, a mixed list); "
+    "not an object": "is not a JSON object of the columns; write one object per line",
+    "keys": "has other keys than the first line; give every line the first line's keys",
+    "value": "has a value that is not a text, a number or a list of them (null, true, an object, a mixed list); "
                "give each key a text, a number, or a list of names or of numbers",
-    "\0width": "has a list of numbers of another length than the first line's; give every line's list as many "
+    "width": "has a list of numbers of another length than the first line's; give every line's list as many "
                "numbers",
 }
 
@@ -282,8 +290,8 @@ def _rows(path: str, reader, *, splits: bool, columns: bool) -> LabelRows:
             continue
         number = reader.line_num
         text = ",".join(row)
-        if row[0] in _JSON_PROBLEMS:
-            problems.append(RowProblem(number, row[1], _JSON_PROBLEMS[row[0]]))
+        if isinstance(row, _NotARow):
+            problems.append(RowProblem(number, row.text, row.problem))
             continue
         if len(row) != width:
             problems.append(RowProblem(number, text, f"has {len(row)} columns, the header has {width}; "
