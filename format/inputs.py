@@ -129,6 +129,9 @@ def inputs_from_dict(raw: Any, source: str, manifest: Manifest) -> Inputs:
         path = check.text(entry["path"], f"{at}.path")
         if not path or path in seen:
             check.fail(f"{at}.path", "must be a path named once", path)
+        if path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
+            check.fail(f"{at}.path", "must be a relative path inside SRC (no '..', '.', empty parts or leading /)",
+                       path)
         seen.add(path)
         if not (isinstance(entry["split"], str) and SPLIT_NAME.match(entry["split"])):
             check.fail(f"{at}.split", "must be a split name", entry["split"])

@@ -32,7 +32,7 @@ from ..format import appends as appends_lib
 from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest, read_small_file
-from ..format.names import INPUTS_NAME, STATE_DIR, TFDS_FILES, shard_generation
+from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
 from ..format.storage import join
 from .engine import commit_shards, job_fingerprint, plan_job, planned_files
 from .errors import InputError, OutputExistsError
@@ -174,8 +174,12 @@ def _settle_state(out: str) -> dict | None:
         raise OutputExistsError(f"{record}: not an append record tfshard wrote; remove {state} and run again")
     manifest = load_manifest(out)
     if manifest.fingerprint == raw["target"]:  # killed after its manifest: only the inputs file is left to do
-        inputs_lib.load_inputs(state, manifest)  # checked before it is put in place
-        write_text_atomic(join(out, INPUTS_NAME), read_small_file(join(state, INPUTS_NAME), "inputs file").decode())
+        if inputs_lib.load_inputs(state, manifest) is not None:  # checked before it is put in place
+            write_text_atomic(join(out, INPUTS_NAME),
+                              read_small_file(join(state, INPUTS_NAME), "inputs file").decode())
+        elif inputs_lib.load_inputs(out, manifest) is None:  # killed while removing the state folder, or tampered
+            raise OutputExistsError(f"{state}: an append whose {manifest_lib.MANIFEST_NAME} was written but whose "
+                                    f"{INPUTS_NAME} is in neither {out} nor {state}; {_RECONVERT}")
         tf.io.gfile.rmtree(state)
         return None
     if manifest.fingerprint != raw["base"]:
@@ -277,6 +281,9 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         new, retried, changed, deleted = _diff(src, job, inputs)
         generation = 1 + max([shard_generation(sh.file) for s in base.splits.values() for sh in s.shards]
                              + [a["generation"] for a in base.appends])
+        if generation > MAX_GENERATION:
+            raise InputError(f"{out}: --append: the dataset already has generation {generation - 1}, the last one "
+                             f"shard names allow ({MAX_GENERATION}); {_RECONVERT} into one generation")
         new_classes = job.class_names[len(base.class_names):]
         found = AppendFound(generation, sum(map(len, new.values())), new_classes, changed, deleted)
         for what, paths in (("changed since they were converted", changed), ("deleted from SRC", deleted)):
