@@ -389,6 +389,30 @@ def bench(
         _stopped(f"{out}: bench", e)
 
 
+@app.command(name="cache")
+def cache_shards(
+    out: str = typer.Argument(..., help="A dataset folder (gs:// or local)."),
+    directory: str = typer.Argument(..., metavar="DIR", help="The shard cache folder readers name in shard_cache=."),
+    limit: Optional[str] = typer.Option(None, "--limit", help="The most DIR may hold, e.g. 200GB (default: 90% of "
+                                        "its disk's free space)."),
+    split: Optional[list[str]] = typer.Option(None, "--split", help="A split to cache (repeat it; default all)."),
+    fetches: int = typer.Option(8, "--fetches", min=1, max=64, help="Shards downloaded at once."),
+) -> None:
+    """Fill a shard cache ahead of a job: download, verify (sha256, size) and keep the shards on local disk."""
+    try:
+        _load_tensorflow()
+        from .tools.cache import fill_shard_cache
+
+        with console.sigterm_as_interrupt():
+            report = fill_shard_cache(out, directory, limit, splits=split or None, fetches=fetches,
+                                      progress=sys.stderr.isatty())
+    except _errors() as e:
+        _fail(e)
+    except KeyboardInterrupt as e:
+        _stopped(f"{out}: cache", e)
+    _echo_lines(report.lines())
+
+
 @app.command(name="tfds")
 def tfds_metadata(out: str = typer.Argument(..., help="A dataset folder (uncompressed shards).")) -> None:
     """Write TFDS metadata next to dataset.json, so tfds.builder_from_directory(OUT) opens the dataset."""

@@ -19,6 +19,7 @@ from ..format.records import LABEL_KEY, data_features, episode_parse_spec, parse
 from . import files as files_lib
 from .arguments import check_reading
 from .guard import ShardGuard, checkpointable
+from .shard_cache.pipeline import ShardCacheArg
 from .windows.layout import LABEL, Concatenated, label_array, pad_fill
 from .windows.starts import WindowSpec
 
@@ -154,6 +155,8 @@ def episodes(
     num_parallel_reads: int | None = None,
     read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
     with_keys: bool = False,
+    shard_cache: str | None = None,
+    shard_cache_limit: str | int | None = None,
 ) -> tf.data.Dataset:
     """Whole episodes as ``{feature: [T, ...]}``, in manifest order unless ``shuffle_files``.
 
@@ -172,6 +175,9 @@ def episodes(
       read_buffer_bytes: read buffer per shard.
       with_keys: yield ``(keys, episode)`` with ``keys = {"episode": id}``: the
         episode's id, its place in the sorted source files.
+      shard_cache: a local folder keeping verified copies of the shards (for ``gs://`` data), fetched ahead in
+        the epoch's file order and read from disk from then on (docs/guide/shard-cache.md).
+      shard_cache_limit: the most that folder may hold, e.g. ``"200GB"`` (None: 90% of the disk's free space).
 
     Returns:
       A dataset of dicts ``{feature: [T, ...]}``, one per episode (with ``with_keys``, pairs). A dataset converted
@@ -192,13 +198,16 @@ def episodes(
     dataset = files_lib.info(path)
     return stream_episodes(dataset, split, select_features(dataset, features), shuffle_files=shuffle_files, seed=seed,
                            input_context=input_context, num_parallel_reads=num_parallel_reads,
-                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys, with_label=dataset.labelled)
+                           read_buffer_bytes=read_buffer_bytes, with_keys=with_keys, with_label=dataset.labelled,
+                           shard_cache=ShardCacheArg(shard_cache, shard_cache_limit))
 
 
 def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *, shuffle_files: bool,
                     seed: int | None, input_context, num_parallel_reads: int | None, read_buffer_bytes: int,
-                    with_keys: bool, local: bool = True, with_label: bool = False) -> tf.data.Dataset:
+                    with_keys: bool, local: bool = True, with_label: bool = False,
+                    shard_cache: ShardCacheArg | None = None) -> tf.data.Dataset:
     """``readers.episodes`` of checked arguments; ``with_label``: each episode's ``"label"`` too (a labelled dataset).
+    ``shard_cache``: the reader's ``shard_cache=``/``shard_cache_limit=`` (``readers/shard_cache``).
 
     ``local``: the pipeline runs in this process, so its reads are guarded (``readers/guard.py``) and its length is
     known; False for tf.data service workers, which cannot run the guard's Python and each read a share of the files.
@@ -206,6 +215,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     path = dataset.path
     chosen = files_lib.pipeline_shards(dataset, split, input_context=input_context)
     shards = files_lib.check_shards(dataset, split, chosen)
+    session = (shard_cache or ShardCacheArg()).session(path, shards)
     spec = episode_parse_spec(schema)
     label_dtype = None
     if with_label:
@@ -220,13 +230,20 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     def open_records(shard):
         return tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
 
-    def read_one(index, shard):  # chunks are joined per shard, so a join never sees another episode's chunk
-        records = checks.read(index, shard, open_records) if local else open_records(shard)
+    def read_remote(index, shard):
+        return checks.read(index, shard, open_records) if local else open_records(shard)
+
+    def read_one(index, shard, cached=None):  # chunks are joined per shard: a join never sees another episode's chunk
+        records = read_remote(index, shard) if cached is None else session.read(index, shard, cached, open_records,
+                                                                                read_remote)
         return _join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema), with_label)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     if shuffle_files:
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
+    if session is not None:  # fetched into the cache a few files ahead of the reads, in this epoch's order
+        cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1
+        files = session.localized(files, ahead=min(len(shards), cycle + files_lib.FETCH_AHEAD))
         joined = files.interleave(read_one, cycle_length=num_parallel_reads or min(len(shards), 16),
                                   num_parallel_calls=AUTOTUNE, deterministic=False)
     else:
@@ -343,6 +360,7 @@ def load_concatenated(
     spec: WindowSpec | None = None,
     pad_value=0,
     labels: bool = False,
+    shard_cache: ShardCacheArg | None = None,
 ) -> Concatenated:
     """The episodes of a split (or of some of its shards) laid end to end in source (episode id) order, as the
     windows of ``spec`` need them (``Concatenated``: each episode's ``time_range`` slice after its history padding
@@ -354,6 +372,7 @@ def load_concatenated(
     steps are copied: a ``time_range`` of 20% holds 20% of the data.
 
     ``labels``: also every episode's label from the manifest (each record's checked against it).
+    ``shard_cache``: read the shards through a shard cache (``readers/shard_cache``).
 
     Raises:
       FileNotFoundError: a shard is missing.
@@ -373,6 +392,7 @@ def load_concatenated(
     records = files_lib.interleave_records(
         shards, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
         cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
+        shard_cache=(shard_cache or ShardCacheArg()).session(dataset.path, shards),
     )
     parse = episode_parse_spec(schema)
     if labels:

@@ -20,6 +20,7 @@ from ..format.names import tf_compression_type
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
+from .shard_cache.pipeline import FETCH_AHEAD
 from .windows.layout import TargetsArg, check_label_targets, window_spec
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,7 @@ def interleave_records(
     deterministic: bool | None,
     ignore_errors: bool = False,
     guard: bool = True,
+    shard_cache=None,
 ) -> tf.data.Dataset:
     """Serialized records of ``shards`` (as ``check_shards`` found them), read ``cycle_length`` files at a time.
 
@@ -256,7 +258,9 @@ def interleave_records(
     None reads up to 16 files at once (more hides network latency on gs://).
     ``guard``: every epoch, a shard replaced or changed since the pipeline was built is an error naming it, or
     with ``ignore_errors`` is logged and skipped (``readers/guard.py``); off for a tf.data service, whose workers
-    cannot run the check. ``ignore_errors``: the caller skips errors.
+    cannot run the check. ``ignore_errors``: the caller skips errors. ``shard_cache``: a
+    ``shard_cache.pipeline.CacheSession`` of these shards: each epoch's files are fetched into it a few ahead of
+    the reads, in the shuffled order, and read from their verified local copies (``readers/shard_cache``).
     """
     compression_type = tf_compression_type(compression)
 
@@ -264,6 +268,10 @@ def interleave_records(
         return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes)
 
     paths = [s.path for s in shards]
+    if shard_cache is not None:
+        return _cached_records(shards, shard_cache, open_records, shuffle_files=shuffle_files, seed=seed,
+                               cycle_length=cycle_length, deterministic=deterministic, ignore_errors=ignore_errors,
+                               guard=guard)
     if guard:
         checks = ShardGuard(shards, strict=not ignore_errors)
         files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
@@ -282,6 +290,34 @@ def interleave_records(
     records = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
                                deterministic=deterministic)
     return checkpointable(records) if guard else records
+
+
+def _cached_records(shards, session, open_records, *, shuffle_files, seed, cycle_length, deterministic,
+                    ignore_errors, guard) -> tf.data.Dataset:
+    """``interleave_records`` through a shard cache: the (shuffled) files are fetched ahead into the cache, and each
+    is read from its local copy, or remotely (guarded as without a cache) when it could not be cached."""
+    paths = [s.path for s in shards]
+    files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
+    if shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    cycle = 1 if len(paths) == 1 else cycle_length or min(len(paths), 16)
+    checks = ShardGuard(shards, strict=not ignore_errors) if guard else None
+
+    def read_remote(index, path):
+        if checks is not None:
+            return checks.read(index, path, open_records)
+        return _read_if_present(path, open_records) if ignore_errors else open_records(path)
+
+    def read(index, path, local):
+        return session.read(index, path, local, open_records, read_remote)
+
+    files = session.localized(files, ahead=min(len(paths), cycle + FETCH_AHEAD))
+    if cycle == 1:
+        records = files.flat_map(read)
+    else:
+        records = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
+                                   deterministic=deterministic)
+    return checkpointable(records)  # the fetch is Python, and holds no state to save
 
 
 def _read_if_present(path: tf.Tensor, read) -> tf.data.Dataset:

@@ -48,6 +48,7 @@ from .image_recipe import (
     checked_image_size,
 )
 from .options import quiet_options
+from .shard_cache.pipeline import shard_cache_session
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 1024
@@ -76,6 +77,8 @@ def images(
     processing_mode: str = "distributed_epoch",
     repeat: bool = False,
     start_step: int = 0,
+    shard_cache: str | None = None,
+    shard_cache_limit: str | int | None = None,
 ) -> tf.data.Dataset:
     """Streams a ``tfshard images`` dataset for training or evaluation.
 
@@ -141,6 +144,12 @@ def images(
         shuffled again but not decoded. A job that saved its step count with the
         model resumes mid-epoch with no record lost or repeated (docs/guide/resuming.md).
         Not with ``cache``, ``service`` or ``ignore_errors``.
+      shard_cache: a local folder that keeps verified copies of the shards (for ``gs://`` data): each epoch's
+        files are fetched into it a few ahead of the reads, in the epoch's shuffled order, checked against the
+        manifest's sha256 and size, and read from disk from then on (docs/guide/shard-cache.md). Several
+        processes of a host share one folder; with ``service`` each worker caches on its own host.
+      shard_cache_limit: the most the folder may hold, temporary files included, e.g. ``"200GB"``; least
+        recently used copies no live reader holds are evicted. None: 90% of the disk's free space.
 
     Returns:
       A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. The labels are
@@ -153,8 +162,9 @@ def images(
       FileNotFoundError: a shard of this pipeline is missing.
       TypeError: an ``image_size`` that is neither an int nor a pair of ints.
       ValueError: bad arguments, not an images dataset (an episodes one), a split that does not exist, ``cache``
-        with ``service``, a shard that is not a regular file or not the manifest's size (only logged with
-        ``ignore_errors``), or too few records for one batch with ``drop_remainder``.
+        with ``service``, a ``shard_cache`` that is not a local folder or a limit below one shard, a shard that is
+        not a regular file or not the manifest's size (only logged with ``ignore_errors``), or too few records for
+        one batch with ``drop_remainder``.
 
     Example:
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
@@ -182,11 +192,12 @@ def images(
     # On service workers a fixed seed would replay the same randomness every epoch (see ``service``).
     worker_seed = seed if remote is None else None
     dataset, shards, mine = _shards(path, split, input_context, remote, drop_remainder, batch_size, ignore_errors)
+    session = shard_cache_session(path, shard_cache, shard_cache_limit, shards)
 
     records = files_lib.interleave_records(
         shards, compression=dataset.manifest.compression, shuffle_files=training, seed=worker_seed,
         cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
-        ignore_errors=ignore_errors, guard=remote is None,
+        ignore_errors=ignore_errors, guard=remote is None, shard_cache=session,
     )
     ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
                   repeat=repeat, skip=start_step * batch_size, deterministic=deterministic,

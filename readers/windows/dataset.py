@@ -24,6 +24,7 @@ from .. import files as files_lib
 from .. import service as service_lib
 from ..arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
 from ..episodes import feature_schema, load_concatenated, select_features
+from ..shard_cache.pipeline import ShardCacheArg
 from .layout import Layout, TargetsArg, check_window_args, pad_fill
 from .resident import Source, build_resident
 from .streamed import streamed_windows
@@ -64,14 +65,14 @@ def _plan(path: str, split: str, features, targets: TargetsArg, length: int, shi
 
 
 def shard_source(dataset: files_lib.DatasetInfo, split: str, layout: Layout, schema: dict,
-                 read_buffer_bytes: int) -> Source:
-    """The split's episodes to hold resident, loaded from its shards on demand."""
+                 read_buffer_bytes: int, shard_cache: ShardCacheArg | None = None) -> Source:
+    """The split's episodes to hold resident, loaded from its shards on demand (through ``shard_cache``)."""
     split_episodes = files_lib.split_info(dataset, split).episodes
 
     def load(shards, row):
         return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
                                  read_buffer_bytes=read_buffer_bytes, row=row, spec=layout.spec,
-                                 pad_value=layout.pad_value, labels=layout.label)
+                                 pad_value=layout.pad_value, labels=layout.label, shard_cache=shard_cache)
 
     return Source(dataset.episode_lengths(split), [e.shard for e in split_episodes], len(dataset.shard_paths(split)),
                   load, f"{dataset.path}: split {split!r}")
@@ -114,6 +115,8 @@ def windows(
     with_keys: bool = False,
     repeat: bool = False,
     start_step: int = 0,
+    shard_cache: str | None = None,
+    shard_cache_limit: str | int | None = None,
 ):
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
@@ -193,6 +196,11 @@ def windows(
         (under a strategy, whose distributed iterators TensorFlow cannot
         checkpoint) resumes exactly from it.
 
+      shard_cache: a local folder keeping verified copies of the shards (for ``gs://`` data): resident loading
+        and the streamed epochs read them from there once fetched (docs/guide/shard-cache.md); with ``service``
+        each worker caches on its own host.
+      shard_cache_limit: the most that folder may hold, e.g. ``"200GB"`` (None: 90% of the disk's free space).
+
     Returns:
       A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
       resident mode its ``resident_arrays`` attribute lists the placed variables, one
@@ -229,6 +237,7 @@ def windows(
     dataset, layout, schema = _plan(path, split, features, targets, length, shift, sampling_rate=sampling_rate,
                                     time_range=time_range, padding=padding, pad_value=pad_value)
     check_resume(repeat, start_step, where, shuffle=shuffle, seed=seed)  # the streamed mode resumes neither, below
+    cache = ShardCacheArg(shard_cache, shard_cache_limit)
     if repeat and not resident:
         raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
                          "shuffle buffer cannot be resumed exactly: repeat the dataset yourself (ds.repeat())")
@@ -243,13 +252,14 @@ def windows(
                     remote=service_lib.service_options(service, processing_mode, service_job_name, where=where,
                                                        input_context=ctx),
                     replicas=ctx.num_replicas_in_sync, pipelines=ctx.num_input_pipelines, with_keys=with_keys,
+                    shard_cache=cache,
                 )
             )
         return streamed_windows(dataset, split, layout, schema, batch_size=batch_size, shuffle=shuffle, seed=seed,
                                 drop_remainder=drop_remainder, shuffle_buffer=shuffle_buffer,
                                 input_context=input_context, read_buffer_bytes=read_buffer_bytes, remote=remote,
-                                with_keys=with_keys)
-    source = shard_source(dataset, split, layout, schema, read_buffer_bytes)
+                                with_keys=with_keys, shard_cache=cache)
+    source = shard_source(dataset, split, layout, schema, read_buffer_bytes, cache)
     return build_resident(source, layout, batch_size=batch_size, shuffle=shuffle, seed=seed,
                           drop_remainder=drop_remainder, device=device, strategy=strategy, with_keys=with_keys,
                           repeat=repeat, start_step=start_step)

@@ -63,7 +63,8 @@ def episode_windows(layout, keys: dict, episode: dict, pad_value=0) -> tuple:
 
 
 def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, seed, drop_remainder, shuffle_buffer,
-                     input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1, with_keys=False):
+                     input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1, with_keys=False,
+                     shard_cache=None):
     """``batch_size``: this pipeline's batch (per replica under a strategy of ``replicas`` over ``pipelines``)."""
     path = dataset.path
     spec = layout.spec
@@ -86,7 +87,7 @@ def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, see
     episodes = stream_episodes(
         dataset, split, gathered_schema, shuffle_files=shuffle, seed=seed, input_context=input_context,
         num_parallel_reads=None, read_buffer_bytes=read_buffer_bytes, with_keys=True, local=remote is None,
-        with_label=layout.label,
+        with_label=layout.label, shard_cache=shard_cache,
     )
 
     def to_windows(keys, episode):

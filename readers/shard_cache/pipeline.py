@@ -1,0 +1,210 @@
+"""The shard cache inside a reader's tf.data pipeline: fetch ahead in the epoch's file order, read the local copy.
+
+After the per-epoch file shuffle, a parallel, order-keeping ``map`` fetches each shard into the cache (``store.py``)
+a few files ahead of the reads, so the cache fills in exactly the order the reader's seeded shuffle picks; each
+element leaves the map as ``(index, path, local)``: the verified local copy, or the remote path to read when the
+shard could not be cached (no room, or its downloads failed; logged). A local copy needs no guard against
+re-conversion (``readers/guard.py``): its bytes are the manifest's, checked by sha256. A remote read keeps it.
+
+The fetch is Python, registered under a fixed name (``FETCH``) in every process that imports ``tfshard.readers``,
+so the op also runs on tf.data service workers (``tfshard service worker``): a service ships the graph, not a
+Python closure, and each worker caches in the folder of that name on its own host.
+
+Pins: a pipeline built in this process keeps every copy it has fetched pinned while it lives (a copy an open
+reader uses is never evicted; with a limit below the pipeline's shards, the copies it holds stay, and the rest are
+read remotely each epoch instead of evicting one another); on a service worker a copy is pinned while it is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import shutil
+import threading
+import uuid
+import weakref
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
+
+from ...format.sizes import parse_size
+from .store import CacheFolderError, Shard, ShardStore
+
+log = logging.getLogger(__name__)
+
+FETCH, RELEASE = "tfshard_shard_cache_fetch_v1", "tfshard_shard_cache_release_v1"
+FETCH_AHEAD = 2  # shards fetched beyond the files being read
+_stores: dict[tuple[str, int], ShardStore] = {}
+_sessions: weakref.WeakValueDictionary[str, CacheSession] = weakref.WeakValueDictionary()
+_registry_lock = threading.Lock()
+
+
+def store_for(directory: str, limit: int) -> ShardStore:
+    """This process's ``ShardStore`` of a folder and limit (one, so copies it verified are not hashed again)."""
+    key = (os.path.abspath(directory), limit)
+    with _registry_lock:
+        if key not in _stores:
+            _stores[key] = ShardStore(directory, limit)
+        return _stores[key]
+
+
+def checked_limit(directory: str, limit, where: str) -> int:
+    """``shard_cache_limit`` in bytes; None: what the cache holds now plus 90% of its disk's free space."""
+    if limit is not None:
+        return parse_size(limit, "shard_cache_limit")
+    os.makedirs(directory, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    held = sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(os.path.join(directory, "shards"))
+               if e.is_file(follow_symlinks=False)) if os.path.isdir(os.path.join(directory, "shards")) else 0
+    limit = held + int(free * 0.9)
+    log.info("%s: shard cache %s limited to %d bytes (90%% of the free disk); pass shard_cache_limit to choose",
+             where, directory, limit)
+    return limit
+
+
+class ShardCache:
+    """A reader's ``shard_cache=DIR, shard_cache_limit=SIZE``, checked when the reader is called.
+
+    Raises:
+      ValueError: a URL or symlink for ``DIR``, a bad limit, or (``session``) a limit below one of the shards.
+    """
+
+    def __init__(self, directory: str, limit, where: str):
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+            raise TypeError(f"{where}: shard_cache must be a folder path (got {directory!r})")
+        directory = os.fspath(directory)
+        try:
+            self.limit = checked_limit(directory, limit, where) if "://" not in directory else 0
+            self.store = store_for(directory, self.limit)
+        except (CacheFolderError, TypeError, ValueError) as e:
+            raise type(e)(f"{where}: shard_cache: {e}") from e
+        self.directory, self.where = self.store.directory, where
+
+    def session(self, shards) -> CacheSession:
+        """The cache's use by one pipeline reading ``shards`` (``files.ShardFile``s, in the pipeline's order)."""
+        largest = max(shards, key=lambda s: s.info.bytes)
+        if largest.info.bytes > self.limit:
+            raise ValueError(
+                f"{self.where}: shard_cache_limit={self.limit} bytes is below the shard {largest.path} "
+                f"({largest.info.bytes} bytes), so no shard would ever be cached; raise the limit to at least "
+                f"{largest.info.bytes} bytes (a few shards more lets it fetch ahead), or drop shard_cache")
+        return CacheSession(self, shards)
+
+
+def shard_cache_session(where: str, directory: str | None, limit, shards) -> CacheSession | None:
+    """The pipeline's ``CacheSession`` for ``shard_cache=directory, shard_cache_limit=limit``; None without one."""
+    if directory is None:
+        if limit is not None:
+            raise ValueError(f"{where}: shard_cache_limit={limit!r} without shard_cache; pass shard_cache=DIR too, "
+                             "or drop the limit")
+        return None
+    return ShardCache(directory, limit, where).session(shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardCacheArg:
+    """A reader's ``shard_cache=``/``shard_cache_limit=`` as given, handed down to where the shards are checked."""
+
+    directory: str | None = None
+    limit: str | int | None = None
+
+    def session(self, where: str, shards) -> CacheSession | None:
+        return shard_cache_session(where, self.directory, self.limit, shards)
+
+
+class CacheSession:
+    """One pipeline's shards and the copies it holds pinned (released when the pipeline is gone)."""
+
+    def __init__(self, cache: ShardCache, shards):
+        self.cache, self.id = cache, uuid.uuid4().hex
+        self.shards = [Shard(s.info.sha256, s.info.bytes, s.path) for s in shards]
+        self.held: set[str] = set()
+        self._lock = threading.Lock()
+        _sessions[self.id] = self
+        weakref.finalize(self, _release_all, cache.store, self.held)
+
+    def fetch(self, shard: Shard) -> str | None:
+        found = self.cache.store.fetch(shard)
+        if found is not None:
+            with self._lock:
+                if shard.sha256 in self.held:
+                    self.cache.store.unpin(shard.sha256)  # one pin per copy this pipeline holds
+                else:
+                    self.held.add(shard.sha256)
+        return found
+
+    def localized(self, files: tf.data.Dataset, ahead: int) -> tf.data.Dataset:
+        """``(index, path)`` elements → ``(index, path to read, local)``, fetched ``ahead`` at once in order."""
+        shas = tf.constant([s.sha256 for s in self.shards])
+        sizes = tf.constant([s.size for s in self.shards], tf.int64)
+        key = tf.constant(self.id)
+        directory, limit = tf.constant(self.cache.directory), tf.constant(self.cache.limit, tf.int64)
+
+        def localize(index, path):
+            found, local = tf.raw_ops.EagerPyFunc(
+                input=[key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
+                token=FETCH, Tout=[tf.string, tf.bool])
+            return index, tf.ensure_shape(found, []), tf.ensure_shape(local, [])
+
+        return files.map(localize, num_parallel_calls=max(1, ahead), deterministic=True)
+
+    def read(self, index, path, local, open_local, read_remote) -> tf.data.Dataset:
+        """The records of one shard: ``open_local(path)`` of its copy (then released on a service worker), or
+        ``read_remote(index, path)``."""
+        element = tf.data.Dataset.from_tensors((index, path))
+        cached = element.filter(lambda i, p: local).flat_map(lambda i, p: open_local(p))
+        sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
+        key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
+        limit = tf.constant(self.cache.limit, tf.int64)
+        # After the copy's last record: a service worker's pin on it ends (records are scalar strings; none added).
+        released = tf.data.Dataset.from_tensors(sha).filter(lambda _: local).map(
+            lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
+                                                             Tout=[tf.string])[0], [])).filter(lambda _: False)
+        remote = element.filter(lambda i, p: tf.logical_not(local)).flat_map(read_remote)
+        return cached.concatenate(released).concatenate(remote)
+
+
+def _release_all(store: ShardStore, held: set[str]) -> None:
+    for sha in list(held):
+        store.unpin(sha)
+    held.clear()
+
+
+# --- the Python ops, under fixed names in every process (a service worker runs them from a shipped graph) --------
+
+_worker_pins: dict[tuple[str, str], int] = {}  # (folder, sha256) -> reads in progress on this worker
+
+
+def _text(value) -> str:
+    value = value.numpy() if hasattr(value, "numpy") else value
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _fetch(key, directory, limit, sha, size, remote):
+    session = _sessions.get(_text(key))
+    shard = Shard(_text(sha), int(size), _text(remote))
+    if session is not None:
+        found = session.fetch(shard)
+    else:  # a service worker (or a pipeline already gone): the copy stays pinned while it is read
+        found = store_for(_text(directory), int(limit)).fetch(shard)
+    return (found or shard.remote).encode(), np.bool_(found is not None)
+
+
+def _release(key, directory, limit, sha):
+    if _sessions.get(_text(key)) is None:
+        store_for(_text(directory), int(limit)).unpin(_text(sha))
+    return b""
+
+
+def _register() -> None:
+    registry = script_ops._py_funcs  # noqa: SLF001 (the only way to give a Python op a name a shipped graph finds)
+    for token, function, outputs in ((FETCH, _fetch, [tf.string, tf.bool]), (RELEASE, _release, [tf.string])):
+        wrapped = script_ops.EagerFunc(function, outputs, False)
+        _registered.append(wrapped)  # the registry holds its functions weakly
+        registry._funcs[token] = wrapped  # noqa: SLF001
+
+
+_registered: list = []
+_register()

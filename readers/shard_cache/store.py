@@ -1,0 +1,414 @@
+"""A folder of verified shard copies on local disk, bounded, shared by the processes of one host. No TensorFlow here.
+
+Layout of the cache folder ``DIR`` (every name is ours; anything else in it is left alone):
+
+* ``shards/<sha256>.tfrecord``: a complete copy whose bytes had the manifest's sha256 and size when it was
+  renamed here. A copy is keyed by its content, so a re-converted dataset never gets an old shard and two
+  datasets that share a shard share its copy.
+* ``parts/<sha256>.part``: a download in progress. It is created at the shard's full size before the first byte
+  arrives (the *reservation*), so the folder never holds more than the limit, temporary files included.
+* ``locks/<sha256>.lock``: one process downloads a shard at a time; ``locks/folder.lock`` guards reservations,
+  evictions and pins. Both are ``flock`` locks, which the kernel drops when their process dies, so a killed
+  downloader never blocks anyone: the next one finds its part file stale and starts over.
+* ``pins/<sha256>.<pid>.<start>.<host>``: a live reader uses the copy; an evictor skips it. A pin of a process
+  that is gone (``format/owners.py``: pid and start time, as the reader cache's owner records) is removed.
+
+Nothing is trusted: a symlink, FIFO, folder or a file of the wrong size or content under a shard's name is never
+read; it is logged and replaced. A copy is hashed once per process (or again when its identity changes), and read
+only through a name that held a verified regular file when it was checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import socket
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from ...format.owners import process_start
+from ...format.storage import file_kind, open_for_reading
+
+log = logging.getLogger(__name__)
+
+SHARDS, PARTS, LOCKS, PINS = "shards", "parts", "locks", "pins"
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_SHARD_NAME = re.compile(r"^([0-9a-f]{64})\.tfrecord$")
+_PART_NAME = re.compile(r"^([0-9a-f]{64})\.part$")
+_PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})$")
+_CHUNK = 8 * 2**20
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+DEFAULT_ATTEMPTS = 3
+DEFAULT_WAIT_S = 600.0  # for another process's download of the same shard, before reading it remotely
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """A shard to cache: its sha256 and size from the manifest, and where it lives (``gs://...`` or a local path)."""
+
+    sha256: str
+    size: int
+    remote: str
+
+
+class CacheFolderError(ValueError):
+    """The cache folder cannot be used: a URL, a symlink, not a folder, or not writable."""
+
+
+def _host_tag(host: str | None = None) -> str:
+    return hashlib.sha256((host or socket.gethostname()).encode()).hexdigest()[:8]
+
+
+def _is_gone(pid: int, start: str, host_tag: str) -> bool:
+    """Whether the process a pin names has ended (one of another host is assumed to run)."""
+    if host_tag != _host_tag():
+        return False
+    return process_start(pid) != start
+
+
+def _check_folder(path: str) -> None:
+    """``path`` must be a real folder (not a symlink to one: the cache's contents are untrusted)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        os.makedirs(path, exist_ok=True)
+        st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        what = "a symlink" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+        raise CacheFolderError(f"{path}: {what}, not a folder; the shard cache keeps only its own folders here. "
+                               "Remove it, or pass another shard_cache folder")
+
+
+@contextmanager
+def _flock(path: str, *, blocking: bool = True, wait_s: float | None = None) -> Iterator[bool]:
+    """Holds an exclusive ``flock`` on ``path`` (created if missing, never through a symlink) while the block runs;
+    yields False when it could not be had (not blocking, or ``wait_s`` passed)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW, 0o644)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CacheFolderError(f"{path}: {file_kind(os.fstat(fd).st_mode)}, not a lock file; remove it")
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking and deadline is None else fcntl.LOCK_NB))
+                break
+            except BlockingIOError:
+                if not blocking or (deadline is not None and time.monotonic() > deadline):
+                    yield False
+                    return
+                time.sleep(0.02)
+        yield True
+    finally:
+        os.close(fd)  # drops the lock
+
+
+class ShardStore:
+    """The cache folder ``directory``, holding at most ``limit`` bytes of shard copies and downloads.
+
+    ``fetch(shard)`` returns the path of a verified local copy (downloading it first if need be), or None when the
+    shard is to be read remotely (no room: every copy is pinned by a live reader; or the download failed or did not
+    match, ``attempts`` times). ``pin``/``unpin`` keep a copy from eviction while a reader uses it.
+
+    Example:
+      store = ShardStore("/mnt/ssd/tfshard-cache", 200 * 10**9)
+      local = store.fetch(Shard(sha256, size, "gs://bucket/ds/train-00000-of-00064.tfrecord"))
+    """
+
+    def __init__(self, directory: str, limit: int, *, attempts: int = DEFAULT_ATTEMPTS,
+                 wait_s: float = DEFAULT_WAIT_S, open_remote: Callable = open_for_reading):
+        if "://" in directory:
+            raise CacheFolderError(f"{directory}: the shard cache is a local folder (got a URL); pass a path on "
+                                   "this host's disk, such as /mnt/ssd/tfshard-cache")
+        self.directory = os.path.abspath(directory)
+        self.limit, self.attempts, self.wait_s, self._open_remote = limit, attempts, wait_s, open_remote
+        for folder in (self.directory, *(os.path.join(self.directory, f) for f in (SHARDS, PARTS, LOCKS, PINS))):
+            _check_folder(folder)
+        self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
+        self._pins: dict[str, int] = {}  # sha256 -> pins held by this process
+        self._lock = threading.Lock()
+        self._me = (os.getpid(), process_start(os.getpid()) or "0", _host_tag())
+        self.downloaded_bytes = 0  # by this process, for benchmarks and logs
+
+    # --- names ---------------------------------------------------------------------------------------------------
+
+    def path(self, sha256: str) -> str:
+        return os.path.join(self.directory, SHARDS, f"{sha256}.tfrecord")
+
+    def _part(self, sha256: str) -> str:
+        return os.path.join(self.directory, PARTS, f"{sha256}.part")
+
+    def _shard_lock(self, sha256: str) -> str:
+        return os.path.join(self.directory, LOCKS, f"{sha256}.lock")
+
+    def _pin_path(self, sha256: str) -> str:
+        pid, start, host = self._me
+        return os.path.join(self.directory, PINS, f"{sha256}.{pid}.{start}.{host}")
+
+    def _folder_lock(self):
+        return _flock(os.path.join(self.directory, LOCKS, "folder.lock"))
+
+    # --- pins ----------------------------------------------------------------------------------------------------
+
+    def pin(self, sha256: str) -> None:
+        """Keeps the copy of ``sha256`` from eviction until ``unpin`` (or this process ends)."""
+        with self._lock:
+            count = self._pins.get(sha256, 0)
+            self._pins[sha256] = count + 1
+            if count:
+                return
+        with self._folder_lock():  # an evictor holds it while it reads the pins and removes copies
+            fd = os.open(self._pin_path(sha256), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
+            os.close(fd)
+
+    def unpin(self, sha256: str) -> None:
+        with self._lock:
+            count = self._pins.get(sha256, 0) - 1
+            if count > 0:
+                self._pins[sha256] = count
+                return
+            self._pins.pop(sha256, None)
+            if count < 0:
+                return
+        try:
+            os.unlink(self._pin_path(sha256))
+        except FileNotFoundError:
+            pass
+
+    def _pinned(self) -> set[str]:
+        """The sha256s some live process pins; pins of processes that are gone are removed. Folder lock held."""
+        pinned = set()
+        folder = os.path.join(self.directory, PINS)
+        for name in os.listdir(folder):
+            match = _PIN_NAME.match(name)
+            if match is None:
+                continue
+            sha, pid, start, host = match.groups()
+            if _is_gone(int(pid), start, host):
+                _unlink(os.path.join(folder, name))
+            else:
+                pinned.add(sha)
+        return pinned
+
+    # --- what is on disk -----------------------------------------------------------------------------------------
+
+    def _entries(self, folder: str, pattern: re.Pattern) -> list[tuple[str, str, os.stat_result]]:
+        """``(sha256, path, lstat)`` of our names in ``folder`` (planted names that are not ours are ignored)."""
+        found = []
+        for entry in os.scandir(os.path.join(self.directory, folder)):
+            match = pattern.match(entry.name)
+            if match is None:
+                continue
+            try:
+                found.append((match.group(1), entry.path, entry.stat(follow_symlinks=False)))
+            except FileNotFoundError:
+                continue
+        return found
+
+    def usage(self) -> int:
+        """Bytes the cache holds now: copies and downloads (reserved at their full size)."""
+        return sum(st.st_size for _, _, st in self._entries(SHARDS, _SHARD_NAME) + self._entries(PARTS, _PART_NAME))
+
+    def _clear_stale_parts(self) -> None:
+        """Removes downloads whose downloader is gone (its shard lock is free). Folder lock held."""
+        for sha, path, _ in self._entries(PARTS, _PART_NAME):
+            with _flock(self._shard_lock(sha), blocking=False) as free:
+                if free:
+                    log.info("%s: removing a partial download left by a process that is gone", path)
+                    _unlink(path)
+
+    def _reserve(self, shard: Shard) -> bool:
+        """Creates the shard's part file at its full size if that fits under the limit, evicting the least recently
+        used copies no live reader pins; False when it cannot fit. The caller holds the shard's lock."""
+        with self._folder_lock():
+            self._clear_stale_parts()
+            usage = self.usage()
+            if usage + shard.size > self.limit:
+                pinned = self._pinned() | {shard.sha256}
+                victims = sorted((st.st_atime_ns, sha, path) for sha, path, st in self._entries(SHARDS, _SHARD_NAME)
+                                 if sha not in pinned)
+                sizes = {path: st.st_size for _, path, st in self._entries(SHARDS, _SHARD_NAME)}
+                while usage + shard.size > self.limit and victims:
+                    _, sha, path = victims.pop(0)
+                    log.info("%s: evicting the least recently used shard copy to make room", path)
+                    if _unlink(path):
+                        usage -= sizes.get(path, 0)
+                    self._verified.pop(sha, None)
+                if usage + shard.size > self.limit:
+                    return False
+            part = self._part(shard.sha256)
+            _unlink(part)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+            try:
+                os.ftruncate(fd, shard.size)
+            finally:
+                os.close(fd)
+            return True
+
+    # --- copies --------------------------------------------------------------------------------------------------
+
+    def problem(self, shard: Shard) -> str | None:
+        """None when the copy of ``shard`` is a verified regular file; "missing" when there is none; else what is
+        wrong with it. Hashes a copy this process has not verified (or whose identity changed since)."""
+        path = self.path(shard.sha256)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return "missing"
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+            return f"is {'a symlink' if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)}, not a regular file"
+        if st.st_size != shard.size:
+            return f"has {st.st_size} bytes, not the manifest's {shard.size}"
+        identity = _identity(st)
+        if self._verified.get(shard.sha256) == identity:
+            return None
+        try:
+            digest, size, identity = _hash_local(path, shard.size)
+        except (OSError, ValueError) as e:
+            return f"cannot be read ({e})"
+        if (digest, size) != (shard.sha256, shard.size):
+            return "does not have the manifest's sha256 (corrupt or replaced)"
+        self._verified[shard.sha256] = identity
+        return None
+
+    def fetch(self, shard: Shard) -> str | None:
+        """The path of a verified local copy of ``shard``, pinned (``unpin`` when done); None: read it remotely."""
+        if not _SHA.match(shard.sha256):
+            raise ValueError(f"{shard.remote}: not a sha256 (got {shard.sha256!r}); the manifest is damaged")
+        self.pin(shard.sha256)  # before the check: an evictor cannot take a copy once it is pinned
+        try:
+            found = self._fetch_pinned(shard)
+        except BaseException:
+            self.unpin(shard.sha256)
+            raise
+        if found is None:
+            self.unpin(shard.sha256)
+        return found
+
+    def _fetch_pinned(self, shard: Shard) -> str | None:
+        path = self.path(shard.sha256)
+        problem = self.problem(shard)
+        if problem is None:
+            _touch(path)
+            return path
+        with _flock(self._shard_lock(shard.sha256), wait_s=self.wait_s) as locked:
+            if not locked:
+                log.warning("%s: another process has been downloading it for over %.0f s; reading it remotely",
+                            shard.remote, self.wait_s)
+                return None
+            problem = self.problem(shard)  # another process may have fetched it while we waited
+            if problem is None:
+                _touch(path)
+                return path
+            if problem != "missing":
+                log.warning("%s: the cached copy %s; replacing it", path, problem)
+                _unlink(path)
+                self._verified.pop(shard.sha256, None)
+            if not self._reserve(shard):
+                log.info("%s: the shard cache is full of shards live readers use (limit %d bytes); reading it "
+                         "remotely", shard.remote, self.limit)
+                return None
+            return self._download(shard)
+
+    def _download(self, shard: Shard) -> str | None:
+        """Copies the shard into its reserved part file, checks sha256 and size, renames it into place. Shard lock
+        held. Retries ``attempts`` times; None (part removed) when no attempt gave the manifest's bytes."""
+        part, path = self._part(shard.sha256), self.path(shard.sha256)
+        error = None
+        for attempt in range(self.attempts):
+            if attempt:
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+            try:
+                digest, size = self._copy(shard, part)
+            except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
+                error = f"{type(e).__name__}: {e}"
+                continue
+            if (digest, size) == (shard.sha256, shard.size):
+                os.replace(part, path)
+                self._verified[shard.sha256] = _identity(os.lstat(path))
+                return path
+            error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
+                     f"{shard.sha256[:12]}...")
+        _unlink(part)
+        log.warning("%s: could not cache it after %d attempts (%s); reading it remotely", shard.remote,
+                    self.attempts, error)
+        return None
+
+    def _copy(self, shard: Shard, part: str) -> tuple[str, int]:
+        """Reads the remote shard into ``part`` (at most its size + 1 bytes); returns the sha256 and bytes read."""
+        digest, size = hashlib.sha256(), 0
+        fd = os.open(part, os.O_WRONLY | _NOFOLLOW)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise CacheFolderError(f"{part}: not a regular file")
+            with self._open_remote(shard.remote) as source:
+                while size <= shard.size:
+                    chunk = source.read(min(_CHUNK, shard.size + 1 - size))
+                    if not chunk:
+                        break
+                    digest.update(chunk)
+                    if size + len(chunk) <= shard.size:  # a longer remote file is a mismatch: its tail is not kept
+                        _write_all(fd, chunk)
+                    size += len(chunk)
+                    self.downloaded_bytes += len(chunk)
+        finally:
+            os.close(fd)
+        return digest.hexdigest(), size
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _identity(st: os.stat_result) -> tuple:
+    """What tells a copy apart from one put in its place (not ctime: touching the access time changes it)."""
+    return st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino
+
+
+def _hash_local(path: str, size: int) -> tuple[str, int, tuple]:
+    """sha256, bytes read (at most ``size`` + 1) and identity of a local regular file, opened without following a
+    symlink or blocking on a FIFO."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{file_kind(st.st_mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        digest, read = hashlib.sha256(), 0
+        while read <= size and (chunk := f.read(min(_CHUNK, size + 1 - read))):
+            digest.update(chunk)
+            read += len(chunk)
+    return digest.hexdigest(), read, _identity(st)
+
+
+def _touch(path: str) -> None:
+    """Marks a copy used now (its access time orders eviction; its mtime, part of its identity, stays)."""
+    try:
+        st = os.lstat(path)
+        os.utime(path, ns=(time.time_ns(), st.st_mtime_ns), follow_symlinks=False)
+    except OSError:
+        pass
+
+
+def _unlink(path: str) -> bool:
+    """Removes a file (a symlink itself, never its target); False if nothing was there."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except IsADirectoryError:
+        return False
+    except OSError as e:
+        if e.errno in (errno.EISDIR, errno.EPERM):  # a folder planted under our name: left alone, never read
+            return False
+        raise
