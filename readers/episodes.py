@@ -242,12 +242,8 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     if shuffle_files:
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
     if session is not None:  # fetched into the cache a few files ahead of the reads, in this epoch's order
-        cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1
-        files = session.localized(files, ahead=min(len(shards), cycle + files_lib.FETCH_AHEAD))
-        joined = files.interleave(read_one, cycle_length=num_parallel_reads or min(len(shards), 16),
-                                  num_parallel_calls=AUTOTUNE, deterministic=False)
-    else:
-        joined = files.flat_map(read_one)
+        files = session.localized(files, ahead=min(len(shards), 1 + files_lib.FETCH_AHEAD))
+    joined = files.flat_map(read_one)  # one shard after another, cached or not: the same stream
     # Every episode is checked against the manifest as it is decoded, so its count is exact: Keras then ends an
     # epoch on it instead of warning that the input "ran out of data".
     mine = set(chosen)

@@ -48,6 +48,8 @@ _CHUNK = 8 * 2**20
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 DEFAULT_ATTEMPTS = 3
 DEFAULT_WAIT_S = 600.0  # for another process's download of the same shard, before reading it remotely
+_process_pins: dict[str, tuple[threading.Lock, dict[str, int]]] = {}  # folder -> its pins in this process
+_process_pins_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +134,10 @@ class ShardStore:
         for folder in (self.directory, *(os.path.join(self.directory, f) for f in (SHARDS, PARTS, LOCKS, PINS))):
             _check_folder(folder)
         self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
-        self._pins: dict[str, int] = {}  # sha256 -> pins held by this process
-        self._lock = threading.Lock()
+        # sha256 -> pins this process holds. A pin file names the process, not the store, so every store of the
+        # folder in this process shares the count (readers of other limits have other stores).
+        with _process_pins_lock:
+            self._lock, self._pins = _process_pins.setdefault(self.directory, (threading.Lock(), {}))
         self._me = (os.getpid(), process_start(os.getpid()) or "0", _host_tag())
         self.downloaded_bytes = 0  # by this process, for benchmarks and logs
 

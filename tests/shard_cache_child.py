@@ -1,0 +1,70 @@
+"""Another process using a shard cache folder (tests/test_shard_cache*.py run it).
+
+    python shard_cache_child.py pin DIR LIMIT SHA...              pins the copies, prints "ready", then sleeps
+    python shard_cache_child.py fetch DIR LIMIT SHA:SIZE:PATH...  fetches the shards, prints the bytes it downloaded
+    python shard_cache_child.py slow DIR LIMIT SHA:SIZE:PATH      fetches one shard from a remote that trickles its
+                                                                  bytes, printing "ready" first (to be killed mid-file)
+
+The store is plain Python (``readers/shard_cache/store.py``), so this loads it without ``tfshard.readers``, whose
+import loads TensorFlow (seconds per child on a small machine).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+
+import tfshard
+
+for _name in ("tfshard.readers", "tfshard.readers.shard_cache"):
+    _package = types.ModuleType(_name)
+    _package.__path__ = [os.path.join(os.path.dirname(tfshard.__file__), *_name.split(".")[1:])]
+    sys.modules[_name] = _package
+
+from tfshard.readers.shard_cache.store import Shard, ShardStore  # noqa: E402
+
+
+class Trickle:
+    """A remote file read 64 bytes at a time, slowly: the download is still writing its part file when killed."""
+
+    def __init__(self, path: str):
+        self._file = open(path, "rb")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+    def read(self, size: int = -1) -> bytes:
+        time.sleep(0.05)
+        return self._file.read(min(64, size))
+
+
+def _shards(args) -> list[Shard]:
+    return [Shard(sha, int(size), path) for sha, size, path in (arg.split(":", 2) for arg in args)]
+
+
+def main(mode: str, directory: str, limit: str, *args: str) -> None:
+    if mode == "pin":
+        store = ShardStore(directory, int(limit))
+        for sha in args:
+            store.pin(sha)
+        print("ready", flush=True)
+        time.sleep(600)
+    elif mode == "fetch":
+        store = ShardStore(directory, int(limit))
+        found = [store.fetch(shard) for shard in _shards(args)]
+        print(store.downloaded_bytes, sum(path is not None for path in found), flush=True)
+    elif mode == "slow":
+        store = ShardStore(directory, int(limit), open_remote=Trickle)
+        print("ready", flush=True)
+        store.fetch(_shards(args)[0])
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
