@@ -1,9 +1,11 @@
 """Another process using a shard cache folder (tests/test_shard_cache*.py run it).
 
     python shard_cache_child.py pin DIR LIMIT SHA...              pins the copies, prints "ready", then sleeps
-    python shard_cache_child.py fetch DIR LIMIT SHA:SIZE:PATH...  fetches the shards, prints the bytes it downloaded
-    python shard_cache_child.py slow DIR LIMIT SHA:SIZE:PATH      fetches one shard from a remote that trickles its
-                                                                  bytes, printing "ready" first (to be killed mid-file)
+    python shard_cache_child.py fetch DIR LIMIT SHA:SIZE:PATH...  fetches the shards from a remote that trickles
+                                                                  their bytes; prints the bytes it downloaded and
+                                                                  the copies it got
+    python shard_cache_child.py slow DIR LIMIT SHA:SIZE:PATH      the same, slower, printing "ready" first (to be
+                                                                  killed while it writes the part file)
 
 The store is plain Python (``readers/shard_cache/store.py``), so this loads it without ``tfshard.readers``, whose
 import loads TensorFlow (seconds per child on a small machine).
@@ -27,10 +29,11 @@ from tfshard.readers.shard_cache.store import Shard, ShardStore  # noqa: E402
 
 
 class Trickle:
-    """A remote file read 64 bytes at a time, slowly: the download is still writing its part file when killed."""
+    """A remote file read 64 bytes at a time, ``delay_s`` apart: downloads of two processes overlap, and one is
+    still writing its part file when it is killed."""
 
-    def __init__(self, path: str):
-        self._file = open(path, "rb")
+    def __init__(self, path: str, delay_s: float):
+        self._file, self._delay_s = open(path, "rb"), delay_s
 
     def __enter__(self):
         return self
@@ -39,7 +42,7 @@ class Trickle:
         self._file.close()
 
     def read(self, size: int = -1) -> bytes:
-        time.sleep(0.05)
+        time.sleep(self._delay_s)
         return self._file.read(min(64, size))
 
 
@@ -55,11 +58,11 @@ def main(mode: str, directory: str, limit: str, *args: str) -> None:
         print("ready", flush=True)
         time.sleep(600)
     elif mode == "fetch":
-        store = ShardStore(directory, int(limit))
+        store = ShardStore(directory, int(limit), open_remote=lambda path: Trickle(path, 0.005))
         found = [store.fetch(shard) for shard in _shards(args)]
         print(store.downloaded_bytes, sum(path is not None for path in found), flush=True)
     elif mode == "slow":
-        store = ShardStore(directory, int(limit), open_remote=Trickle)
+        store = ShardStore(directory, int(limit), open_remote=lambda path: Trickle(path, 0.05))
         print("ready", flush=True)
         store.fetch(_shards(args)[0])
     else:

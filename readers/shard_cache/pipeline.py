@@ -30,7 +30,7 @@ import tensorflow as tf
 from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
 
 from ...format.sizes import parse_size
-from .store import CacheFolderError, Shard, ShardStore
+from .store import CacheFolderError, Shard, ShardStore, checked_directory
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def checked_limit(directory: str, limit, where: str) -> int:
     """``shard_cache_limit`` in bytes; None: what the cache holds now plus 90% of its disk's free space."""
     if limit is not None:
         return parse_size(limit, "shard_cache_limit")
-    os.makedirs(directory, exist_ok=True)
+    directory = checked_directory(directory)  # a URL or a file is refused before anything is made
     free = shutil.disk_usage(directory).free
     held = sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(os.path.join(directory, "shards"))
                if e.is_file(follow_symlinks=False)) if os.path.isdir(os.path.join(directory, "shards")) else 0

@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import socket
 import stat
 import threading
@@ -76,6 +77,21 @@ def _is_gone(pid: int, start: str, host_tag: str) -> bool:
     return process_start(pid) != start
 
 
+def checked_directory(directory: str) -> str:
+    """The absolute path of the cache folder ``directory`` with its own folders, made if missing.
+
+    Raises:
+      CacheFolderError: a URL, or a symlink or other file where a folder should be.
+    """
+    if "://" in directory:
+        raise CacheFolderError(f"{directory}: the shard cache is a local folder (got a URL); pass a path on "
+                               "this host's disk, such as /mnt/ssd/tfshard-cache")
+    directory = os.path.abspath(directory)
+    for folder in (directory, *(os.path.join(directory, f) for f in (SHARDS, PARTS, LOCKS, PINS))):
+        _check_folder(folder)
+    return directory
+
+
 def _check_folder(path: str) -> None:
     """``path`` must be a real folder (not a symlink to one: the cache's contents are untrusted)."""
     try:
@@ -84,7 +100,8 @@ def _check_folder(path: str) -> None:
         os.makedirs(path, exist_ok=True)
         st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        what = "a symlink" if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)
+        what = ("a symlink" if stat.S_ISLNK(st.st_mode) else "a regular file" if stat.S_ISREG(st.st_mode)
+                else file_kind(st.st_mode))
         raise CacheFolderError(f"{path}: {what}, not a folder; the shard cache keeps only its own folders here. "
                                "Remove it, or pass another shard_cache folder")
 
@@ -126,13 +143,8 @@ class ShardStore:
 
     def __init__(self, directory: str, limit: int, *, attempts: int = DEFAULT_ATTEMPTS,
                  wait_s: float = DEFAULT_WAIT_S, open_remote: Callable = open_for_reading):
-        if "://" in directory:
-            raise CacheFolderError(f"{directory}: the shard cache is a local folder (got a URL); pass a path on "
-                                   "this host's disk, such as /mnt/ssd/tfshard-cache")
-        self.directory = os.path.abspath(directory)
+        self.directory = checked_directory(directory)
         self.limit, self.attempts, self.wait_s, self._open_remote = limit, attempts, wait_s, open_remote
-        for folder in (self.directory, *(os.path.join(self.directory, f) for f in (SHARDS, PARTS, LOCKS, PINS))):
-            _check_folder(folder)
         self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
         # sha256 -> pins this process holds. A pin file names the process, not the store, so every store of the
         # folder in this process shares the count (readers of other limits have other stores).
@@ -231,8 +243,11 @@ class ShardStore:
     def _reserve(self, shard: Shard) -> bool:
         """Creates the shard's part file at its full size if that fits under the limit, evicting the least recently
         used copies no live reader pins; False when it cannot fit. The caller holds the shard's lock."""
+        part = self._part(shard.sha256)
         with self._folder_lock():
             self._clear_stale_parts()
+            if _unlink(part):  # the caller holds the shard's lock: a part of it is a dead download's, not counted
+                log.info("%s: removing a partial download left by a process that is gone", part)
             usage = self.usage()
             if usage + shard.size > self.limit:
                 pinned = self._pinned() | {shard.sha256}
@@ -247,8 +262,6 @@ class ShardStore:
                     self._verified.pop(sha, None)
                 if usage + shard.size > self.limit:
                     return False
-            part = self._part(shard.sha256)
-            _unlink(part)
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
             try:
                 os.ftruncate(fd, shard.size)
@@ -404,15 +417,15 @@ def _touch(path: str) -> None:
 
 
 def _unlink(path: str) -> bool:
-    """Removes a file (a symlink itself, never its target); False if nothing was there."""
+    """Removes a file (a symlink itself, never its target), or a folder planted under one of our names (which would
+    block the rename of a copy into place); False if nothing was there."""
     try:
         os.unlink(path)
         return True
     except FileNotFoundError:
         return False
-    except IsADirectoryError:
-        return False
     except OSError as e:
-        if e.errno in (errno.EISDIR, errno.EPERM):  # a folder planted under our name: left alone, never read
-            return False
-        raise
+        if e.errno not in (errno.EISDIR, errno.EPERM) or not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise
+    shutil.rmtree(path)  # never follows a symlink, at the top or inside
+    return True

@@ -1,0 +1,328 @@
+"""Attacks on the shard cache: an untrusted cache folder, remotes that do not match the manifest, and processes that
+share the folder, die mid-download or hold pins (``readers/shard_cache/store.py``)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import edit_manifest, snapshot
+from shard_cache_helpers import (
+    LIMIT,
+    assert_same_epochs,
+    copies,
+    epochs,
+    fetched,
+    images,
+    manifest_shards,
+    photo_dataset,
+    remote_shards,
+)
+from tfshard.readers.shard_cache.store import ShardStore
+from tfshard.readers.shard_cache.store import _host_tag as host_tag
+from tfshard.tools.cache import fill_shard_cache
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shard_cache_child.py")
+STORE_LOG = "tfshard.readers.shard_cache.store"
+TIMEOUT_S = 60  # a guard against a hung read, far above the second each takes
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return photo_dataset(tmp_path_factory.mktemp("photos"))
+
+
+@pytest.fixture(scope="module")
+def expected(photos):
+    """Two epochs of the uncached reader."""
+    return epochs(images(photos))
+
+
+@pytest.fixture
+def remote(tmp_path):
+    return remote_shards(tmp_path / "remote")
+
+
+def _within(timeout_s, function, *args):
+    """``function(*args)`` in a thread; fails the test, instead of hanging it, if it takes over ``timeout_s``."""
+    result, errors = [], []
+
+    def run():
+        try:
+            result.append(function(*args))
+        except BaseException as e:  # noqa: BLE001 (raised again in the test's thread)
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), f"{function.__name__} did not return within {timeout_s} s"
+    if errors:
+        raise errors[0]
+    return result[0]
+
+
+def _sha(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _spec(shard) -> str:
+    return f"{shard.sha256}:{shard.size}:{shard.remote}"
+
+
+# --- the folder itself ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit", [LIMIT, None])
+def test_a_symlinked_folder_is_refused(photos, tmp_path, limit):
+    (tmp_path / "real").mkdir()
+    os.symlink(tmp_path / "real", tmp_path / "link")
+    with pytest.raises(ValueError, match=r"shard_cache: .*link: a symlink, not a folder.*pass another shard_cache"):
+        images(photos, shard_cache=str(tmp_path / "link"), shard_cache_limit=limit)
+    with pytest.raises(ValueError, match=r"link: a symlink, not a folder"):
+        fill_shard_cache(photos, str(tmp_path / "link"), limit, progress=False)
+    os.makedirs(tmp_path / "other" / "shards-target")
+    os.makedirs(tmp_path / "inner")
+    os.symlink(tmp_path / "other" / "shards-target", tmp_path / "inner" / "shards")  # one of its folders, too
+    with pytest.raises(ValueError, match=r"inner/shards: a symlink, not a folder"):
+        images(photos, shard_cache=str(tmp_path / "inner"), shard_cache_limit=limit)
+    assert os.listdir(tmp_path / "real") == [] and os.listdir(tmp_path / "other" / "shards-target") == []
+
+
+@pytest.mark.parametrize("limit", [LIMIT, None])
+def test_a_url_or_a_file_is_refused_and_nothing_is_made(photos, tmp_path, monkeypatch, limit):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"shard_cache: gs://x: the shard cache is a local folder \(got a URL\)"):
+        images(photos, shard_cache="gs://x", shard_cache_limit=limit)
+    with pytest.raises(ValueError, match=r"gs://x: the shard cache is a local folder \(got a URL\)"):
+        fill_shard_cache(photos, "gs://x", limit, progress=False)
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match=r"file: a regular file, not a folder"):
+        images(photos, shard_cache=str(tmp_path / "file"), shard_cache_limit=limit)
+    with pytest.raises(ValueError, match=r"file: a regular file, not a folder"):
+        fill_shard_cache(photos, str(tmp_path / "file"), limit, progress=False)
+    assert sorted(os.listdir(tmp_path)) == ["file"]  # no local folder named like the URL
+
+
+# --- what is planted under the shards' names ---------------------------------------------------------------------
+
+
+def _plant(kind: str, path: str, shard, outside: str) -> None:
+    """Puts something that is not a verified copy of ``shard`` at ``path`` (its name in ``shards/``)."""
+    if kind == "symlink":  # to a file outside DIR that even has the shard's bytes
+        with open(shard.remote, "rb") as source, open(outside, "wb") as f:
+            f.write(source.read())
+        os.symlink(outside, path)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        os.makedirs(os.path.join(path, "inside"))
+        with open(os.path.join(path, "inside", "note"), "w") as f:
+            f.write("planted")
+    elif kind == "wrong size":
+        with open(path, "wb") as f:
+            f.write(b"x" * (shard.size + 7))
+    elif kind == "same size, other bytes":
+        with open(shard.remote, "rb") as source:
+            data = bytearray(source.read())
+        data[len(data) // 2] ^= 0xFF
+        with open(path, "wb") as f:
+            f.write(bytes(data))
+    else:
+        raise AssertionError(kind)
+
+
+KINDS = ["symlink", "fifo", "folder", "wrong size", "same size, other bytes"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_planted_copy_is_never_read_and_is_replaced(remote, tmp_path, kind, caplog):
+    store = ShardStore(str(tmp_path / "c"), LIMIT)
+    shard, outside = remote[0], str(tmp_path / "outside")
+    _plant(kind, store.path(shard.sha256), shard, outside)
+    before = snapshot(tmp_path, skip=("c",))
+    with caplog.at_level(logging.WARNING, logger=STORE_LOG):
+        found = _within(TIMEOUT_S, store.fetch, shard)
+    assert found == store.path(shard.sha256)
+    assert os.path.isfile(found) and not os.path.islink(found) and _sha(found) == shard.sha256
+    assert store.downloaded_bytes == shard.size  # the planted thing was not taken for the copy
+    assert f"{found}: the cached copy " in caplog.text and "; replacing it" in caplog.text
+    assert snapshot(tmp_path, skip=("c",)) == before  # nothing outside DIR changed
+    assert os.listdir(tmp_path / "c" / "parts") == []
+
+
+def test_a_reader_reads_past_every_kind_of_planted_copy(photos, expected, tmp_path):
+    directory = str(tmp_path / "c")
+    shards = manifest_shards(photos)
+    store = ShardStore(directory, LIMIT)
+    for i, (kind, shard) in enumerate(zip(KINDS, shards)):
+        _plant(kind, store.path(shard.sha256), shard, str(tmp_path / f"outside-{i}"))
+    before = snapshot(tmp_path, skip=("c",))
+    got = _within(TIMEOUT_S, epochs, images(photos, shard_cache=directory, shard_cache_limit=LIMIT))
+    assert_same_epochs(got, expected)
+    assert snapshot(tmp_path, skip=("c",)) == before
+    for shard in shards:
+        assert _sha(store.path(shard.sha256)) == shard.sha256 and not os.path.islink(store.path(shard.sha256))
+
+
+def test_files_under_unknown_names_are_left_alone_and_evicted_symlinks_leave_their_targets(remote, tmp_path):
+    store = ShardStore(str(tmp_path / "c"), 3000)
+    shards_folder = tmp_path / "c" / "shards"
+    (shards_folder / "notes.txt").write_bytes(b"n" * 5000)  # larger than the limit: not ours, not counted
+    (shards_folder / f"{remote[0].sha256}.tfrecord.bak").write_bytes(b"b")
+    (tmp_path / "c" / "mine").write_bytes(b"m")
+    target = tmp_path / "precious"
+    target.write_bytes(b"p" * 1000)
+    os.symlink(target, shards_folder / f"{'0' * 64}.tfrecord")  # a symlink under a copy's name: an LRU victim
+    os.symlink(target, tmp_path / "c" / "parts" / f"{remote[1].sha256}.part")  # and under a download's
+    for shard in remote[:6]:
+        fetched(store, shard)
+    assert copies(store.directory) - {"notes.txt", f"{remote[0].sha256}.tfrecord.bak"} == {
+        s.sha256 for s in remote[3:6]}
+    assert (shards_folder / "notes.txt").read_bytes() == b"n" * 5000
+    assert (shards_folder / f"{remote[0].sha256}.tfrecord.bak").read_bytes() == b"b"
+    assert (tmp_path / "c" / "mine").read_bytes() == b"m"
+    assert target.read_bytes() == b"p" * 1000
+
+
+# --- remotes that do not match the manifest ------------------------------------------------------------------------
+
+
+class _Counting:
+    """An ``open_remote`` that serves ``data`` for every path and counts the opens."""
+
+    def __init__(self, data: bytes):
+        self.data, self.opens = data, 0
+
+    def __call__(self, path):
+        import io
+
+        self.opens += 1
+        return io.BytesIO(self.data)
+
+
+@pytest.mark.parametrize("served", ["other bytes", "short", "longer"])
+def test_a_remote_that_does_not_match_is_retried_then_read_remotely_and_nothing_is_kept(remote, tmp_path, caplog,
+                                                                                     served):
+    shard = remote[0]
+    data = {"other bytes": b"z" * shard.size, "short": b"\0" * (shard.size - 1),
+            "longer": b"\0" * shard.size + b"tail"}[served]
+    opener = _Counting(data)
+    store = ShardStore(str(tmp_path / "c"), LIMIT, attempts=3, open_remote=opener)
+    with caplog.at_level(logging.WARNING, logger=STORE_LOG):
+        assert store.fetch(shard) is None
+    assert opener.opens == 3
+    assert "could not cache it after 3 attempts" in caplog.text and "reading it remotely" in caplog.text
+    assert copies(store.directory) == set() and os.listdir(tmp_path / "c" / "parts") == []
+    assert os.listdir(tmp_path / "c" / "pins") == []
+
+
+def test_a_reader_on_a_shard_that_no_longer_matches_its_manifest_reads_it_remotely(tmp_path, caplog):
+    path = photo_dataset(tmp_path)
+    expected_ = epochs(images(path), 1)
+    wrong = "f" * 64
+
+    def change(raw):
+        raw["splits"]["train"]["shards"][0]["sha256"] = wrong
+
+    edit_manifest(path, change)
+    directory = str(tmp_path / "c")
+    with caplog.at_level(logging.WARNING, logger=STORE_LOG):
+        assert_same_epochs(epochs(images(path, shard_cache=directory, shard_cache_limit=LIMIT), 1), expected_)
+    assert "train-00000-of-00006.tfrecord: could not cache it after 3 attempts" in caplog.text
+    assert copies(directory) == {s.sha256 for s in manifest_shards(path)[1:]}
+    assert os.listdir(os.path.join(directory, "parts")) == []
+
+
+# --- processes -------------------------------------------------------------------------------------------------------
+
+
+def test_two_processes_fetching_the_same_shards_download_each_once(remote, tmp_path):
+    directory = str(tmp_path / "c")
+    specs = [_spec(s) for s in remote[:4]]
+    children = [subprocess.Popen([sys.executable, CHILD, "fetch", directory, str(LIMIT), *order],
+                                 stdout=subprocess.PIPE, text=True) for order in (specs, specs[::-1])]
+    outputs = [child.communicate(timeout=TIMEOUT_S)[0].split() for child in children]
+    assert [child.returncode for child in children] == [0, 0]
+    assert sum(int(downloaded) for downloaded, _ in outputs) == 4 * 1000  # each shard once, by one of them
+    assert [int(got) for _, got in outputs] == [4, 4]  # and both have every copy
+    assert copies(directory) == {s.sha256 for s in remote[:4]}
+    assert os.listdir(os.path.join(directory, "parts")) == []
+
+
+def _killed_mid_download(directory, shard, limit=LIMIT) -> None:
+    """Starts a child downloading ``shard`` slowly, waits until its part file is there, and SIGKILLs it."""
+    child = subprocess.Popen([sys.executable, CHILD, "slow", directory, str(limit), _spec(shard)],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        part = os.path.join(directory, "parts", f"{shard.sha256}.part")
+        deadline = time.monotonic() + TIMEOUT_S
+        while not os.path.exists(part):
+            assert time.monotonic() < deadline and child.poll() is None, "the child never started its download"
+            time.sleep(0.01)
+        time.sleep(0.2)  # a few chunks in
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    assert os.path.getsize(part) == shard.size  # the reservation stays with the dead process's part
+    assert shard.sha256 not in copies(directory)
+
+
+def test_a_download_killed_mid_file_leaves_no_copy_and_the_next_reader_recovers(photos, expected, tmp_path, caplog):
+    directory = str(tmp_path / "c")
+    shard = manifest_shards(photos)[0]
+    _killed_mid_download(directory, shard)
+    with caplog.at_level(logging.INFO, logger=STORE_LOG):
+        assert_same_epochs(epochs(images(photos, shard_cache=directory, shard_cache_limit=LIMIT)), expected)
+    assert "removing a partial download left by a process that is gone" in caplog.text
+    assert os.listdir(os.path.join(directory, "parts")) == []
+    assert copies(directory) == {s.sha256 for s in manifest_shards(photos)}
+    assert _sha(ShardStore(directory, LIMIT).path(shard.sha256)) == shard.sha256
+
+
+def test_a_killed_downloads_part_does_not_take_the_room_its_shard_needs(remote, tmp_path):
+    directory, shard = str(tmp_path / "c"), remote[0]
+    _killed_mid_download(directory, shard, limit=shard.size)
+    store = ShardStore(directory, shard.size)  # room for exactly this one shard
+    assert fetched(store, shard) == store.path(shard.sha256)
+    assert os.listdir(os.path.join(directory, "parts")) == []
+
+
+def _pinning_child(directory, limit, shas) -> subprocess.Popen:
+    """A live process that pins the copies of ``shas`` in ``directory`` until it is killed."""
+    child = subprocess.Popen([sys.executable, CHILD, "pin", str(directory), str(limit), *shas],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def test_a_copy_another_live_process_pins_is_never_evicted_and_a_killed_ones_pins_do_not_count(remote, tmp_path):
+    from tfshard.format.owners import process_start
+
+    directory = str(tmp_path / "c")
+    store = ShardStore(directory, 2000)
+    kept = remote[0]
+    fetched(store, kept)
+    child = _pinning_child(directory, 2000, [kept.sha256])
+    try:
+        assert os.listdir(os.path.join(directory, "pins")) == [
+            f"{kept.sha256}.{child.pid}.{process_start(child.pid)}.{host_tag()}"]
+        for shard in remote[1:5]:
+            fetched(store, shard)
+        assert kept.sha256 in copies(directory)
+    finally:
+        child.kill()
+        child.wait()
+    fetched(store, remote[5])
+    fetched(store, remote[6])
+    assert kept.sha256 not in copies(directory)  # the dead process's pin was dropped, then its copy evicted
+    assert os.listdir(os.path.join(directory, "pins")) == []
