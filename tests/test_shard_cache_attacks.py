@@ -3,6 +3,7 @@ share the folder, die mid-download or hold pins (``readers/shard_cache/store.py`
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import logging
 import os
@@ -242,7 +243,19 @@ def test_a_reader_on_a_shard_that_no_longer_matches_its_manifest_reads_it_remote
     assert os.listdir(os.path.join(directory, "parts")) == []
 
 
-# --- processes -------------------------------------------------------------------------------------------------------
+# --- concurrent fetches and processes -----------------------------------------------------------------------------
+
+
+def test_concurrent_fetches_never_cache_more_than_the_limit(tmp_path):
+    """Eight threads fetch sixteen shards into room for three, many times over: a download finishing while another
+    fetch takes the usage must not let a fourth in (every copy stays pinned, so none can be evicted)."""
+    shards = remote_shards(tmp_path / "remote", 16)
+    for trial in range(200):
+        store = ShardStore(str(tmp_path / f"c{trial}"), 3000)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            found = list(pool.map(store.fetch, shards))
+        assert sum(path is not None for path in found) == 3, f"trial {trial}: {len(copies(store.directory))} copies"
+        assert store.usage() == 3000
 
 
 def test_two_processes_fetching_the_same_shards_download_each_once(remote, tmp_path):

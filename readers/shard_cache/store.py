@@ -230,7 +230,10 @@ class ShardStore:
 
     def usage(self) -> int:
         """Bytes the cache holds now: copies and downloads (reserved at their full size)."""
-        return sum(st.st_size for _, _, st in self._entries(SHARDS, _SHARD_NAME) + self._entries(PARTS, _PART_NAME))
+        # Downloads first: one renamed into shards/ between the two listings is then counted twice, never missed
+        # (a finished download takes no lock, so a reservation made meanwhile would otherwise pass the limit).
+        parts = self._entries(PARTS, _PART_NAME)
+        return sum(st.st_size for _, _, st in parts + self._entries(SHARDS, _SHARD_NAME))
 
     def _clear_stale_parts(self) -> None:
         """Removes downloads whose downloader is gone (its shard lock is free). Folder lock held."""
