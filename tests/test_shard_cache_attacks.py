@@ -194,6 +194,22 @@ def test_files_under_unknown_names_are_left_alone_and_evicted_symlinks_leave_the
     assert target.read_bytes() == b"p" * 1000
 
 
+@pytest.mark.parametrize("lock", ["shard", "folder"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
+def test_a_planted_lock_is_named_and_its_target_left_alone(remote, tmp_path, lock, kind):
+    """A lock other processes may hold cannot be replaced safely, so a planted one is an error that names it."""
+    store = ShardStore(str(tmp_path / "c"), LIMIT)
+    shard, target = remote[0], tmp_path / "outside"
+    target.write_bytes(b"precious")
+    path = os.path.join(store.directory, "locks", f"{shard.sha256 if lock == 'shard' else 'folder'}.lock")
+    {"symlink": lambda: os.symlink(target, path), "fifo": lambda: os.mkfifo(path), "folder": lambda: os.mkdir(path)}[
+        kind]()
+    with pytest.raises(ValueError, match=rf"{path}: a {'FIFO' if kind == 'fifo' else kind}, not a lock file; remove"):
+        _within(TIMEOUT_S, store.fetch, shard)
+    assert target.read_bytes() == b"precious"
+    assert os.listdir(tmp_path / "c" / "pins") == []  # the failed fetch let its pin go
+
+
 # --- remotes that do not match the manifest ------------------------------------------------------------------------
 
 

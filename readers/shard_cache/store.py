@@ -110,7 +110,13 @@ def _check_folder(path: str) -> None:
 def _flock(path: str, *, blocking: bool = True, wait_s: float | None = None) -> Iterator[bool]:
     """Holds an exclusive ``flock`` on ``path`` (created if missing, never through a symlink) while the block runs;
     yields False when it could not be had (not blocking, or ``wait_s`` passed)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW, 0o644)
+    except OSError as e:  # a symlink (ELOOP) or a folder planted under the lock's name
+        if e.errno not in (errno.ELOOP, errno.EISDIR):
+            raise
+        what = "a symlink" if e.errno == errno.ELOOP else "a folder"
+        raise CacheFolderError(f"{path}: {what}, not a lock file; remove it") from e
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise CacheFolderError(f"{path}: {file_kind(os.fstat(fd).st_mode)}, not a lock file; remove it")
