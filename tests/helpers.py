@@ -146,6 +146,17 @@ def convert_episode_tree(src, out, *, episode=None, workers: int = 0, overwrite:
     return convert_episodes(str(src), str(out), config, workers=workers, overwrite=overwrite, progress=False)
 
 
+def convert_obs_episodes(root, lengths, *, seed: int, num_shards: int) -> str:
+    """Episodes ``root/src/runs/epNN.npz`` holding ``obs`` float32 [T, 2] of ``lengths`` (seeded normal values, all
+    distinct, so every window is), converted into ``root/out`` in ``num_shards`` shards; returns ``root/out``."""
+    rng = np.random.default_rng(seed)
+    save_episodes(os.path.join(str(root), "src"), {
+        f"runs/ep{i:02d}.npz": {"obs": rng.normal(size=(t, 2)).astype(np.float32)} for i, t in enumerate(lengths)})
+    out = os.path.join(str(root), "out")
+    convert_episode_tree(os.path.join(str(root), "src"), out, num_shards=num_shards)
+    return out
+
+
 # --- a dataset read back as documented -----------------------------------------------------------------------------
 
 

@@ -10,10 +10,9 @@ import subprocess
 import sys
 import threading
 
-import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, make_tree, save_episodes
+from helpers import convert_obs_episodes, make_tree
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import service as service_lib
@@ -58,12 +57,7 @@ def photos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Episodes ``obs`` float32 [T, 2] (every value distinct, so every window is), in 8 shards."""
-    root = tmp_path_factory.mktemp("service-episodes")
-    rng = np.random.default_rng(5)
-    save_episodes(root / "src", {f"runs/ep{i:02d}.npz": {"obs": rng.normal(size=(t, 2)).astype(np.float32)}
-                                 for i, t in enumerate(EPISODE_LENGTHS)})
-    convert_episode_tree(root / "src", root / "out", num_shards=8)
-    return str(root / "out")
+    return convert_obs_episodes(tmp_path_factory.mktemp("service-episodes"), EPISODE_LENGTHS, seed=5, num_shards=8)
 
 
 def _eval_images(path, **kwargs):

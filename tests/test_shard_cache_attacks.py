@@ -14,18 +14,8 @@ import threading
 import time
 
 import pytest
+import shard_cache_helpers as shared
 from helpers import edit_manifest, snapshot
-from shard_cache_helpers import (
-    LIMIT,
-    assert_same_epochs,
-    copies,
-    epochs,
-    fetched,
-    images,
-    manifest_shards,
-    photo_dataset,
-    remote_shards,
-)
 from tfshard.readers.shard_cache.store import ShardStore
 from tfshard.readers.shard_cache.store import _host_tag as host_tag
 from tfshard.tools.cache import fill_shard_cache
@@ -37,18 +27,18 @@ TIMEOUT_S = 60  # a guard against a hung read, far above the second each takes
 
 @pytest.fixture(scope="module")
 def photos(tmp_path_factory):
-    return photo_dataset(tmp_path_factory.mktemp("photos"))
+    return shared.photo_dataset(tmp_path_factory.mktemp("photos"))
 
 
 @pytest.fixture(scope="module")
 def expected(photos):
-    """Two epochs of the uncached reader."""
-    return epochs(images(photos))
+    """Two shared.epochs of the uncached reader."""
+    return shared.epochs(shared.images(photos))
 
 
 @pytest.fixture
 def remote(tmp_path):
-    return remote_shards(tmp_path / "remote")
+    return shared.remote_shards(tmp_path / "remote")
 
 
 def _within(timeout_s, function, *args):
@@ -82,32 +72,32 @@ def _spec(shard) -> str:
 # --- the folder itself ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("limit", [LIMIT, None])
+@pytest.mark.parametrize("limit", [shared.LIMIT, None])
 def test_a_symlinked_folder_is_refused(photos, tmp_path, limit):
     (tmp_path / "real").mkdir()
     os.symlink(tmp_path / "real", tmp_path / "link")
     with pytest.raises(ValueError, match=r"shard_cache: .*link: a symlink, not a folder.*pass another shard_cache"):
-        images(photos, shard_cache=str(tmp_path / "link"), shard_cache_limit=limit)
+        shared.images(photos, shard_cache=str(tmp_path / "link"), shard_cache_limit=limit)
     with pytest.raises(ValueError, match=r"link: a symlink, not a folder"):
         fill_shard_cache(photos, str(tmp_path / "link"), limit, progress=False)
     os.makedirs(tmp_path / "other" / "shards-target")
     os.makedirs(tmp_path / "inner")
     os.symlink(tmp_path / "other" / "shards-target", tmp_path / "inner" / "shards")  # one of its folders, too
     with pytest.raises(ValueError, match=r"inner/shards: a symlink, not a folder"):
-        images(photos, shard_cache=str(tmp_path / "inner"), shard_cache_limit=limit)
+        shared.images(photos, shard_cache=str(tmp_path / "inner"), shard_cache_limit=limit)
     assert os.listdir(tmp_path / "real") == [] and os.listdir(tmp_path / "other" / "shards-target") == []
 
 
-@pytest.mark.parametrize("limit", [LIMIT, None])
+@pytest.mark.parametrize("limit", [shared.LIMIT, None])
 def test_a_url_or_a_file_is_refused_and_nothing_is_made(photos, tmp_path, monkeypatch, limit):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match=r"shard_cache: gs://x: the shard cache is a local folder \(got a URL\)"):
-        images(photos, shard_cache="gs://x", shard_cache_limit=limit)
+        shared.images(photos, shard_cache="gs://x", shard_cache_limit=limit)
     with pytest.raises(ValueError, match=r"gs://x: the shard cache is a local folder \(got a URL\)"):
         fill_shard_cache(photos, "gs://x", limit, progress=False)
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(ValueError, match=r"file: a regular file, not a folder"):
-        images(photos, shard_cache=str(tmp_path / "file"), shard_cache_limit=limit)
+        shared.images(photos, shard_cache=str(tmp_path / "file"), shard_cache_limit=limit)
     with pytest.raises(ValueError, match=r"file: a regular file, not a folder"):
         fill_shard_cache(photos, str(tmp_path / "file"), limit, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["file"]  # no local folder named like the URL
@@ -146,7 +136,7 @@ KINDS = ["symlink", "fifo", "folder", "wrong size", "same size, other bytes"]
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_planted_copy_is_never_read_and_is_replaced(remote, tmp_path, kind, caplog):
-    store = ShardStore(str(tmp_path / "c"), LIMIT)
+    store = ShardStore(str(tmp_path / "c"), shared.LIMIT)
     shard, outside = remote[0], str(tmp_path / "outside")
     _plant(kind, store.path(shard.sha256), shard, outside)
     before = snapshot(tmp_path, skip=("c",))
@@ -162,13 +152,14 @@ def test_a_planted_copy_is_never_read_and_is_replaced(remote, tmp_path, kind, ca
 
 def test_a_reader_reads_past_every_kind_of_planted_copy(photos, expected, tmp_path):
     directory = str(tmp_path / "c")
-    shards = manifest_shards(photos)
-    store = ShardStore(directory, LIMIT)
+    shards = shared.manifest_shards(photos)
+    store = ShardStore(directory, shared.LIMIT)
     for i, (kind, shard) in enumerate(zip(KINDS, shards)):
         _plant(kind, store.path(shard.sha256), shard, str(tmp_path / f"outside-{i}"))
     before = snapshot(tmp_path, skip=("c",))
-    got = _within(TIMEOUT_S, epochs, images(photos, shard_cache=directory, shard_cache_limit=LIMIT))
-    assert_same_epochs(got, expected)
+    ds = shared.images(photos, shard_cache=directory, shard_cache_limit=shared.LIMIT)
+    got = _within(TIMEOUT_S, shared.epochs, ds)
+    shared.assert_same_epochs(got, expected)
     assert snapshot(tmp_path, skip=("c",)) == before
     for shard in shards:
         assert _sha(store.path(shard.sha256)) == shard.sha256 and not os.path.islink(store.path(shard.sha256))
@@ -185,8 +176,8 @@ def test_files_under_unknown_names_are_left_alone_and_evicted_symlinks_leave_the
     os.symlink(target, shards_folder / f"{'0' * 64}.tfrecord")  # a symlink under a copy's name: an LRU victim
     os.symlink(target, tmp_path / "c" / "parts" / f"{remote[1].sha256}.part")  # and under a download's
     for shard in remote[:6]:
-        fetched(store, shard)
-    assert copies(store.directory) - {"notes.txt", f"{remote[0].sha256}.tfrecord.bak"} == {
+        shared.fetched(store, shard)
+    assert shared.copies(store.directory) - {"notes.txt", f"{remote[0].sha256}.tfrecord.bak"} == {
         s.sha256 for s in remote[3:6]}
     assert (shards_folder / "notes.txt").read_bytes() == b"n" * 5000
     assert (shards_folder / f"{remote[0].sha256}.tfrecord.bak").read_bytes() == b"b"
@@ -198,7 +189,7 @@ def test_files_under_unknown_names_are_left_alone_and_evicted_symlinks_leave_the
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
 def test_a_planted_lock_is_named_and_its_target_left_alone(remote, tmp_path, lock, kind):
     """A lock other processes may hold cannot be replaced safely, so a planted one is an error that names it."""
-    store = ShardStore(str(tmp_path / "c"), LIMIT)
+    store = ShardStore(str(tmp_path / "c"), shared.LIMIT)
     shard, target = remote[0], tmp_path / "outside"
     target.write_bytes(b"precious")
     path = os.path.join(store.directory, "locks", f"{shard.sha256 if lock == 'shard' else 'folder'}.lock")
@@ -233,18 +224,18 @@ def test_a_remote_that_does_not_match_is_retried_then_read_remotely_and_nothing_
     data = {"other bytes": b"z" * shard.size, "short": b"\0" * (shard.size - 1),
             "longer": b"\0" * shard.size + b"tail"}[served]
     opener = _Counting(data)
-    store = ShardStore(str(tmp_path / "c"), LIMIT, attempts=3, open_remote=opener)
+    store = ShardStore(str(tmp_path / "c"), shared.LIMIT, attempts=3, open_remote=opener)
     with caplog.at_level(logging.WARNING, logger=STORE_LOG):
         assert store.fetch(shard) is None
     assert opener.opens == 3
     assert "could not cache it after 3 attempts" in caplog.text and "reading it remotely" in caplog.text
-    assert copies(store.directory) == set() and os.listdir(tmp_path / "c" / "parts") == []
+    assert shared.copies(store.directory) == set() and os.listdir(tmp_path / "c" / "parts") == []
     assert os.listdir(tmp_path / "c" / "pins") == []
 
 
 def test_a_reader_on_a_shard_that_no_longer_matches_its_manifest_reads_it_remotely(tmp_path, caplog):
-    path = photo_dataset(tmp_path)
-    expected_ = epochs(images(path), 1)
+    path = shared.photo_dataset(tmp_path)
+    expected_ = shared.epochs(shared.images(path), 1)
     wrong = "f" * 64
 
     def change(raw):
@@ -253,9 +244,10 @@ def test_a_reader_on_a_shard_that_no_longer_matches_its_manifest_reads_it_remote
     edit_manifest(path, change)
     directory = str(tmp_path / "c")
     with caplog.at_level(logging.WARNING, logger=STORE_LOG):
-        assert_same_epochs(epochs(images(path, shard_cache=directory, shard_cache_limit=LIMIT), 1), expected_)
+        got = shared.epochs(shared.images(path, shard_cache=directory, shard_cache_limit=shared.LIMIT), 1)
+    shared.assert_same_epochs(got, expected_)
     assert "train-00000-of-00006.tfrecord: could not cache it after 3 attempts" in caplog.text
-    assert copies(directory) == {s.sha256 for s in manifest_shards(path)[1:]}
+    assert shared.copies(directory) == {s.sha256 for s in shared.manifest_shards(path)[1:]}
     assert os.listdir(os.path.join(directory, "parts")) == []
 
 
@@ -265,30 +257,31 @@ def test_a_reader_on_a_shard_that_no_longer_matches_its_manifest_reads_it_remote
 def test_concurrent_fetches_never_cache_more_than_the_limit(tmp_path):
     """Eight threads fetch sixteen shards into room for three, many times over: a download finishing while another
     fetch takes the usage must not let a fourth in (every copy stays pinned, so none can be evicted)."""
-    shards = remote_shards(tmp_path / "remote", 16)
+    shards = shared.remote_shards(tmp_path / "remote", 16)
     for trial in range(200):
         store = ShardStore(str(tmp_path / f"c{trial}"), 3000)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             found = list(pool.map(store.fetch, shards))
-        assert sum(path is not None for path in found) == 3, f"trial {trial}: {len(copies(store.directory))} copies"
+        cached = shared.copies(store.directory)
+        assert sum(path is not None for path in found) == 3, f"trial {trial}: {len(cached)} copies"
         assert store.usage() == 3000
 
 
 def test_two_processes_fetching_the_same_shards_download_each_once(remote, tmp_path):
     directory = str(tmp_path / "c")
     specs = [_spec(s) for s in remote[:4]]
-    children = [subprocess.Popen([sys.executable, CHILD, "fetch", directory, str(LIMIT), *order],
+    children = [subprocess.Popen([sys.executable, CHILD, "fetch", directory, str(shared.LIMIT), *order],
                                  stdout=subprocess.PIPE, text=True) for order in (specs, specs[::-1])]
     outputs = [child.communicate(timeout=TIMEOUT_S)[0].split() for child in children]
     assert [child.returncode for child in children] == [0, 0]
     assert sum(int(downloaded) for downloaded, _ in outputs) == 4 * 1000  # each shard once, by one of them
     assert [int(got) for _, got in outputs] == [4, 4]  # and both have every copy
-    assert copies(directory) == {s.sha256 for s in remote[:4]}
+    assert shared.copies(directory) == {s.sha256 for s in remote[:4]}
     assert os.listdir(os.path.join(directory, "parts")) == []
 
 
-def _killed_mid_download(directory, shard, limit=LIMIT) -> None:
-    """Starts a child downloading ``shard`` slowly, waits until its part file is there, and SIGKILLs it."""
+def _slow_downloader(directory, shard, limit=shared.LIMIT) -> subprocess.Popen:
+    """A child downloading ``shard`` slowly into ``directory``, once its part file is there."""
     child = subprocess.Popen([sys.executable, CHILD, "slow", directory, str(limit), _spec(shard)],
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -298,36 +291,69 @@ def _killed_mid_download(directory, shard, limit=LIMIT) -> None:
         while not os.path.exists(part):
             assert time.monotonic() < deadline and child.poll() is None, "the child never started its download"
             time.sleep(0.01)
-        time.sleep(0.2)  # a few chunks in
-    finally:
-        os.kill(child.pid, signal.SIGKILL)
-        child.wait()
-    assert os.path.getsize(part) == shard.size  # the reservation stays with the dead process's part
-    assert shard.sha256 not in copies(directory)
+    except BaseException:
+        _kill(child)
+        raise
+    return child
+
+
+def _kill(child: subprocess.Popen) -> None:
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+
+
+def _killed_mid_download(directory, shard, limit=shared.LIMIT) -> None:
+    """Starts a child downloading ``shard`` slowly and SIGKILLs it while it writes the part file."""
+    child = _slow_downloader(directory, shard, limit)
+    time.sleep(0.2)  # a few chunks in
+    _kill(child)
+    assert os.path.getsize(os.path.join(directory, "parts", f"{shard.sha256}.part")) == shard.size  # reserved
+    assert shard.sha256 not in shared.copies(directory)
 
 
 def test_a_download_killed_mid_file_leaves_no_copy_and_the_next_reader_recovers(photos, expected, tmp_path, caplog):
     directory = str(tmp_path / "c")
-    shard = manifest_shards(photos)[0]
+    shard = shared.manifest_shards(photos)[0]
     _killed_mid_download(directory, shard)
     with caplog.at_level(logging.INFO, logger=STORE_LOG):
-        assert_same_epochs(epochs(images(photos, shard_cache=directory, shard_cache_limit=LIMIT)), expected)
+        got = shared.epochs(shared.images(photos, shard_cache=directory, shard_cache_limit=shared.LIMIT))
+    shared.assert_same_epochs(got, expected)
     assert "removing a partial download left by a process that is gone" in caplog.text
     assert os.listdir(os.path.join(directory, "parts")) == []
-    assert copies(directory) == {s.sha256 for s in manifest_shards(photos)}
-    assert _sha(ShardStore(directory, LIMIT).path(shard.sha256)) == shard.sha256
+    assert shared.copies(directory) == {s.sha256 for s in shared.manifest_shards(photos)}
+    assert _sha(ShardStore(directory, shared.LIMIT).path(shard.sha256)) == shard.sha256
 
 
 def test_a_killed_downloads_part_does_not_take_the_room_its_shard_needs(remote, tmp_path):
     directory, shard = str(tmp_path / "c"), remote[0]
     _killed_mid_download(directory, shard, limit=shard.size)
     store = ShardStore(directory, shard.size)  # room for exactly this one shard
-    assert fetched(store, shard) == store.path(shard.sha256)
+    assert shared.fetched(store, shard) == store.path(shard.sha256)
     assert os.listdir(os.path.join(directory, "parts")) == []
 
 
+def test_a_fetch_waiting_on_another_processs_download_reads_remotely_or_takes_over_when_it_dies(tmp_path, caplog):
+    directory = str(tmp_path / "c")
+    shard = shared.remote_shards(tmp_path / "remote", 1, 4000)[0]  # 63 chunks, 3 s at the child's pace
+    child = _slow_downloader(directory, shard)
+    try:
+        impatient = ShardStore(directory, shared.LIMIT, wait_s=0.1)
+        with caplog.at_level(logging.WARNING, logger=STORE_LOG):
+            assert impatient.fetch(shard) is None
+        assert "another process has been downloading it for over 0 s; reading it remotely" in caplog.text
+        waiting = ShardStore(directory, shared.LIMIT)
+        result = []
+        waiter = threading.Thread(target=lambda: result.append(waiting.fetch(shard)), daemon=True)
+        waiter.start()
+    finally:
+        _kill(child)
+    waiter.join(TIMEOUT_S)
+    assert result == [waiting.path(shard.sha256)] and _sha(result[0]) == shard.sha256
+    assert waiting.downloaded_bytes == shard.size and os.listdir(os.path.join(directory, "parts")) == []
+
+
 def _pinning_child(directory, limit, shas) -> subprocess.Popen:
-    """A live process that pins the copies of ``shas`` in ``directory`` until it is killed."""
+    """A live process that pins the shared.copies of ``shas`` in ``directory`` until it is killed."""
     child = subprocess.Popen([sys.executable, CHILD, "pin", str(directory), str(limit), *shas],
                              stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "ready"
@@ -340,18 +366,18 @@ def test_a_copy_another_live_process_pins_is_never_evicted_and_a_killed_ones_pin
     directory = str(tmp_path / "c")
     store = ShardStore(directory, 2000)
     kept = remote[0]
-    fetched(store, kept)
+    shared.fetched(store, kept)
     child = _pinning_child(directory, 2000, [kept.sha256])
     try:
         assert os.listdir(os.path.join(directory, "pins")) == [
             f"{kept.sha256}.{child.pid}.{process_start(child.pid)}.{host_tag()}"]
         for shard in remote[1:5]:
-            fetched(store, shard)
-        assert kept.sha256 in copies(directory)
+            shared.fetched(store, shard)
+        assert kept.sha256 in shared.copies(directory)
     finally:
         child.kill()
         child.wait()
-    fetched(store, remote[5])
-    fetched(store, remote[6])
-    assert kept.sha256 not in copies(directory)  # the dead process's pin was dropped, then its copy evicted
+    shared.fetched(store, remote[5])
+    shared.fetched(store, remote[6])
+    assert kept.sha256 not in shared.copies(directory)  # the dead process's pin was dropped, then its copy evicted
     assert os.listdir(os.path.join(directory, "pins")) == []
