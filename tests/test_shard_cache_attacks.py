@@ -201,6 +201,17 @@ def test_a_planted_lock_is_named_and_its_target_left_alone(remote, tmp_path, loc
     assert os.listdir(tmp_path / "c" / "pins") == []  # the failed fetch let its pin go
 
 
+def test_a_pin_that_failed_is_written_by_the_next_fetch(remote, tmp_path):
+    store = ShardStore(str(tmp_path / "c"), shared.LIMIT)
+    shard, lock = remote[0], tmp_path / "c" / "locks" / "folder.lock"
+    os.mkfifo(lock)
+    with pytest.raises(ValueError, match="not a lock file; remove it"):
+        _within(TIMEOUT_S, store.fetch, shard)
+    os.unlink(lock)  # the folder's owner removes it, as the error says
+    assert store.fetch(shard) == store.path(shard.sha256)
+    assert [name.split(".")[0] for name in os.listdir(tmp_path / "c" / "pins")] == [shard.sha256]  # held on disk
+
+
 # --- remotes that do not match the manifest ------------------------------------------------------------------------
 
 

@@ -186,9 +186,13 @@ class ShardStore:
             self._pins[sha256] = count + 1
             if count:
                 return
-        with self._folder_lock():  # an evictor holds it while it reads the pins and removes copies
-            fd = os.open(self._pin_path(sha256), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-            os.close(fd)
+        try:
+            with self._folder_lock():  # an evictor holds it while it reads the pins and removes copies
+                fd = os.open(self._pin_path(sha256), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
+                os.close(fd)
+        except BaseException:
+            self.unpin(sha256)  # no pin file was written: the count goes back, so the next pin writes one
+            raise
 
     def unpin(self, sha256: str) -> None:
         with self._lock:
