@@ -201,6 +201,28 @@ def test_a_planted_lock_is_named_and_its_target_left_alone(remote, tmp_path, loc
     assert os.listdir(tmp_path / "c" / "pins") == []  # the failed fetch let its pin go
 
 
+def test_a_part_file_swapped_for_a_hard_link_mid_download_is_never_written(remote, tmp_path):
+    """Someone who can write in DIR swaps a download's part file for a hard link to their file outside it while the
+    first attempt reads: the retry must not write through the name into that file, nor take it for the copy."""
+    shard, outside, directory = remote[0], tmp_path / "precious", tmp_path / "c"
+    outside.write_bytes(b"p" * shard.size)
+    opens = []
+
+    def open_remote(path):
+        opens.append(path)
+        if len(opens) == 1:
+            part = directory / "parts" / f"{shard.sha256}.part"
+            os.unlink(part)
+            os.link(outside, part)
+            raise ConnectionResetError("the first attempt fails")
+        return open(path, "rb")
+
+    store = ShardStore(str(directory), shared.LIMIT, open_remote=open_remote)
+    assert store.fetch(shard) is None  # read remotely: the folder is not trustworthy just now
+    assert outside.read_bytes() == b"p" * shard.size and os.stat(outside).st_nlink == 1
+    assert shared.copies(directory) == set() and os.listdir(directory / "parts") == []
+
+
 def test_a_pin_that_failed_is_written_by_the_next_fetch(remote, tmp_path):
     store = ShardStore(str(tmp_path / "c"), shared.LIMIT)
     shard, lock = remote[0], tmp_path / "c" / "locks" / "folder.lock"

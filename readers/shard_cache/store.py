@@ -253,9 +253,10 @@ class ShardStore:
                     log.info("%s: removing a partial download left by a process that is gone", path)
                     _unlink(path)
 
-    def _reserve(self, shard: Shard) -> bool:
+    def _reserve(self, shard: Shard) -> int | None:
         """Creates the shard's part file at its full size if that fits under the limit, evicting the least recently
-        used copies no live reader pins; False when it cannot fit. The caller holds the shard's lock."""
+        used copies no live reader pins, and returns it open for writing; None when it cannot fit. The caller holds
+        the shard's lock."""
         part = self._part(shard.sha256)
         with self._folder_lock():
             self._clear_stale_parts()
@@ -274,13 +275,14 @@ class ShardStore:
                         usage -= sizes.get(path, 0)
                     self._verified.pop(sha, None)
                 if usage + shard.size > self.limit:
-                    return False
+                    return None
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
             try:
                 os.ftruncate(fd, shard.size)
-            finally:
+            except BaseException:
                 os.close(fd)
-            return True
+                raise
+            return fd
 
     # --- copies --------------------------------------------------------------------------------------------------
 
@@ -341,55 +343,64 @@ class ShardStore:
                 log.warning("%s: the cached copy %s; replacing it", path, problem)
                 _unlink(path)
                 self._verified.pop(shard.sha256, None)
-            if not self._reserve(shard):
+            part = self._reserve(shard)
+            if part is None:
                 log.info("%s: the shard cache is full of shards live readers use (limit %d bytes); reading it "
                          "remotely", shard.remote, self.limit)
                 return None
-            return self._download(shard)
+            return self._download(shard, part)
 
-    def _download(self, shard: Shard) -> str | None:
-        """Copies the shard into its reserved part file, checks sha256 and size, renames it into place. Shard lock
-        held. Retries ``attempts`` times; None (part removed) when no attempt gave the manifest's bytes."""
+    def _download(self, shard: Shard, fd: int) -> str | None:
+        """Copies the shard into its reserved part file (open as ``fd``, which it closes), checks sha256 and size,
+        renames it into place. Shard lock held. Retries ``attempts`` times; None (part removed) when no attempt gave
+        the manifest's bytes.
+
+        Every attempt writes through ``fd``, never through the part's name: a file put in its place meanwhile (a
+        hard link to one outside the folder, say) is never written, and is not renamed in as the copy."""
         part, path = self._part(shard.sha256), self.path(shard.sha256)
         error = None
-        for attempt in range(self.attempts):
-            if attempt:
-                time.sleep(min(2.0, 0.1 * 2**attempt))
-            try:
-                digest, size = self._copy(shard, part)
-            except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
-                error = f"{type(e).__name__}: {e}"
-                continue
-            if (digest, size) == (shard.sha256, shard.size):
-                os.replace(part, path)
-                self._verified[shard.sha256] = _identity(os.lstat(path))
-                return path
-            error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
-                     f"{shard.sha256[:12]}...")
+        try:
+            for attempt in range(self.attempts):
+                if attempt:
+                    time.sleep(min(2.0, 0.1 * 2**attempt))
+                try:
+                    digest, size = self._copy(shard, fd)
+                except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
+                    error = f"{type(e).__name__}: {e}"
+                    continue
+                if (digest, size) == (shard.sha256, shard.size):
+                    os.replace(part, path)
+                    st, ours = os.lstat(path), os.fstat(fd)
+                    if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
+                        self._verified[shard.sha256] = _identity(st)
+                        return path
+                    _unlink(path)
+                    error = f"{part} was replaced by another file while it downloaded"
+                    break
+                error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
+                         f"{shard.sha256[:12]}...")
+        finally:
+            os.close(fd)
         _unlink(part)
         log.warning("%s: could not cache it after %d attempts (%s); reading it remotely", shard.remote,
                     self.attempts, error)
         return None
 
-    def _copy(self, shard: Shard, part: str) -> tuple[str, int]:
-        """Reads the remote shard into ``part`` (at most its size + 1 bytes); returns the sha256 and bytes read."""
+    def _copy(self, shard: Shard, fd: int) -> tuple[str, int]:
+        """Reads the remote shard into the part file ``fd`` from its start (at most its size + 1 bytes); returns the
+        sha256 and bytes read."""
         digest, size = hashlib.sha256(), 0
-        fd = os.open(part, os.O_WRONLY | _NOFOLLOW)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise CacheFolderError(f"{part}: not a regular file")
-            with self._open_remote(shard.remote) as source:
-                while size <= shard.size:
-                    chunk = source.read(min(_CHUNK, shard.size + 1 - size))
-                    if not chunk:
-                        break
-                    digest.update(chunk)
-                    if size + len(chunk) <= shard.size:  # a longer remote file is a mismatch: its tail is not kept
-                        _write_all(fd, chunk)
-                    size += len(chunk)
-                    self.downloaded_bytes += len(chunk)
-        finally:
-            os.close(fd)
+        os.lseek(fd, 0, os.SEEK_SET)
+        with self._open_remote(shard.remote) as source:
+            while size <= shard.size:
+                chunk = source.read(min(_CHUNK, shard.size + 1 - size))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                if size + len(chunk) <= shard.size:  # a longer remote file is a mismatch: its tail is not kept
+                    _write_all(fd, chunk)
+                size += len(chunk)
+                self.downloaded_bytes += len(chunk)
         return digest.hexdigest(), size
 
 
