@@ -227,7 +227,9 @@ class ShardStore:
     def _reserve(self, shard: Shard) -> bool:
         """Creates the shard's part file at its full size if that fits under the limit, evicting the least recently
         used copies no live reader pins; False when it cannot fit. The caller holds the shard's lock."""
+        part = self._part(shard.sha256)
         with self._folder_lock():
+            _unlink(part)  # a killed download of this shard (its lock is ours now): not counted, started over
             self._clear_stale_parts()
             usage = self.usage()
             if usage + shard.size > self.limit:
@@ -243,8 +245,6 @@ class ShardStore:
                     self._verified.pop(sha, None)
                 if usage + shard.size > self.limit:
                     return False
-            part = self._part(shard.sha256)
-            _unlink(part)
             fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
             try:
                 os.ftruncate(fd, shard.size)
