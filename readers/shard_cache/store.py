@@ -133,6 +133,7 @@ class ShardStore:
             _check_folder(folder)
         self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
         self._pins: dict[str, int] = {}  # sha256 -> pins held by this process
+        self._mismatched: set[str] = set()  # remote bytes that did not match the manifest: not downloaded again
         self._lock = threading.Lock()
         self._me = (os.getpid(), process_start(os.getpid()) or "0", _host_tag())
         self.downloaded_bytes = 0  # by this process, for benchmarks and logs
@@ -307,6 +308,8 @@ class ShardStore:
             if problem is None:
                 _touch(path)
                 return path
+            if shard.sha256 in self._mismatched:  # warned once: the remote file is not the manifest's
+                return None
             if problem != "missing":
                 log.warning("%s: the cached copy %s; replacing it", path, problem)
                 _unlink(path)
@@ -321,7 +324,7 @@ class ShardStore:
         """Copies the shard into its reserved part file, checks sha256 and size, renames it into place. Shard lock
         held. Retries ``attempts`` times; None (part removed) when no attempt gave the manifest's bytes."""
         part, path = self._part(shard.sha256), self.path(shard.sha256)
-        error = None
+        error, mismatches = None, 0
         for attempt in range(self.attempts):
             if attempt:
                 time.sleep(min(2.0, 0.1 * 2**attempt))
@@ -336,7 +339,10 @@ class ShardStore:
                 return path
             error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
                      f"{shard.sha256[:12]}...")
+            mismatches += 1
         _unlink(part)
+        if mismatches == self.attempts:  # the same wrong bytes every time: a changed file, not a bad connection
+            self._mismatched.add(shard.sha256)
         log.warning("%s: could not cache it after %d attempts (%s); reading it remotely", shard.remote,
                     self.attempts, error)
         return None
