@@ -363,7 +363,8 @@ class ShardStore:
                     if size + len(chunk) <= shard.size:  # a longer remote file is a mismatch: its tail is not kept
                         _write_all(fd, chunk)
                     size += len(chunk)
-                    self.downloaded_bytes += len(chunk)
+                    with self._lock:  # fetches run in threads; a bare += could lose one's count
+                        self.downloaded_bytes += len(chunk)
         finally:
             os.close(fd)
         return digest.hexdigest(), size
