@@ -239,11 +239,15 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
         return _join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema), with_label)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
+    cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1
     if shuffle_files:
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
     if session is not None:  # fetched into the cache a few files ahead of the reads, in this epoch's order
-        files = session.localized(files, ahead=min(len(shards), 1 + files_lib.FETCH_AHEAD))
-    joined = files.flat_map(read_one)  # one shard after another, cached or not: the same stream
+        files = session.localized(files, ahead=min(len(shards), cycle + files_lib.FETCH_AHEAD))
+    if shuffle_files:  # read in parallel; otherwise one shard after another, in manifest order, cache or not
+        joined = files.interleave(read_one, cycle_length=cycle, num_parallel_calls=AUTOTUNE, deterministic=False)
+    else:
+        joined = files.flat_map(read_one)
     # Every episode is checked against the manifest as it is decoded, so its count is exact: Keras then ends an
     # epoch on it instead of warning that the input "ran out of data".
     mine = set(chosen)

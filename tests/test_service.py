@@ -250,3 +250,41 @@ def test_cli_dispatcher_serves_workers_and_readers_until_ctrl_c(photos, referenc
             process.kill()
         if worker is not None:
             worker.stop()
+
+
+@pytest.mark.slow
+def test_a_worker_process_caches_shards_on_its_own_host(photos, reference, tmp_path):
+    """A `tfshard service worker` in its own process runs the shard cache's fetch from the graph it is shipped: the
+    copies land in shard_cache there (verified, named by sha256), the records are the local ones, and the worker
+    holds a copy only while it reads it."""
+    dispatcher = service_lib.start_dispatcher(0)
+    with open(tmp_path / "stderr", "w") as stderr:
+        worker = subprocess.Popen(
+            [sys.executable, "-c", "from tfshard import cli; cli.main()", "service", "worker", "--dispatcher",
+             dispatcher.target.split("://", 1)[1], "--port", "0", "--worker-address", "localhost:%port%"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        )
+    try:
+        first = []
+        _drain((worker.stdout.readline() for _ in range(1)), first, timeout_s=EPOCH_TIMEOUT_S)
+        assert "worker: serving at" in first[0], first[0]
+        cache = tmp_path / "cache"
+        got = []
+        _drain(iter(_eval_images(photos, service=dispatcher.target, shard_cache=str(cache))), got)
+        assert _keys(got) == reference
+        copies = sorted(os.listdir(cache / "shards"))
+        manifest = readers.info(photos).manifest
+        assert copies == sorted(f"{s.sha256}.tfrecord" for s in manifest.splits["train"].shards)
+        assert os.listdir(cache / "parts") == []
+        assert os.listdir(cache / "pins") == []  # released after each read: nothing held once the epoch is over
+        got = []
+        _drain(iter(_eval_images(photos, service=dispatcher.target, shard_cache=str(cache))), got)
+        assert _keys(got) == reference
+    finally:
+        worker.send_signal(signal.SIGINT)
+        try:
+            worker.wait(timeout=EPOCH_TIMEOUT_S)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+        dispatcher.stop()

@@ -76,8 +76,13 @@ class ShardCache:
             raise TypeError(f"{where}: shard_cache must be a folder path (got {directory!r})")
         directory = os.fspath(directory)
         try:
-            self.limit = checked_limit(directory, limit, where) if "://" not in directory else 0
-            self.store = store_for(directory, self.limit)
+            default = None if limit is not None else next(
+                (store for (folder, _), store in _stores.items() if folder == os.path.abspath(directory)), None)
+            if default is not None:  # no limit given: the one this process chose for the folder before
+                self.limit, self.store = default.limit, default
+            else:
+                self.limit = checked_limit(directory, limit, where) if "://" not in directory else 0
+                self.store = store_for(directory, self.limit)
         except (CacheFolderError, TypeError, ValueError) as e:
             raise type(e)(f"{where}: shard_cache: {e}") from e
         self.directory, self.where = self.store.directory, where

@@ -156,6 +156,7 @@ class ShardStore:
         # folder in this process shares the count (readers of other limits have other stores).
         with _process_pins_lock:
             self._lock, self._pins = _process_pins.setdefault(self.directory, (threading.Lock(), {}))
+        self._mismatched: set[str] = set()  # remote bytes that did not match the manifest: not downloaded again
         self._me = (os.getpid(), process_start(os.getpid()) or "0", _host_tag())
         self.downloaded_bytes = 0  # by this process, for benchmarks and logs
 
@@ -339,6 +340,8 @@ class ShardStore:
             if problem is None:
                 _touch(path)
                 return path
+            if shard.sha256 in self._mismatched:  # warned once: the remote file is not the manifest's
+                return None
             if problem != "missing":
                 log.warning("%s: the cached copy %s; replacing it", path, problem)
                 _unlink(path)
@@ -358,7 +361,7 @@ class ShardStore:
         Every attempt writes through ``fd``, never through the part's name: a file put in its place meanwhile (a
         hard link to one outside the folder, say) is never written, and is not renamed in as the copy."""
         part, path = self._part(shard.sha256), self.path(shard.sha256)
-        error = None
+        error, mismatches = None, 0
         try:
             for attempt in range(self.attempts):
                 if attempt:
@@ -379,9 +382,12 @@ class ShardStore:
                     break
                 error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
                          f"{shard.sha256[:12]}...")
+                mismatches += 1
         finally:
             os.close(fd)
         _unlink(part)
+        if mismatches == self.attempts:  # the same wrong bytes every time: a changed file, not a bad connection
+            self._mismatched.add(shard.sha256)
         log.warning("%s: could not cache it after %d attempts (%s); reading it remotely", shard.remote,
                     self.attempts, error)
         return None
@@ -400,7 +406,8 @@ class ShardStore:
                 if size + len(chunk) <= shard.size:  # a longer remote file is a mismatch: its tail is not kept
                     _write_all(fd, chunk)
                 size += len(chunk)
-                self.downloaded_bytes += len(chunk)
+                with self._lock:  # fetches run in threads; a bare += could lose one's count
+                    self.downloaded_bytes += len(chunk)
         return digest.hexdigest(), size
 
 
