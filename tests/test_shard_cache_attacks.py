@@ -223,7 +223,7 @@ def test_a_part_file_swapped_for_a_hard_link_mid_download_is_never_written(remot
     assert shared.copies(directory) == set() and os.listdir(directory / "parts") == []
 
 
-def test_a_pin_that_failed_is_written_by_the_next_fetch(remote, tmp_path):
+def test_a_pin_that_failed_does_not_count(remote, tmp_path):
     store = ShardStore(str(tmp_path / "c"), shared.LIMIT)
     shard, lock = remote[0], tmp_path / "c" / "locks" / "folder.lock"
     os.mkfifo(lock)
@@ -232,6 +232,8 @@ def test_a_pin_that_failed_is_written_by_the_next_fetch(remote, tmp_path):
     os.unlink(lock)  # the folder's owner removes it, as the error says
     assert store.fetch(shard) == store.path(shard.sha256)
     assert [name.split(".")[0] for name in os.listdir(tmp_path / "c" / "pins")] == [shard.sha256]  # held on disk
+    store.unpin(shard.sha256)
+    assert os.listdir(tmp_path / "c" / "pins") == []  # released: the failed pin left no count behind
 
 
 # --- remotes that do not match the manifest ------------------------------------------------------------------------
@@ -282,6 +284,20 @@ def test_a_reader_on_a_shard_that_no_longer_matches_its_manifest_reads_it_remote
     assert "train-00000-of-00006.tfrecord: could not cache it after 3 attempts" in caplog.text
     assert shared.copies(directory) == {s.sha256 for s in shared.manifest_shards(path)[1:]}
     assert os.listdir(os.path.join(directory, "parts")) == []
+
+
+def test_a_cache_folder_removed_between_epochs_is_made_again_and_its_copies_pinned(photos, expected, tmp_path):
+    """Someone frees the disk (``rm -rf DIR``) while a job runs: the next epoch is the same, fetched again."""
+    import shutil
+
+    directory = str(tmp_path / "c")
+    ds = shared.images(photos, shard_cache=directory, shard_cache_limit=shared.LIMIT)
+    first = shared.epochs(ds, 1)
+    shutil.rmtree(directory)
+    shared.assert_same_epochs(first + shared.epochs(ds, 1), expected)
+    assert shared.copies(directory) == {s.sha256 for s in shared.manifest_shards(photos)}
+    pinned = {name.split(".")[0] for name in os.listdir(os.path.join(directory, "pins"))}
+    assert pinned == shared.copies(directory)  # the live pipeline's pins are on disk again, for other processes
 
 
 # --- concurrent fetches and processes -----------------------------------------------------------------------------

@@ -181,18 +181,18 @@ class ShardStore:
     # --- pins ----------------------------------------------------------------------------------------------------
 
     def pin(self, sha256: str) -> None:
-        """Keeps the copy of ``sha256`` from eviction until ``unpin`` (or this process ends)."""
+        """Keeps the copy of ``sha256`` from eviction until ``unpin`` (or this process ends).
+
+        The pin file is written on every pin, not only the first: one removed meanwhile (the folder emptied while a
+        pipeline holds its copies) is back once the copy is fetched again."""
         with self._lock:
-            count = self._pins.get(sha256, 0)
-            self._pins[sha256] = count + 1
-            if count:
-                return
+            self._pins[sha256] = self._pins.get(sha256, 0) + 1
         try:
             with self._folder_lock():  # an evictor holds it while it reads the pins and removes copies
                 fd = os.open(self._pin_path(sha256), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
                 os.close(fd)
         except BaseException:
-            self.unpin(sha256)  # no pin file was written: the count goes back, so the next pin writes one
+            self.unpin(sha256)  # the pin did not take: its count goes back
             raise
 
     def unpin(self, sha256: str) -> None:
@@ -315,6 +315,7 @@ class ShardStore:
         """The path of a verified local copy of ``shard``, pinned (``unpin`` when done); None: read it remotely."""
         if not _SHA.match(shard.sha256):
             raise ValueError(f"{shard.remote}: not a sha256 (got {shard.sha256!r}); the manifest is damaged")
+        checked_directory(self.directory)  # made again if it was removed while a job runs (a few lstats a shard)
         self.pin(shard.sha256)  # before the check: an evictor cannot take a copy once it is pinned
         try:
             found = self._fetch_pinned(shard)
