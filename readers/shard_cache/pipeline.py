@@ -1,14 +1,15 @@
 """The shard cache inside a reader's tf.data pipeline: fetch ahead in the epoch's file order, read the local copy.
 
-After the per-epoch file shuffle, a parallel, order-keeping ``map`` fetches each shard into the cache (``store.py``)
-a few files ahead of the reads, so the cache fills in exactly the order the reader's seeded shuffle picks; each
-element leaves the map as ``(index, path, local)``: the verified local copy, or the remote path to read when the
-shard could not be cached (no room, or its downloads failed; logged). A local copy needs no guard against
-re-conversion (``readers/guard.py``): its bytes are the manifest's, checked by sha256. A remote read keeps it.
+After the per-epoch file shuffle, each shard's fetch into the cache (``store.py``) is started a few files ahead of
+the reads, in a thread of ``ahead.py``'s pool (not a tf.data thread: a fetch blocks for its whole download), so the
+cache fills in exactly the order the reader's seeded shuffle picks; each element leaves as ``(index, path, local)``:
+the verified local copy, or the remote path to read when the shard could not be cached (no room, or its downloads
+failed; logged). A local copy needs no guard against re-conversion (``readers/guard.py``): its bytes are the
+manifest's, checked by sha256. A remote read keeps it.
 
-The fetch is Python, registered under a fixed name (``FETCH``) in every process that imports ``tfshard.readers``,
-so the op also runs on tf.data service workers (``tfshard service worker``): a service ships the graph, not a
-Python closure, and each worker caches in the folder of that name on its own host.
+The fetch is Python, registered under fixed names (``START``, ``WAIT``) in every process that imports
+``tfshard.readers``, so the ops also run on tf.data service workers (``tfshard service worker``): a service ships the
+graph, not a Python closure, and each worker caches in the folder of that name on its own host.
 
 Pins: a pipeline built in this process keeps every copy it has fetched pinned while it lives (a copy an open
 reader uses is never evicted; with a limit below the pipeline's shards, the copies it holds stay, and the rest are
@@ -30,11 +31,13 @@ import tensorflow as tf
 from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
 
 from ...format.sizes import parse_size
+from .ahead import FetchPool
 from .store import CacheFolderError, Shard, ShardStore
 
 log = logging.getLogger(__name__)
 
-FETCH, RELEASE = "tfshard_shard_cache_fetch_v1", "tfshard_shard_cache_release_v1"
+START, WAIT = "tfshard_shard_cache_start_v1", "tfshard_shard_cache_wait_v1"
+RELEASE = "tfshard_shard_cache_release_v1"
 FETCH_AHEAD = 2  # shards fetched beyond the files being read
 _stores: dict[tuple[str, int], ShardStore] = {}
 _sessions: weakref.WeakValueDictionary[str, CacheSession] = weakref.WeakValueDictionary()
@@ -141,34 +144,46 @@ class CacheSession:
         return found
 
     def localized(self, files: tf.data.Dataset, ahead: int) -> tf.data.Dataset:
-        """``(index, path)`` elements → ``(index, path to read, local)``, fetched ``ahead`` at once in order."""
+        """``(index, path)`` elements → ``(index, path to read, local)``: each fetch starts ``ahead`` elements
+        before its element is taken (a prefetch of tickets), and runs in ``ahead.py``'s threads, in order."""
         shas = tf.constant([s.sha256 for s in self.shards])
         sizes = tf.constant([s.size for s in self.shards], tf.int64)
         key = tf.constant(self.id)
         directory, limit = tf.constant(self.cache.directory), tf.constant(self.cache.limit, tf.int64)
 
-        def localize(index, path):
-            found, local = tf.raw_ops.EagerPyFunc(
+        def start(index, path):
+            ticket = tf.raw_ops.EagerPyFunc(
                 input=[key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
-                token=FETCH, Tout=[tf.string, tf.bool])
+                token=START, Tout=[tf.int64])[0]
+            return index, tf.ensure_shape(ticket, [])
+
+        def wait(index, ticket):
+            found, local = tf.raw_ops.EagerPyFunc(input=[ticket], token=WAIT, Tout=[tf.string, tf.bool])
             return index, tf.ensure_shape(found, []), tf.ensure_shape(local, [])
 
-        return files.map(localize, num_parallel_calls=max(1, ahead), deterministic=True)
+        return files.map(start).prefetch(max(1, ahead)).map(wait)
 
-    def read(self, index, path, local, open_local, read_remote) -> tf.data.Dataset:
-        """The records of one shard: ``open_local(path)`` of its copy (then released on a service worker), or
-        ``read_remote(index, path)``."""
-        element = tf.data.Dataset.from_tensors((index, path))
-        cached = element.filter(lambda i, p: local).flat_map(lambda i, p: open_local(p))
-        sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
-        key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
-        limit = tf.constant(self.cache.limit, tf.int64)
-        # After the copy's last record: a service worker's pin on it ends (records are scalar strings; none added).
-        released = tf.data.Dataset.from_tensors(sha).filter(lambda _: local).map(
-            lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
-                                                             Tout=[tf.string])[0], [])).filter(lambda _: False)
-        remote = element.filter(lambda i, p: tf.logical_not(local)).flat_map(read_remote)
-        return cached.concatenate(released).concatenate(remote)
+    def read(self, index, path, local, open_local, read_remote, *, shipped: bool = True) -> tf.data.Dataset:
+        """The records of one shard: ``open_local(path)`` of its verified copy, or ``read_remote(index, path)``.
+
+        A ``tf.cond`` between the two datasets, so each file builds and iterates only its own: with both behind
+        filters and concatenated, every record of a local copy went through the unused remote reader's stages
+        too, ~5x the CPU of reading the copy alone (``benchmarks/network.py``). ``shipped``: the graph may run on
+        a tf.data service worker, whose pin on a copy ends after the copy's last record.
+        """
+        def cached():
+            records = open_local(path)
+            if not shipped:
+                return records
+            sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
+            key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
+            limit = tf.constant(self.cache.limit, tf.int64)
+            released = tf.data.Dataset.from_tensors(sha).map(  # records are scalar strings; this one adds none
+                lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
+                                                                 Tout=[tf.string])[0], [])).filter(lambda _: False)
+            return records.concatenate(released)
+
+        return tf.cond(local, cached, lambda: read_remote(index, path))
 
 
 def _release_all(store: ShardStore, held: set[str]) -> None:
@@ -187,14 +202,22 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _fetch(key, directory, limit, sha, size, remote):
+_pool = FetchPool()
+
+
+def _start(key, directory, limit, sha, size, remote):
     session = _sessions.get(_text(key))
     shard = Shard(_text(sha), int(size), _text(remote))
     if session is not None:
-        found = session.fetch(shard)
+        fetch = session.fetch
     else:  # a service worker (or a pipeline already gone): the copy stays pinned while it is read
-        found = store_for(_text(directory), int(limit)).fetch(shard)
-    return (found or shard.remote).encode(), np.bool_(found is not None)
+        fetch = store_for(_text(directory), int(limit)).fetch
+    return np.int64(_pool.start(lambda: (fetch(shard), shard.remote)))
+
+
+def _wait(ticket):
+    found, remote = _pool.wait(int(ticket))
+    return (found or remote).encode(), np.bool_(found is not None)
 
 
 def _release(key, directory, limit, sha):
@@ -205,7 +228,8 @@ def _release(key, directory, limit, sha):
 
 def _register() -> None:
     registry = script_ops._py_funcs  # noqa: SLF001 (the only way to give a Python op a name a shipped graph finds)
-    for token, function, outputs in ((FETCH, _fetch, [tf.string, tf.bool]), (RELEASE, _release, [tf.string])):
+    for token, function, outputs in ((START, _start, [tf.int64]), (WAIT, _wait, [tf.string, tf.bool]),
+                                     (RELEASE, _release, [tf.string])):
         wrapped = script_ops.EagerFunc(function, outputs, False)
         _registered.append(wrapped)  # the registry holds its functions weakly
         registry._funcs[token] = wrapped  # noqa: SLF001
