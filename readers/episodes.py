@@ -235,7 +235,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
 
     def read_one(index, shard, cached=None):  # chunks are joined per shard: a join never sees another episode's chunk
         records = read_remote(index, shard) if cached is None else session.read(index, shard, cached, open_records,
-                                                                                read_remote, shipped=not local)
+                                                                                read_remote)
         return _join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema), with_label)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))

@@ -309,7 +309,7 @@ def _cached_records(shards, session, open_records, *, shuffle_files, seed, cycle
         return _read_if_present(path, open_records) if ignore_errors else open_records(path)
 
     def read(index, path, local):
-        return session.read(index, path, local, open_records, read_remote, shipped=not guard)
+        return session.read(index, path, local, open_records, read_remote)
 
     files = session.localized(files, ahead=min(len(paths), cycle + FETCH_AHEAD))
     if cycle == 1:

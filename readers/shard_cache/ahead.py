@@ -23,12 +23,16 @@ MAX_THREADS = 64  # shared by every pipeline of the process; each keeps only its
 
 class FetchPool:
     """Runs submitted functions in first-in, first-out order on up to ``threads`` daemon threads (started as
-    needed), each result waited for by its ticket.
+    needed); each result is taken once by its ticket, with the owner and name it was started under.
+
+    A ticket can outlive its process (a checkpointed iterator saves the tickets of its fetch-ahead buffer), and a
+    restored one may equal a live one here: ``result`` gives a result only under the same owner and name, so a
+    caller never takes another shard's fetch, and does the work itself when there is none.
 
     Example:
       pool = FetchPool(4)
-      ticket = pool.start(store.fetch, shard)   # returns at once; the download runs in a thread
-      pool.wait(ticket)                         # the path of the verified copy, or None (or the fetch's error)
+      ticket = pool.start("pipeline-1", sha256, lambda: store.fetch(shard))   # returns at once
+      pool.result(ticket, "pipeline-1", sha256)   # the fetch's path or None (or its error), once it has run
     """
 
     def __init__(self, threads: int = MAX_THREADS):
@@ -36,37 +40,49 @@ class FetchPool:
             raise ValueError(f"FetchPool: threads must be at least 1 (got {threads!r})")
         self.threads = threads
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[str, str, Future]] = {}
         self._tickets = itertools.count(1)
         self._started = 0
         self._lock = threading.Lock()
 
-    def start(self, function: Callable, *args) -> int:
-        """Queues ``function(*args)``; returns its ticket for ``wait``."""
+    def start(self, owner: str, name: str, function: Callable[[], object]) -> int:
+        """Queues ``function()``; returns its ticket."""
         future: Future = Future()
         with self._lock:
             ticket = next(self._tickets)
-            self._pending[ticket] = future
+            self._pending[ticket] = (owner, name, future)
             if self._started < self.threads:
                 self._started += 1
                 threading.Thread(target=self._work, name=f"tfshard-fetch-{self._started}", daemon=True).start()
-        self._queue.put((future, function, args))
+        self._queue.put((future, function))
         return ticket
 
-    def wait(self, ticket: int):
-        """The result of the function of ``ticket`` (raising its exception), once it has run; each ticket once."""
+    def result(self, ticket: int, owner: str, name: str):
+        """The result of the function started under ``ticket``, ``owner`` and ``name`` (raising its exception),
+        once it has run.
+
+        Raises:
+          LookupError: no such fetch here (taken already, forgotten, or started in another process).
+        """
         with self._lock:
-            future = self._pending.pop(ticket, None)
-        if future is None:
-            raise KeyError(f"FetchPool: no fetch started under ticket {ticket!r} (or it was waited on already)")
-        return future.result()
+            found = self._pending.get(ticket)
+            if found is None or found[:2] != (owner, name):
+                raise LookupError(f"FetchPool: no fetch of {name!r} for {owner!r} under ticket {ticket!r}")
+            del self._pending[ticket]
+        return found[2].result()
+
+    def forget(self, owner: str) -> None:
+        """Drops the tickets of ``owner`` nobody took (an iterator deleted mid-epoch); their functions still run."""
+        with self._lock:
+            for ticket in [t for t, (o, _, _) in self._pending.items() if o == owner]:
+                del self._pending[ticket]
 
     def _work(self) -> None:
         while True:
-            future, function, args = self._queue.get()
+            future, function = self._queue.get()
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(function(*args))
-            except BaseException as e:  # noqa: BLE001 (handed to the waiter, which raises it in the reader)
+                future.set_result(function())
+            except BaseException as e:  # noqa: BLE001 (handed to the caller of result, which raises it)
                 future.set_exception(e)

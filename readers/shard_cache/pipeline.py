@@ -131,7 +131,7 @@ class CacheSession:
         self.held: set[str] = set()
         self._lock = threading.Lock()
         _sessions[self.id] = self
-        weakref.finalize(self, _release_all, cache.store, self.held)
+        weakref.finalize(self, _release_all, cache.store, self.held, self.id)
 
     def fetch(self, shard: Shard) -> str | None:
         found = self.cache.store.fetch(shard)
@@ -155,38 +155,39 @@ class CacheSession:
             ticket = tf.raw_ops.EagerPyFunc(
                 input=[key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
                 token=START, Tout=[tf.int64])[0]
-            return index, tf.ensure_shape(ticket, [])
+            return index, path, tf.ensure_shape(ticket, [])
 
-        def wait(index, ticket):
-            found, local = tf.raw_ops.EagerPyFunc(input=[ticket], token=WAIT, Tout=[tf.string, tf.bool])
+        def wait(index, path, ticket):  # with the shard again: a ticket restored from a checkpoint is not here
+            found, local = tf.raw_ops.EagerPyFunc(
+                input=[ticket, key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
+                token=WAIT, Tout=[tf.string, tf.bool])
             return index, tf.ensure_shape(found, []), tf.ensure_shape(local, [])
 
         return files.map(start).prefetch(max(1, ahead)).map(wait)
 
-    def read(self, index, path, local, open_local, read_remote, *, shipped: bool = True) -> tf.data.Dataset:
-        """The records of one shard: ``open_local(path)`` of its verified copy, or ``read_remote(index, path)``.
+    def read(self, index, path, local, open_local, read_remote) -> tf.data.Dataset:
+        """The records of one shard: ``open_local(path)`` of its verified copy (then released, if it was pinned
+        for the read: on a service worker, or after the pipeline's session is gone), or ``read_remote(index,
+        path)``.
 
         A ``tf.cond`` between the two datasets, so each file builds and iterates only its own: with both behind
         filters and concatenated, every record of a local copy went through the unused remote reader's stages
-        too, ~5x the CPU of reading the copy alone (``benchmarks/network.py``). ``shipped``: the graph may run on
-        a tf.data service worker, whose pin on a copy ends after the copy's last record.
+        too, at 4-7x the CPU of reading the copy alone (``benchmarks/network.py``).
         """
         def cached():
-            records = open_local(path)
-            if not shipped:
-                return records
             sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
             key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
             limit = tf.constant(self.cache.limit, tf.int64)
             released = tf.data.Dataset.from_tensors(sha).map(  # records are scalar strings; this one adds none
                 lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
                                                                  Tout=[tf.string])[0], [])).filter(lambda _: False)
-            return records.concatenate(released)
+            return open_local(path).concatenate(released)
 
         return tf.cond(local, cached, lambda: read_remote(index, path))
 
 
-def _release_all(store: ShardStore, held: set[str]) -> None:
+def _release_all(store: ShardStore, held: set[str], key: str) -> None:
+    _pool.forget(key)
     for sha in list(held):
         store.unpin(sha)
     held.clear()
@@ -205,19 +206,29 @@ def _text(value) -> str:
 _pool = FetchPool()
 
 
-def _start(key, directory, limit, sha, size, remote):
-    session = _sessions.get(_text(key))
+def _fetcher(key, directory, limit, sha, size, remote):
+    """``(session key, shard, its fetch)`` of the ops' inputs."""
+    key = _text(key)
+    session = _sessions.get(key)
     shard = Shard(_text(sha), int(size), _text(remote))
     if session is not None:
-        fetch = session.fetch
-    else:  # a service worker (or a pipeline already gone): the copy stays pinned while it is read
-        fetch = store_for(_text(directory), int(limit)).fetch
-    return np.int64(_pool.start(lambda: (fetch(shard), shard.remote)))
+        return key, shard, session.fetch
+    # A service worker (or a pipeline already gone): the copy stays pinned while it is read.
+    return key, shard, store_for(_text(directory), int(limit)).fetch
 
 
-def _wait(ticket):
-    found, remote = _pool.wait(int(ticket))
-    return (found or remote).encode(), np.bool_(found is not None)
+def _start(*shard_inputs):
+    key, shard, fetch = _fetcher(*shard_inputs)
+    return np.int64(_pool.start(key, shard.sha256, lambda: fetch(shard)))
+
+
+def _wait(ticket, *shard_inputs):
+    key, shard, fetch = _fetcher(*shard_inputs)
+    try:
+        found = _pool.result(int(ticket), key, shard.sha256)
+    except LookupError:  # restored from a checkpoint (or forgotten): fetched now
+        found = fetch(shard)
+    return (found or shard.remote).encode(), np.bool_(found is not None)
 
 
 def _release(key, directory, limit, sha):
