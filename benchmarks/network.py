@@ -122,15 +122,17 @@ class PeakRSS:
 
 
 def folder_bytes(folder: str) -> int:
-    """The sum of the sizes of the files under ``folder`` (a download counts at the full size it reserves)."""
-    total = 0
+    """The sum of the sizes of the files under ``folder`` (a download counts at the full size it reserves), each
+    file once: one renamed from ``parts/`` to ``shards/`` during the walk can be listed in both."""
+    sizes = {}
     for root, _, names in os.walk(folder):
         for name in names:
             try:
-                total += os.lstat(os.path.join(root, name)).st_size
+                st = os.lstat(os.path.join(root, name))
             except FileNotFoundError:  # renamed or evicted between the listing and the stat
-                pass
-    return total
+                continue
+            sizes[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(sizes.values())
 
 
 def sample_folder(folder: str, interval_s: float) -> None:

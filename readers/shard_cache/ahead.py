@@ -22,8 +22,9 @@ MAX_THREADS = 64  # shared by every pipeline of the process; each keeps only its
 
 
 class FetchPool:
-    """Runs submitted functions in first-in, first-out order on up to ``threads`` daemon threads (started as
-    needed); each result is taken once by its ticket, with the owner and name it was started under.
+    """Runs submitted functions in first-in, first-out order on up to ``threads`` daemon threads, started only when
+    none is free (each thread's allocations keep an arena of their own: more threads, more resident memory); each
+    result is taken once by its ticket, with the owner and name it was started under.
 
     A ticket can outlive its process (a checkpointed iterator saves the tickets of its fetch-ahead buffer), and a
     restored one may equal a live one here: ``result`` gives a result only under the same owner and name, so a
@@ -42,7 +43,7 @@ class FetchPool:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, tuple[str, str, Future]] = {}
         self._tickets = itertools.count(1)
-        self._started = 0
+        self._started = self._free = 0
         self._lock = threading.Lock()
 
     def start(self, owner: str, name: str, function: Callable[[], object]) -> int:
@@ -51,7 +52,9 @@ class FetchPool:
         with self._lock:
             ticket = next(self._tickets)
             self._pending[ticket] = (owner, name, future)
-            if self._started < self.threads:
+            if self._free:
+                self._free -= 1  # that thread takes it
+            elif self._started < self.threads:
                 self._started += 1
                 threading.Thread(target=self._work, name=f"tfshard-fetch-{self._started}", daemon=True).start()
         self._queue.put((future, function))
@@ -80,9 +83,10 @@ class FetchPool:
     def _work(self) -> None:
         while True:
             future, function = self._queue.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(function())
-            except BaseException as e:  # noqa: BLE001 (handed to the caller of result, which raises it)
-                future.set_exception(e)
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function())
+                except BaseException as e:  # noqa: BLE001 (handed to the caller of result, which raises it)
+                    future.set_exception(e)
+            with self._lock:
+                self._free += 1

@@ -334,7 +334,8 @@ class ShardStore:
                 error = f"{type(e).__name__}: {e}"
                 continue
             if (digest, size) == (shard.sha256, shard.size):
-                os.replace(part, path)
+                with self._folder_lock():  # usage() lists copies, then parts: a rename between the two hid this one
+                    os.replace(part, path)
                 self._verified[shard.sha256] = _identity(os.lstat(path))
                 return path
             error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
