@@ -18,7 +18,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-MAX_THREADS = 64  # shared by every pipeline of the process; each keeps only its fetch-ahead window in flight
+MAX_THREADS = 64
+
+
+class UnknownTicket(LookupError):
+    """No fetch under that ticket, owner and name here (taken already, forgotten, or started in another process)."""
 
 
 class FetchPool:
@@ -65,12 +69,12 @@ class FetchPool:
         once it has run.
 
         Raises:
-          LookupError: no such fetch here (taken already, forgotten, or started in another process).
+          UnknownTicket: no such fetch here.
         """
         with self._lock:
             found = self._pending.get(ticket)
             if found is None or found[:2] != (owner, name):
-                raise LookupError(f"FetchPool: no fetch of {name!r} for {owner!r} under ticket {ticket!r}")
+                raise UnknownTicket(f"FetchPool: no fetch of {name!r} for {owner!r} under ticket {ticket!r}")
             del self._pending[ticket]
         return found[2].result()
 
@@ -80,9 +84,19 @@ class FetchPool:
             for ticket in [t for t, (o, _, _) in self._pending.items() if o == owner]:
                 del self._pending[ticket]
 
+    def close(self) -> None:
+        """Ends the threads once the functions queued so far have run."""
+        with self._lock:
+            threads, self._started, self.threads = self._started, 0, 0
+        for _ in range(threads):
+            self._queue.put(None)
+
     def _work(self) -> None:
         while True:
-            future, function = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            future, function = item
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(function())
