@@ -404,7 +404,7 @@ def _cache_section(args, result: dict, network: str) -> None:
         tag, reader = label.split("|")
         return None if "shard_cache" not in reader else sizes[tag] // (2 if "1/2" in reader else 1)
 
-    print(f"\nShard cache (`shard_cache=DIR`, DIR empty at each epoch 1), {network}, tfshard's GCS client: "
+    print(f"\nShard cache (`shard_cache=DIR`, DIR empty at each epoch 1), {network}, GCS_READ_CACHE_BLOCK_SIZE_MB=8: "
           f"interleave_records over {args.shards} and {args.shards * args.cache_growth} shards, files reshuffled "
           f"each epoch, batches of 64. Best of {args.repeats} rounds in rotated order; vs: epoch 1 against no "
           "cache, epoch 2 against a local copy of the shards; peak RSS +, DIR max (sum of file sizes, sampled every "
