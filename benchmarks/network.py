@@ -34,7 +34,21 @@ and interleaved and the best is shown, with the peak growth of resident memory d
 the pass. The emulator is a Python server on the same CPUs as the reader, so only
 ratios within one run mean much.
 
-Run it with ``.venv/bin/python benchmarks/network.py`` (about 2 minutes), e.g.:
+The shard cache (``shard_cache=DIR``) gets a section of its own, on the paced network, in one more process
+(``GCS_READ_CACHE_BLOCK_SIZE_MB=8``): the reader above with files reshuffled each epoch, with and without a cache,
+side by side in rounds of rotated order (``--repeats`` rounds, best pass shown):
+
+  a. epoch 1 from an empty DIR (a fresh one each round, limit = the dataset) against the same reader without one;
+  b. epoch 2 through the same pipeline against the reader of a local copy of the shards (copied first);
+  c. a limit of half the dataset: epochs 1-3, with the bytes downloaded into the cache in each
+     (``ShardStore.downloaded_bytes``): the copies the pipeline holds stay, the rest are read remotely;
+  d. the peak RSS growth of the cache's passes on the dataset and on one ``--cache-growth`` (3) times larger, and
+     the most DIR held (the sum of its file sizes, sampled every 4 ms by a child process) against the limit;
+
+then one line per target, met or not. ``--only cache`` runs just that section (about 1 minute), ``--only
+network`` just the table above.
+
+Run it with ``.venv/bin/python benchmarks/network.py`` (about 3 minutes), e.g.:
   .venv/bin/python benchmarks/network.py --latency-ms 50 --stream-mb-per-s 20
 It needs what ``tests/test_gcs.py`` needs: ``unshare`` (namespaces permitted) and
 ``gcp-storage-emulator`` (``pip install -e '.[test]'``).
@@ -46,6 +60,8 @@ import argparse
 import importlib.util
 import json
 import os
+import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,6 +80,10 @@ DEFAULTS = "tfshard defaults (16 files, 16 reader threads, 8 MiB buffer)"
 SEQUENTIAL = "tfshard sequential (cycle_length=1)"
 PLAIN = "plain TFRecordDataset(files)"
 FIXED = "tfshard defaults but num_parallel_calls=AUTOTUNE"
+CACHE = "shard_cache"  # the kind of the shard-cache process: its network's name
+# The shard cache's process: tfshard's recommended GCS blocks. They must be in the environment before TensorFlow
+# starts: its GCS file system reads them when it is registered, at import, so readers.info's default comes too late.
+CACHE_CLIENT = {"GCS_READ_CACHE_BLOCK_SIZE_MB": "8"}
 
 # The reader processes: (label, environment, contenders per network). TensorFlow reads the GCS_* variables once,
 # when its GCS filesystem starts, so each setting gets its own process; the network changes under it.
@@ -101,6 +121,49 @@ class PeakRSS:
         self.growth = self.peak - self.base
 
 
+def folder_bytes(folder: str) -> int:
+    """The sum of the sizes of the files under ``folder`` (a download counts at the full size it reserves), each
+    file once: one renamed from ``parts/`` to ``shards/`` during the walk can be listed in both."""
+    sizes = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except FileNotFoundError:  # renamed or evicted between the listing and the stat
+                continue
+            sizes[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(sizes.values())
+
+
+def sample_folder(folder: str, interval_s: float) -> None:
+    """The ``--folder-size`` child: samples until its stdin closes, then prints the peak and the sample count."""
+    peak, samples = folder_bytes(folder), 1
+    print("ready", flush=True)
+    while not select.select([sys.stdin], [], [], interval_s)[0]:
+        peak, samples = max(peak, folder_bytes(folder)), samples + 1
+    print(max(peak, folder_bytes(folder)), samples + 1, flush=True)
+
+
+class FolderSize:
+    """The most ``folder`` held while the ``with`` block runs, sampled every 4 ms by a child process (a thread
+    here would take the GIL from the cache's fetches); ``folder`` None samples nothing."""
+
+    def __init__(self, folder: str | None):
+        self.folder, self.peak, self.samples = folder, 0, 0
+
+    def __enter__(self):
+        if self.folder is not None:
+            self._child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--folder-size", self.folder],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            self._child.stdout.readline()  # "ready": it has taken its first sample
+        return self
+
+    def __exit__(self, *exc):
+        if self.folder is not None:
+            out, _ = self._child.communicate()  # closing its stdin is the signal to stop
+            self.peak, self.samples = (int(v) for v in out.split())
+
+
 def _contenders(info, kind: str) -> dict:
     """label → a function that builds the dataset; ``kind``: "basic", "full" (with variations) or "cache"."""
     import tensorflow as tf
@@ -128,17 +191,95 @@ def _contenders(info, kind: str) -> dict:
     return contenders
 
 
-def _timed_pass(build) -> dict:
+def _timed_pass(build, folder: str | None = None, store=None) -> dict:
+    """One pass over ``build()`` in batches of 64; with a shard cache, also the most its ``folder`` held (sampled
+    by another process) and what its ``store`` downloaded during the pass."""
     dataset = build().batch(64)
-    with PeakRSS() as memory:
-        started = time.perf_counter()
+    downloaded = store.downloaded_bytes if store is not None else 0
+    with FolderSize(folder) as disk, PeakRSS() as memory:
+        started, cpu = time.perf_counter(), time.process_time()
         records = 0
         iterator = iter(dataset)
         for batch in iterator:
             records += int(batch.shape[0])
-        seconds = time.perf_counter() - started
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     del iterator  # after the clock: deleting an autotuned iterator can block (benchmarks/images.py)
-    return {"records": records, "seconds": seconds, "rss_growth": memory.growth}
+    run = {"records": records, "seconds": seconds, "rss_growth": memory.growth, "cpu": cpu}
+    if store is not None:
+        run.update(downloaded=store.downloaded_bytes - downloaded, folder_peak=disk.peak)
+    return run
+
+
+def _copy_dataset(source: str, target: str) -> None:
+    """Copies a dataset's files (manifest and shards) from ``gs://`` to a local folder, as ``gsutil cp -r`` would."""
+    import tensorflow as tf
+
+    for root, _, names in tf.io.gfile.walk(source):
+        folder = os.path.join(target, root[len(source):].strip("/"))
+        os.makedirs(folder, exist_ok=True)
+        for name in names:
+            tf.io.gfile.copy(f"{root.rstrip('/')}/{name}", os.path.join(folder, name), overwrite=True)
+
+
+def _train_bytes(info) -> int:
+    return sum(shard.bytes for shard in info.manifest.splits["train"].shards)
+
+
+def _cache_reader(info, folder: str | None = None, limit: int | None = None):
+    """``interleave_records`` over the train split as a training reader calls it (files reshuffled each epoch),
+    through a shard cache in ``folder`` (None: none); returns the dataset and the cache's ``ShardStore``."""
+    from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, check_shards, interleave_records
+    from tfshard.readers.shard_cache.pipeline import ShardCache
+
+    shards = check_shards(info, "train", list(range(len(info.shard_paths("train")))))
+    session = None if folder is None else ShardCache(folder, limit, "benchmarks/network.py").session(shards)
+    dataset = interleave_records(shards, compression=None, shuffle_files=True, seed=0, cycle_length=None,
+                                 read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES, deterministic=None,
+                                 shard_cache=session)
+    return dataset, None if session is None else session.cache.store
+
+
+def _cache_groups(small, large, local, work: str) -> list:
+    """The shard-cache section's contenders: functions that each run one or more passes, → {row label: run}.
+    Every cache contender starts from an empty folder and reads its epochs through one pipeline."""
+
+    def epochs(info, tag, limit, count):
+        def run():
+            folder = tempfile.mkdtemp(dir=work)
+            dataset, store = _cache_reader(info, folder, limit)
+            runs = {f"{tag}, epoch {e}": _timed_pass(lambda: dataset, folder, store) for e in range(1, count + 1)}
+            shutil.rmtree(folder)
+            return runs
+        return run
+
+    def plain(info, label):
+        return lambda: {label: _timed_pass(lambda: _cache_reader(info)[0])}
+
+    size, big = _train_bytes(small), _train_bytes(large)
+    return [plain(small, "1x|no cache"), epochs(small, "1x|shard_cache", size, 2), plain(local, "1x|local copy"),
+            epochs(small, "1x|shard_cache limit 1/2", size // 2, 3), plain(large, "Nx|no cache"),
+            epochs(large, "Nx|shard_cache", big, 2)]
+
+
+def cache_process(args, network: tuple[float, float]) -> dict:
+    """The shard-cache section, on one network: each repeat runs every contender once, in a rotated order."""
+    from tfshard import readers
+
+    gcs_emulator.configure(latency_ms=network[0], stream_mb_per_s=network[1])
+    small, large = readers.info(f"{BUCKET}/ds"), readers.info(f"{BUCKET}/ds-large")
+    results: dict[str, list] = {}
+    with tempfile.TemporaryDirectory(prefix="tfshard-net-cache-") as work:
+        _copy_dataset(f"{BUCKET}/ds", os.path.join(work, "local"))
+        local = readers.info(os.path.join(work, "local"))
+        for info, cached in ((small, True), (large, True), (local, False)):  # warm-up
+            folder = tempfile.mkdtemp(dir=work) if cached else None
+            _timed_pass(lambda info=info, folder=folder: _cache_reader(info, folder, _train_bytes(info))[0].take(1))
+        groups = _cache_groups(small, large, local, work)
+        for repeat in range(args.repeats):
+            for group in groups[repeat % len(groups):] + groups[:repeat % len(groups)]:
+                for label, run in group().items():
+                    results.setdefault(label, []).append(run)
+    return {"bytes": {"1x": _train_bytes(small), "Nx": _train_bytes(large)}, "runs": results}
 
 
 def reader_process(args) -> None:
@@ -148,6 +289,9 @@ def reader_process(args) -> None:
 
     info = readers.info(f"{BUCKET}/ds")
     kinds = json.loads(args.kinds)
+    if CACHE in kinds:
+        print(json.dumps(cache_process(args, json.loads(args.networks)[kinds[CACHE]])), flush=True)
+        return
     results = {}
     for network, (latency_ms, stream_mb_per_s) in json.loads(args.networks).items():
         if network not in kinds:
@@ -168,8 +312,9 @@ def reader_process(args) -> None:
     print(json.dumps({"bytes": info.manifest.total_bytes, "results": results}), flush=True)
 
 
-def _write_dataset(shards: int, records_per_shard: int) -> tuple[float, dict]:
-    """Writes the benchmark's episodes to gs://bench/ds with tfshard (no added latency); returns seconds, requests."""
+def _write_dataset(shards: int, records_per_shard: int, name: str = "ds") -> tuple[float, dict]:
+    """Writes the benchmark's episodes to gs://bench/NAME with tfshard (no added latency); returns seconds,
+    requests."""
     import numpy as np
     from tfshard.ingest import ConvertOptions, convert_episodes
 
@@ -178,7 +323,7 @@ def _write_dataset(shards: int, records_per_shard: int) -> tuple[float, dict]:
         for i in range(shards * records_per_shard):
             np.save(os.path.join(src, f"ep{i:05d}.npy"), rng.normal(size=(STEPS, WIDTH)).astype(np.float32))
         started = time.perf_counter()
-        convert_episodes(src, f"{BUCKET}/ds", ConvertOptions(num_shards=shards), workers=0, progress=False)
+        convert_episodes(src, f"{BUCKET}/{name}", ConvertOptions(num_shards=shards), workers=0, progress=False)
         return time.perf_counter() - started, gcs_emulator.configure()["requests"]
 
 
@@ -197,21 +342,21 @@ def _print_table(rows: list[tuple[str, str, str, dict]], total_bytes: int) -> No
               f"{run['rss_growth'] / MiB:>6.0f} MiB |")
 
 
-def inside(args) -> None:
-    """Runs in the namespace: writes the dataset, then runs each reader process over both networks."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    write_seconds, write_requests = _write_dataset(args.shards, args.records_per_shard)
-    networks = {"latency": (args.latency_ms, 0.0), "paced": (args.latency_ms, args.stream_mb_per_s)}
-    names = {"latency": f"{args.latency_ms:g} ms",
-             "paced": f"{args.latency_ms:g} ms, {args.stream_mb_per_s:g} MB/s/conn"}
+def _run_reader(client: str, env: dict, kinds: dict, networks: dict, args) -> dict:
+    """Runs one reader process (its own GCS client settings) and returns what it printed."""
+    command = [sys.executable, os.path.abspath(__file__), "--reader", "--networks", json.dumps(networks),
+               "--kinds", json.dumps(kinds), "--repeats", str(args.repeats)]
+    done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{client}: reader process failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _network_section(args, networks: dict, names: dict, write_seconds: float, write_requests: dict) -> None:
+    """The readers and GCS client settings side by side, on both networks."""
     best, total_bytes = {}, 0
     for client, env, kinds in PROCESSES:
-        command = [sys.executable, os.path.abspath(__file__), "--reader", "--networks", json.dumps(networks),
-                   "--kinds", json.dumps(kinds), "--repeats", str(args.repeats)]
-        done = subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            sys.exit(f"{client}: reader process failed:\n{done.stderr[-4000:]}")
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = _run_reader(client, env, kinds, networks, args)
         total_bytes = result["bytes"]
         for network, readers_ in result["results"].items():
             for reader, runs in readers_.items():
@@ -235,6 +380,95 @@ def inside(args) -> None:
                   f"TFRecordDataset; with num_parallel_calls=AUTOTUNE: {fixed:.2f}x sequential")
 
 
+def _cache_reference(label: str) -> str | None:
+    """The row a shard-cache row is compared with: epoch 1 with the same reader without a cache; a later epoch
+    with a full cache, with the reader of a local copy (else without a cache)."""
+    tag, reader = label.split("|")
+    if reader == "no cache":
+        return None
+    if reader == "shard_cache, epoch 2" and tag == "1x":
+        return "1x|local copy"
+    return f"{tag}|no cache"
+
+
+def _cache_section(args, result: dict, network: str) -> None:
+    """The shard cache's table (best pass of each row; RSS, folder and downloads: the most of any pass) and one
+    line per target."""
+    runs, sizes = result["runs"], result["bytes"]
+    best = {label: min(r, key=lambda run: run["seconds"]) for label, r in runs.items()}
+    most = {label: {k: max(run.get(k, 0) for run in r) for k in ("rss_growth", "folder_peak", "downloaded")}
+            for label, r in runs.items()}
+    speed = {label: sizes[label.split("|")[0]] / run["seconds"] for label, run in best.items()}  # bytes/s
+
+    def limit_of(label):
+        tag, reader = label.split("|")
+        return None if "shard_cache" not in reader else sizes[tag] // (2 if "1/2" in reader else 1)
+
+    print(f"\nShard cache (`shard_cache=DIR`, DIR empty at each epoch 1), {network}, GCS_READ_CACHE_BLOCK_SIZE_MB=8: "
+          f"interleave_records over {args.shards} and {args.shards * args.cache_growth} shards, files reshuffled "
+          f"each epoch, batches of 64. Best of {args.repeats} rounds in rotated order; vs: epoch 1 against no "
+          "cache, epoch 2 against a local copy of the shards; peak RSS +, DIR max (sum of file sizes, sampled every "
+          "4 ms) and downloaded (into the cache): the most of any pass; CPU s: the reader process's in the best pass "
+          "(the emulator serving it shares the 2 cores).\n")
+    print(f"| {'dataset':>8} | {'reader':<35} | {'limit':>8} | {'records/s':>9} | {'MB/s':>5} | {'vs':<19} | "
+          f"{'CPU s':>5} | {'peak RSS +':>10} | {'DIR max':>8} | {'downloaded':>10} |")
+    print(f"|{'-' * 9}:|{'-' * 37}|{'-' * 9}:|{'-' * 10}:|{'-' * 6}:|{'-' * 21}|{'-' * 6}:|{'-' * 11}:|{'-' * 9}:|"
+          f"{'-' * 11}:|")
+    for label, run in best.items():
+        tag, reader = label.split("|")
+        reference, limit = _cache_reference(label), limit_of(label)
+        versus = "" if reference is None else f"{speed[label] / speed[reference]:.2f}x {reference.split('|')[1]}"
+        limit_text = folder_text = downloaded_text = ""
+        if limit is not None:
+            limit_text, folder_text = f"{limit / 1e6:.0f} MB", f"{most[label]['folder_peak'] / 1e6:.0f} MB"
+            downloaded_text = f"{most[label]['downloaded'] / 1e6:.1f} MB"
+        print(f"| {sizes[tag] / 1e6:>5.0f} MB | {reader:<35} | {limit_text:>8} | "
+              f"{run['records'] / run['seconds']:>9,.0f} | {speed[label] / 1e6:>5.1f} | {versus:<19} | "
+              f"{run['cpu']:>5.2f} | {most[label]['rss_growth'] / MiB:>6.0f} MiB | {folder_text:>8} | "
+              f"{downloaded_text:>10} |")
+    print()
+
+    def verdict(ok):
+        return "met" if ok else "NOT met"
+
+    first = speed["1x|shard_cache, epoch 1"] / speed["1x|no cache"]
+    print(f"a. epoch 1 with an empty shard_cache: {first:.2f}x no cache (target >= 0.95x: {verdict(first >= 0.95)})")
+    second = speed["1x|shard_cache, epoch 2"] / speed["1x|local copy"]
+    print(f"b. epoch 2 with the shard_cache: {second:.2f}x a local copy (target >= 0.9x: {verdict(second >= 0.9)})")
+    half = "1x|shard_cache limit 1/2"
+    again = [most[f"{half}, epoch {e}"]["downloaded"] for e in (2, 3)]
+    half_speed = speed[f"{half}, epoch 2"] / speed["1x|no cache"]
+    print(f"c. limit = half the dataset: epoch 2 {half_speed:.2f}x no cache, "
+          f"{speed[f'{half}, epoch 2'] / speed['1x|local copy']:.2f}x a local copy; re-downloaded per epoch "
+          f"(epochs 2, 3): {again[0] / 1e6:.1f} MB, {again[1] / 1e6:.1f} MB of {sizes['1x'] / 1e6:.1f} MB "
+          f"(target: no re-downloads, epoch 2 >= 0.95x no cache: {verdict(max(again) == 0 and half_speed >= 0.95)})")
+    rss = {tag: max(most[f"{tag}|shard_cache, epoch {e}"]["rss_growth"] for e in (1, 2)) for tag in ("1x", "Nx")}
+    added = {tag: rss[tag] - most[f"{tag}|no cache"]["rss_growth"] for tag in ("1x", "Nx")}
+    flat = added["Nx"] <= max(added["1x"], 0) + 16 * MiB
+    print(f"d. peak RSS growth of a shard_cache pass: {rss['1x'] / MiB:.0f} MiB at {sizes['1x'] / 1e6:.0f} MB, "
+          f"{rss['Nx'] / MiB:.0f} MiB at {sizes['Nx'] / 1e6:.0f} MB; over the same reader without a cache: "
+          f"{added['1x'] / MiB:+.0f} MiB, {added['Nx'] / MiB:+.0f} MiB (target: what the cache adds stays flat, "
+          f"within 16 MiB: {verdict(flat)})")
+    over = [(most[label]["folder_peak"], limit_of(label)) for label in best if limit_of(label) is not None]
+    print(f"   DIR max / limit: {max(peak / limit for peak, limit in over):.2f} at most (target <= 1: "
+          f"{verdict(all(peak <= limit for peak, limit in over))})")
+
+
+def inside(args) -> None:
+    """Runs in the namespace: writes the dataset, then runs each reader process over both networks."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    write_seconds, write_requests = _write_dataset(args.shards, args.records_per_shard)
+    networks = {"latency": (args.latency_ms, 0.0), "paced": (args.latency_ms, args.stream_mb_per_s)}
+    names = {"latency": f"{args.latency_ms:g} ms",
+             "paced": f"{args.latency_ms:g} ms, {args.stream_mb_per_s:g} MB/s/conn"}
+    if args.only in (None, "network"):
+        _network_section(args, networks, names, write_seconds, write_requests)
+    if args.only in (None, "cache"):
+        _write_dataset(args.shards * args.cache_growth, args.records_per_shard, "ds-large")
+        result = _run_reader(CACHE, CACHE_CLIENT, {CACHE: "paced"}, networks, args)
+        _cache_section(args, result, names["paced"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=30.0, help="added to every response (default 30)")
@@ -243,11 +477,18 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16, help="shards (default 16)")
     parser.add_argument("--records-per-shard", type=int, default=128, help="16 KiB records per shard (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="passes per reader; the best is shown (default 3)")
+    parser.add_argument("--only", choices=("network", "cache"),
+                        help="run one section: the network table, or the shard cache's (default: both)")
+    parser.add_argument("--cache-growth", type=int, default=3,
+                        help="the shard cache's larger dataset has this many times --shards (default 3)")
+    parser.add_argument("--folder-size", help=argparse.SUPPRESS)
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--reader", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--networks", help=argparse.SUPPRESS)
     parser.add_argument("--kinds", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.folder_size is not None:
+        return sample_folder(args.folder_size, 0.004)
     if args.reader:
         return reader_process(args)
     if args.inside:
@@ -257,7 +498,8 @@ def main() -> None:
         sys.exit(f"benchmarks/network.py: cannot run the GCS emulator here: {reason}")
     command = [sys.executable, os.path.abspath(__file__), "--inside", "--latency-ms", str(args.latency_ms),
                "--stream-mb-per-s", str(args.stream_mb_per_s), "--shards", str(args.shards),
-               "--records-per-shard", str(args.records_per_shard), "--repeats", str(args.repeats)]
+               "--records-per-shard", str(args.records_per_shard), "--repeats", str(args.repeats),
+               "--cache-growth", str(args.cache_growth)] + (["--only", args.only] if args.only else [])
     sys.exit(gcs_emulator.run(command, buckets=["bench"], capture=False).returncode)
 
 

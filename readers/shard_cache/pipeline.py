@@ -1,14 +1,15 @@
 """The shard cache inside a reader's tf.data pipeline: fetch ahead in the epoch's file order, read the local copy.
 
-After the per-epoch file shuffle, a parallel, order-keeping ``map`` fetches each shard into the cache (``store.py``)
-a few files ahead of the reads, so the cache fills in exactly the order the reader's seeded shuffle picks; each
-element leaves the map as ``(index, path, local)``: the verified local copy, or the remote path to read when the
-shard could not be cached (no room, or its downloads failed; logged). A local copy needs no guard against
-re-conversion (``readers/guard.py``): its bytes are the manifest's, checked by sha256. A remote read keeps it.
+After the per-epoch file shuffle, each shard's fetch into the cache (``store.py``) is started a few files ahead of
+the reads, in a thread of ``ahead.py``'s pool (not a tf.data thread: a fetch blocks for its whole download), so the
+cache fills in exactly the order the reader's seeded shuffle picks; each element leaves as ``(index, path, local)``:
+the verified local copy, or the remote path to read when the shard could not be cached (no room, or its downloads
+failed; logged). A local copy needs no guard against re-conversion (``readers/guard.py``): its bytes are the
+manifest's, checked by sha256. A remote read keeps it.
 
-The fetch is Python, registered under a fixed name (``FETCH``) in every process that imports ``tfshard.readers``,
-so the op also runs on tf.data service workers (``tfshard service worker``): a service ships the graph, not a
-Python closure, and each worker caches in the folder of that name on its own host.
+The fetch is Python, registered under fixed names (``START``, ``WAIT``) in every process that imports
+``tfshard.readers``, so the ops also run on tf.data service workers (``tfshard service worker``): a service ships the
+graph, not a Python closure, and each worker caches in the folder of that name on its own host.
 
 Pins: a pipeline built in this process keeps every copy it has fetched pinned while it lives (a copy an open
 reader uses is never evicted; with a limit below the pipeline's shards, the copies it holds stay, and the rest are
@@ -30,11 +31,13 @@ import tensorflow as tf
 from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
 
 from ...format.sizes import parse_size
+from .ahead import FetchPool, UnknownTicket
 from .store import CacheFolderError, Shard, ShardStore, checked_directory
 
 log = logging.getLogger(__name__)
 
-FETCH, RELEASE = "tfshard_shard_cache_fetch_v1", "tfshard_shard_cache_release_v1"
+START, WAIT = "tfshard_shard_cache_start_v1", "tfshard_shard_cache_wait_v1"
+RELEASE = "tfshard_shard_cache_release_v1"
 FETCH_AHEAD = 2  # shards fetched beyond the files being read
 _stores: dict[tuple[str, int], ShardStore] = {}
 _sessions: weakref.WeakValueDictionary[str, CacheSession] = weakref.WeakValueDictionary()
@@ -128,7 +131,7 @@ class CacheSession:
         self.held: set[str] = set()
         self._lock = threading.Lock()
         _sessions[self.id] = self
-        weakref.finalize(self, _release_all, cache.store, self.held)
+        weakref.finalize(self, _release_all, cache.store, self.held, self.id)
 
     def fetch(self, shard: Shard) -> str | None:
         found = self.cache.store.fetch(shard)
@@ -141,37 +144,59 @@ class CacheSession:
         return found
 
     def localized(self, files: tf.data.Dataset, ahead: int) -> tf.data.Dataset:
-        """``(index, path)`` elements → ``(index, path to read, local)``, fetched ``ahead`` at once in order."""
+        """``(index, path)`` elements → ``(index, path to read, local)``: each fetch is queued ahead of its element
+        (a prefetch of tickets) and runs in one of the pipeline's ``ahead`` threads (``ahead.py``), in order.
+
+        At most ``ahead`` downloads at once, in the epoch's order: with every queued file downloading, the interleave
+        (which takes inputs well ahead) had 48 downloads share the bandwidth, none done until nearly all were, and
+        nothing to read meanwhile (an epoch from an empty cache at 0.52-0.63x the reader without one).
+        """
         shas = tf.constant([s.sha256 for s in self.shards])
         sizes = tf.constant([s.size for s in self.shards], tf.int64)
         key = tf.constant(self.id)
         directory, limit = tf.constant(self.cache.directory), tf.constant(self.cache.limit, tf.int64)
+        threads = tf.constant(max(1, ahead), tf.int64)
 
-        def localize(index, path):
+        def start(index, path):
+            ticket = tf.raw_ops.EagerPyFunc(
+                input=[threads, key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
+                token=START, Tout=[tf.int64])[0]
+            return index, path, tf.ensure_shape(ticket, [])
+
+        def wait(index, path, ticket):  # with the shard again: a ticket restored from a checkpoint is not here
             found, local = tf.raw_ops.EagerPyFunc(
-                input=[key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
-                token=FETCH, Tout=[tf.string, tf.bool])
+                input=[ticket, key, directory, limit, tf.gather(shas, index), tf.gather(sizes, index), path],
+                token=WAIT, Tout=[tf.string, tf.bool])
             return index, tf.ensure_shape(found, []), tf.ensure_shape(local, [])
 
-        return files.map(localize, num_parallel_calls=max(1, ahead), deterministic=True)
+        return files.map(start).prefetch(max(1, ahead)).map(wait)
 
     def read(self, index, path, local, open_local, read_remote) -> tf.data.Dataset:
-        """The records of one shard: ``open_local(path)`` of its copy (then released on a service worker), or
-        ``read_remote(index, path)``."""
-        element = tf.data.Dataset.from_tensors((index, path))
-        cached = element.filter(lambda i, p: local).flat_map(lambda i, p: open_local(p))
-        sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
-        key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
-        limit = tf.constant(self.cache.limit, tf.int64)
-        # After the copy's last record: a service worker's pin on it ends (records are scalar strings; none added).
-        released = tf.data.Dataset.from_tensors(sha).filter(lambda _: local).map(
-            lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
-                                                             Tout=[tf.string])[0], [])).filter(lambda _: False)
-        remote = element.filter(lambda i, p: tf.logical_not(local)).flat_map(read_remote)
-        return cached.concatenate(released).concatenate(remote)
+        """The records of one shard: ``open_local(path)`` of its verified copy (then released, if it was pinned
+        for the read: on a service worker, or after the pipeline's session is gone), or ``read_remote(index,
+        path)``.
+
+        A ``tf.cond`` between the two datasets, so each file builds and iterates only its own: with both behind
+        filters and concatenated, every record of a local copy went through the unused remote reader's stages
+        too, at 4-7x the CPU of reading the copy alone (``benchmarks/network.py``).
+        """
+        def cached():
+            sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
+            key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
+            limit = tf.constant(self.cache.limit, tf.int64)
+            released = tf.data.Dataset.from_tensors(sha).map(  # records are scalar strings; this one adds none
+                lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
+                                                                 Tout=[tf.string])[0], [])).filter(lambda _: False)
+            return open_local(path).concatenate(released)
+
+        return tf.cond(local, cached, lambda: read_remote(index, path))
 
 
-def _release_all(store: ShardStore, held: set[str]) -> None:
+def _release_all(store: ShardStore, held: set[str], key: str) -> None:
+    with _registry_lock:
+        pool = _pools.pop(key, None)
+    if pool is not None:
+        pool.close()
     for sha in list(held):
         store.unpin(sha)
     held.clear()
@@ -187,13 +212,41 @@ def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _fetch(key, directory, limit, sha, size, remote):
-    session = _sessions.get(_text(key))
+_pools: dict[str, FetchPool] = {}  # session key -> the threads of its pipeline's fetches
+
+
+def _pool_for(key: str, threads: int) -> FetchPool:
+    with _registry_lock:
+        if key not in _pools:
+            _pools[key] = FetchPool(threads)
+        return _pools[key]
+
+
+def _fetcher(key, directory, limit, sha, size, remote):
+    """``(session key, shard, its fetch)`` of the ops' inputs."""
+    key = _text(key)
+    session = _sessions.get(key)
     shard = Shard(_text(sha), int(size), _text(remote))
     if session is not None:
-        found = session.fetch(shard)
-    else:  # a service worker (or a pipeline already gone): the copy stays pinned while it is read
-        found = store_for(_text(directory), int(limit)).fetch(shard)
+        return key, shard, session.fetch
+    # A service worker (or a pipeline already gone): the copy stays pinned while it is read.
+    return key, shard, store_for(_text(directory), int(limit)).fetch
+
+
+def _start(threads, *shard_inputs):
+    key, shard, fetch = _fetcher(*shard_inputs)
+    return np.int64(_pool_for(key, int(threads)).start(key, shard.sha256, lambda: fetch(shard)))
+
+
+def _wait(ticket, *shard_inputs):
+    key, shard, fetch = _fetcher(*shard_inputs)
+    pool = _pools.get(key)
+    try:
+        if pool is None:
+            raise UnknownTicket(f"no fetches of {key!r} here")
+        found = pool.result(int(ticket), key, shard.sha256)
+    except UnknownTicket:  # restored from a checkpoint, or its pipeline is gone: fetched now
+        found = fetch(shard)
     return (found or shard.remote).encode(), np.bool_(found is not None)
 
 
@@ -205,7 +258,8 @@ def _release(key, directory, limit, sha):
 
 def _register() -> None:
     registry = script_ops._py_funcs  # noqa: SLF001 (the only way to give a Python op a name a shipped graph finds)
-    for token, function, outputs in ((FETCH, _fetch, [tf.string, tf.bool]), (RELEASE, _release, [tf.string])):
+    for token, function, outputs in ((START, _start, [tf.int64]), (WAIT, _wait, [tf.string, tf.bool]),
+                                     (RELEASE, _release, [tf.string])):
         wrapped = script_ops.EagerFunc(function, outputs, False)
         _registered.append(wrapped)  # the registry holds its functions weakly
         registry._funcs[token] = wrapped  # noqa: SLF001

@@ -45,7 +45,7 @@ _SHA = re.compile(r"^[0-9a-f]{64}$")
 _SHARD_NAME = re.compile(r"^([0-9a-f]{64})\.tfrecord$")
 _PART_NAME = re.compile(r"^([0-9a-f]{64})\.part$")
 _PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})$")
-_CHUNK = 8 * 2**20
+_CHUNK = 2**20  # per read of a download: each in flight holds ~2 chunks (TF's string, Python's bytes)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 DEFAULT_ATTEMPTS = 3
 DEFAULT_WAIT_S = 600.0  # for another process's download of the same shard, before reading it remotely
@@ -373,7 +373,8 @@ class ShardStore:
                     error = f"{type(e).__name__}: {e}"
                     continue
                 if (digest, size) == (shard.sha256, shard.size):
-                    os.replace(part, path)
+                    with self._folder_lock():  # no usage() count sees the copy both as a part and as a copy
+                        os.replace(part, path)
                     st, ours = os.lstat(path), os.fstat(fd)
                     if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
                         self._verified[shard.sha256] = _identity(st)
