@@ -102,5 +102,7 @@ class FetchPool:
                     future.set_result(function())
                 except BaseException as e:  # noqa: BLE001 (handed to the caller of result, which raises it)
                     future.set_exception(e)
+            # Not held while waiting for the next: the function's closure keeps its pipeline's session (and pins).
+            del item, future, function
             with self._lock:
                 self._free += 1
