@@ -200,7 +200,8 @@ class _Handler:
     latency_s = 0.0
     stream_bytes_per_s = 0.0
     lock = threading.Lock()  # the emulator's metadata dicts are not thread-safe; reads of object bytes need no lock
-    counts: ClassVar[collections.Counter] = collections.Counter()  # requests by method, connections
+    counts: ClassVar[collections.Counter] = collections.Counter()  # requests by method, connections, bytes_sent
+    counts_lock = threading.Lock()
 
     def setup(self):
         super().setup()
@@ -296,6 +297,8 @@ class _Paced:
         self.started, self.sent = time.monotonic(), 0
 
     def write(self, data) -> int:
+        with self.settings.counts_lock:  # every byte served, for what a reader fetched over the network
+            self.settings.counts["bytes_sent"] += len(data)
         rate = self.settings.stream_bytes_per_s
         if not rate:
             return self.raw.write(data)

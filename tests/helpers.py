@@ -277,3 +277,22 @@ def assert_same_tree(actual: dict, expected: dict, what: str = "") -> None:
         assert actual[name] == expected[name], f"{prefix}{name} differs"
 
 
+def run_gcs_scenario(script: str, root, *, timeout: float, passed: str) -> str:
+    """Runs ``script ROOT`` inside the private GCS emulator's namespace (``tests/gcs_emulator.py``); fails unless it
+    exits 0 with ``passed`` as its last line; skips where namespaces are not permitted (fails there under CI).
+    Returns its stdout."""
+    import sys
+    import time
+
+    import gcs_emulator
+
+    reason = gcs_emulator.unavailable_reason()
+    require(reason is None, f"no private GCS emulator: {reason}")
+    started = time.monotonic()
+    done = gcs_emulator.run([sys.executable, os.path.abspath(script), str(root)], timeout=timeout,
+                            env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert done.returncode == 0, f"scenario failed:\n{done.stdout}\n{done.stderr[-8000:]}"
+    assert done.stdout.strip().endswith(passed), done.stdout
+    print(f"{done.stdout}{passed}; took {time.monotonic() - started:.1f} s")
+    return done.stdout
+

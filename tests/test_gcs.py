@@ -18,9 +18,8 @@ import subprocess
 import sys
 import time
 
-import gcs_emulator
 import pytest
-from helpers import assert_same_tree, require
+from helpers import assert_same_tree, run_gcs_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +45,7 @@ convert_images(sys.argv[1], sys.argv[2], ConvertOptions(num_shards=4, index=True
 
 def test_gs_urls_end_to_end(tmp_path):
     """Convert (after a crash), resume, verify, read back, overwrite; images and episodes; all on gs://."""
-    reason = gcs_emulator.unavailable_reason()
-    require(reason is None, f"no private GCS emulator: {reason}")
-    started = time.monotonic()
-    done = gcs_emulator.run([sys.executable, os.path.abspath(__file__), str(tmp_path)], timeout=300,
-                            env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert done.returncode == 0, f"scenario failed:\n{done.stdout}\n{done.stderr[-8000:]}"
-    assert done.stdout.strip().endswith("gs:// scenario passed"), done.stdout
-    print(f"gs:// scenario took {time.monotonic() - started:.1f} s")
+    run_gcs_scenario(__file__, tmp_path, timeout=300, passed="gs:// scenario passed")
 
 
 # Everything below runs inside the namespace, as `python tests/test_gcs.py ROOT`.

@@ -22,7 +22,7 @@ import time
 
 import gcs_emulator
 import pytest
-from helpers import require
+from helpers import run_gcs_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +34,7 @@ LIMIT = "50MB"  # far above the datasets: nothing is evicted unless a step says 
 
 def test_shard_cache_on_gcs(tmp_path):
     """Readers and ``tfshard cache`` through a shard cache of gs:// shards, a killed downloader, a limit."""
-    reason = gcs_emulator.unavailable_reason()
-    require(reason is None, f"no private GCS emulator: {reason}")
-    started = time.monotonic()
-    done = gcs_emulator.run([sys.executable, os.path.abspath(__file__), str(tmp_path)], timeout=240,
-                            env={"TF_CPP_MIN_LOG_LEVEL": "2"})
-    assert done.returncode == 0, f"scenario failed:\n{done.stdout}\n{done.stderr[-8000:]}"
-    assert done.stdout.strip().endswith("shard cache scenario passed"), done.stdout
-    print(f"{done.stdout}shard cache scenario took {time.monotonic() - started:.1f} s")
+    run_gcs_scenario(__file__, tmp_path, timeout=240, passed="shard cache scenario passed")
 
 
 # Everything below runs inside the namespace, as `python tests/test_gcs_shard_cache.py ROOT`.
@@ -138,8 +131,11 @@ def _two_epochs(root: str) -> list:
     after = gcs_emulator.configure()["requests"]
     assert store.downloaded_bytes == sum(sizes.values()), "epoch 2 downloaded shard bytes again"
     # No request at all, not even metadata (a verified copy is read without the remote guard's stat): the one new
-    # connection is the second configure()'s, which the emulator does not count as a request.
+    # connection is the first configure()'s answer, which the emulator does not count as a request, and the only
+    # bytes sent are that answer's (a few hundred; one shard is ~100 KB).
+    sent = after.pop("bytes_sent") - requests.pop("bytes_sent")
     assert {**after, "connections": after["connections"] - 1} == requests, (requests, after)
+    assert 0 < sent < 2000, sent
     assert os.listdir(os.path.join(directory, "parts")) == []
     return want[0]
 
