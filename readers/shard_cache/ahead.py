@@ -19,6 +19,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 MAX_THREADS = 64
+KEPT_PER_THREAD = 4  # finished results kept untaken per thread (a live iterator leaves about one per thread)
 
 
 class UnknownTicket(LookupError):
@@ -34,6 +35,10 @@ class FetchPool:
     restored one may equal a live one here: ``result`` gives a result only under the same owner and name, so a
     caller never takes another shard's fetch, and does the work itself when there is none.
 
+    An iterator deleted mid-epoch never takes the tickets of its fetch-ahead buffer: beyond ``KEPT_PER_THREAD``
+    per thread, the oldest finished results nobody took are dropped (their waiter, if any, does the work itself),
+    so a dataset iterated for many abandoned epochs does not keep every one.
+
     Example:
       pool = FetchPool(4)
       ticket = pool.start("pipeline-1", sha256, lambda: store.fetch(shard))   # returns at once
@@ -43,7 +48,7 @@ class FetchPool:
     def __init__(self, threads: int = MAX_THREADS):
         if threads < 1:
             raise ValueError(f"FetchPool: threads must be at least 1 (got {threads!r})")
-        self.threads = threads
+        self.threads, self._kept = threads, KEPT_PER_THREAD * threads
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._pending: dict[int, tuple[str, str, Future]] = {}
         self._tickets = itertools.count(1)
@@ -56,6 +61,7 @@ class FetchPool:
         with self._lock:
             ticket = next(self._tickets)
             self._pending[ticket] = (owner, name, future)
+            self._drop_untaken()
             if self._free:
                 self._free -= 1  # that thread takes it
             elif self._started < self.threads:
@@ -82,6 +88,13 @@ class FetchPool:
         """Drops the tickets of ``owner`` nobody took (an iterator deleted mid-epoch); their functions still run."""
         with self._lock:
             for ticket in [t for t, (o, _, _) in self._pending.items() if o == owner]:
+                del self._pending[ticket]
+
+    def _drop_untaken(self) -> None:
+        """Drops the oldest finished results beyond the ones kept. Lock held."""
+        excess = len(self._pending) - self._kept
+        if excess > 0:
+            for ticket in [t for t, (_, _, f) in self._pending.items() if f.done()][:excess]:
                 del self._pending[ticket]
 
     def close(self) -> None:

@@ -41,7 +41,9 @@ RELEASE = "tfshard_shard_cache_release_v1"
 FETCH_AHEAD = 2  # shards fetched beyond the files being read
 _stores: dict[tuple[str, int], ShardStore] = {}
 _sessions: weakref.WeakValueDictionary[str, CacheSession] = weakref.WeakValueDictionary()
-_registry_lock = threading.Lock()
+# Reentrant, as the pins' lock (``store.py``): a pipeline's finalizer takes both, and the GC runs it on whatever
+# allocation triggers a collection, the ones made while this thread holds either lock too.
+_registry_lock = threading.RLock()
 
 
 def store_for(directory: str, limit: int) -> ShardStore:

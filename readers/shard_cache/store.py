@@ -153,9 +153,10 @@ class ShardStore:
         self.limit, self.attempts, self.wait_s, self._open_remote = limit, attempts, wait_s, open_remote
         self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
         # sha256 -> pins this process holds. A pin file names the process, not the store, so every store of the
-        # folder in this process shares the count (readers of other limits have other stores).
+        # folder in this process shares the count (readers of other limits have other stores). Reentrant: a dropped
+        # pipeline's finalizer unpins, and the GC may run it inside this lock (on an allocation made holding it).
         with _process_pins_lock:
-            self._lock, self._pins = _process_pins.setdefault(self.directory, (threading.Lock(), {}))
+            self._lock, self._pins = _process_pins.setdefault(self.directory, (threading.RLock(), {}))
         self._mismatched: set[str] = set()  # remote bytes that did not match the manifest: not downloaded again
         self._me = (os.getpid(), process_start(os.getpid()) or "0", _host_tag())
         self.downloaded_bytes = 0  # by this process, for benchmarks and logs
@@ -356,19 +357,24 @@ class ShardStore:
 
     def _download(self, shard: Shard, fd: int) -> str | None:
         """Copies the shard into its reserved part file (open as ``fd``, which it closes), checks sha256 and size,
-        renames it into place. Shard lock held. Retries ``attempts`` times; None (part removed) when no attempt gave
-        the manifest's bytes.
+        renames it into place. Shard lock held. Retries ``attempts`` times (not a failed write into the part: a full
+        disk fails every retry alike, each after downloading as much again); None (part removed) when no attempt
+        gave the manifest's bytes.
 
         Every attempt writes through ``fd``, never through the part's name: a file put in its place meanwhile (a
         hard link to one outside the folder, say) is never written, and is not renamed in as the copy."""
         part, path = self._part(shard.sha256), self.path(shard.sha256)
-        error, mismatches = None, 0
+        error, mismatches, tried = None, 0, 0
         try:
             for attempt in range(self.attempts):
                 if attempt:
                     time.sleep(min(2.0, 0.1 * 2**attempt))
+                tried += 1
                 try:
                     digest, size = self._copy(shard, fd)
+                except _LocalWriteError as e:  # the cache's disk (full, say), not the connection: a retry fails alike
+                    error = f"writing {part}: {type(e.__cause__).__name__}: {e.__cause__}"
+                    break
                 except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
                     error = f"{type(e).__name__}: {e}"
                     continue
@@ -390,8 +396,8 @@ class ShardStore:
         _unlink(part)
         if mismatches == self.attempts:  # the same wrong bytes every time: a changed file, not a bad connection
             self._mismatched.add(shard.sha256)
-        log.warning("%s: could not cache it after %d attempts (%s); reading it remotely", shard.remote,
-                    self.attempts, error)
+        log.warning("%s: could not cache it after %d attempt%s (%s); reading it remotely", shard.remote,
+                    tried, "" if tried == 1 else "s", error)
         return None
 
     def _copy(self, shard: Shard, fd: int) -> tuple[str, int]:
@@ -404,13 +410,20 @@ class ShardStore:
                 chunk = source.read(min(_CHUNK, shard.size + 1 - size))
                 if not chunk:
                     break
+                with self._lock:  # fetches run in threads; a bare += could lose one's count
+                    self.downloaded_bytes += len(chunk)  # downloaded, whether or not its write below succeeds
                 digest.update(chunk)
                 if size + len(chunk) <= shard.size:  # a longer remote file is a mismatch: its tail is not kept
-                    _write_all(fd, chunk)
+                    try:
+                        _write_all(fd, chunk)
+                    except OSError as e:
+                        raise _LocalWriteError from e
                 size += len(chunk)
-                with self._lock:  # fetches run in threads; a bare += could lose one's count
-                    self.downloaded_bytes += len(chunk)
         return digest.hexdigest(), size
+
+
+class _LocalWriteError(Exception):
+    """A download's write into its part file failed (its cause says why): not retried, unlike a remote read."""
 
 
 def _write_all(fd: int, data: bytes) -> None:
