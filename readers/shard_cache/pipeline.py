@@ -31,7 +31,7 @@ import tensorflow as tf
 from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
 
 from ...format.sizes import parse_size
-from .ahead import FetchPool, UnknownTicket
+from .ahead import MAX_THREADS, FetchPool, UnknownTicket
 from .store import CacheFolderError, Shard, ShardStore, checked_directory
 
 log = logging.getLogger(__name__)
@@ -217,8 +217,15 @@ def _text(value) -> str:
 _pools: dict[str, FetchPool] = {}  # session key -> the threads of its pipeline's fetches
 
 
+_SHARED = "shared"  # the pool of fetches whose pipeline was not built here (a service worker's): one per process
+
+
 def _pool_for(key: str, threads: int) -> FetchPool:
+    """The pool of a pipeline built in this process (closed with it); else the process's shared pool, which a
+    long-lived service worker keeps for every pipeline it runs instead of one pool per pipeline."""
     with _registry_lock:
+        if key not in _sessions:
+            key, threads = _SHARED, MAX_THREADS
         if key not in _pools:
             _pools[key] = FetchPool(threads)
         return _pools[key]
@@ -242,7 +249,7 @@ def _start(threads, *shard_inputs):
 
 def _wait(ticket, *shard_inputs):
     key, shard, fetch = _fetcher(*shard_inputs)
-    pool = _pools.get(key)
+    pool = _pools.get(key) or _pools.get(_SHARED)
     try:
         if pool is None:
             raise UnknownTicket(f"no fetches of {key!r} here")
