@@ -268,56 +268,34 @@ def interleave_records(
         return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes)
 
     paths = [s.path for s in shards]
-    if shard_cache is not None:
-        return _cached_records(shards, shard_cache, open_records, shuffle_files=shuffle_files, seed=seed,
-                               cycle_length=cycle_length, deterministic=deterministic, ignore_errors=ignore_errors,
-                               guard=guard)
-    if guard:
-        checks = ShardGuard(shards, strict=not ignore_errors)
-        files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
-        read = lambda index, path: checks.read(index, path, open_records)  # noqa: E731
-    else:
-        files = tf.data.Dataset.from_tensor_slices(paths)
-        read = (lambda path: _read_if_present(path, open_records)) if ignore_errors else open_records
-    if len(paths) == 1:  # one file: no interleave stage, thread or first-batch delay
-        return checkpointable(files.flat_map(read)) if guard else files.flat_map(read)
-    if shuffle_files:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    cycle = cycle_length or min(len(paths), 16)
-    # One reader thread per open file, not AUTOTUNE: threads waiting on the network use no CPU, and tf.data's
-    # CPU-budgeted autotuner starts each iterator (each epoch) with little parallelism, measured on gs:// as a
-    # 1.9 s first batch instead of 0.3 s (benchmarks/network.py).
-    records = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
-                               deterministic=deterministic)
-    return checkpointable(records) if guard else records
-
-
-def _cached_records(shards, session, open_records, *, shuffle_files, seed, cycle_length, deterministic,
-                    ignore_errors, guard) -> tf.data.Dataset:
-    """``interleave_records`` through a shard cache: the (shuffled) files are fetched ahead into the cache, and each
-    is read from its local copy, or remotely (guarded as without a cache) when it could not be cached."""
-    paths = [s.path for s in shards]
-    files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
-    if shuffle_files and len(paths) > 1:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
-    cycle = 1 if len(paths) == 1 else cycle_length or min(len(paths), 16)
     checks = ShardGuard(shards, strict=not ignore_errors) if guard else None
 
-    def read_remote(index, path):
+    def read(index, path):
         if checks is not None:
             return checks.read(index, path, open_records)
         return _read_if_present(path, open_records) if ignore_errors else open_records(path)
 
-    def read(index, path, local):
-        return session.read(index, path, local, open_records, read_remote)
+    files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
+    if shuffle_files and len(paths) > 1:
+        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+    cycle = 1 if len(paths) == 1 else cycle_length or min(len(paths), 16)  # one file: no interleave stage or thread
+    if shard_cache is not None:  # fetched a few files ahead into the cache; each read from its copy, or remotely
+        files = shard_cache.localized(files, ahead=min(len(paths), cycle + FETCH_AHEAD))
+        read_remote = read
 
-    files = session.localized(files, ahead=min(len(paths), cycle + FETCH_AHEAD))
+        def read(index, path, local):
+            return shard_cache.read(index, path, local, open_records, read_remote)
+
     if cycle == 1:
         records = files.flat_map(read)
     else:
+        # One reader thread per open file, not AUTOTUNE: threads waiting on the network use no CPU, and tf.data's
+        # CPU-budgeted autotuner starts each iterator (each epoch) with little parallelism, measured on gs:// as a
+        # 1.9 s first batch instead of 0.3 s (benchmarks/network.py).
         records = files.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
                                    deterministic=deterministic)
-    return checkpointable(records)  # the fetch is Python, and holds no state to save
+    # The guard's checks and the cache's fetch are Python, holding no state to save.
+    return checkpointable(records) if checks is not None or shard_cache is not None else records
 
 
 def _read_if_present(path: tf.Tensor, read) -> tf.data.Dataset:

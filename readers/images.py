@@ -48,7 +48,7 @@ from .image_recipe import (
     checked_image_size,
 )
 from .options import quiet_options
-from .shard_cache.pipeline import shard_cache_session
+from .shard_cache.pipeline import ShardCacheArg
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 1024
@@ -192,7 +192,7 @@ def images(
     # On service workers a fixed seed would replay the same randomness every epoch (see ``service``).
     worker_seed = seed if remote is None else None
     dataset, shards, mine = _shards(path, split, input_context, remote, drop_remainder, batch_size, ignore_errors)
-    session = shard_cache_session(path, shard_cache, shard_cache_limit, shards)
+    session = ShardCacheArg(shard_cache, shard_cache_limit).session(path, shards)
 
     records = files_lib.interleave_records(
         shards, compression=dataset.manifest.compression, shuffle_files=training, seed=worker_seed,

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from ..format.dataset import load_manifest
 from ..format.storage import join, prefer_small_gcs_blocks
-from ..readers.shard_cache.pipeline import checked_limit, store_for
+from ..readers.shard_cache.pipeline import ShardCache
 from ..readers.shard_cache.store import Shard
 
 DEFAULT_FETCHES = 8
@@ -69,12 +69,11 @@ def fill_shard_cache(path: str, directory: str, limit=None, *, splits=None, fetc
         if name not in manifest.splits:
             raise ValueError(f"{path}: no split {name!r} (got splits {sorted(manifest.splits)}); pass one of those")
     shards = [Shard(s.sha256, s.bytes, join(path, s.file)) for name in chosen for s in manifest.splits[name].shards]
-    limit = checked_limit(directory, limit, path)
-    if shards and max(s.size for s in shards) > limit:
+    cache = ShardCache(directory, limit, path)
+    if shards:
         largest = max(shards, key=lambda s: s.size)
-        raise ValueError(f"{path}: limit {limit} bytes is below the shard {largest.remote} ({largest.size} bytes); "
-                         f"raise --limit to at least {largest.size} bytes")
-    store = store_for(directory, limit)
+        cache.check_room(largest.size, largest.remote, "--limit")
+    store, limit = cache.store, cache.limit
     before = store.downloaded_bytes
     cached, not_cached = [], []
     bar = tqdm(total=sum(s.size for s in shards), unit="B", unit_scale=True, desc="caching shards",

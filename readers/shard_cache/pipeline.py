@@ -32,7 +32,7 @@ from tensorflow.python.ops import script_ops  # the registry of Python ops, to r
 
 from ...format.sizes import parse_size
 from .ahead import MAX_THREADS, FetchPool, UnknownTicket
-from .store import CacheFolderError, Shard, ShardStore, checked_directory
+from .store import CacheFolderError, Shard, ShardStore, checked_directory, held_bytes
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,7 @@ def checked_limit(directory: str, limit, where: str) -> int:
     if limit is not None:
         return parse_size(limit, "shard_cache_limit")
     directory = checked_directory(directory)  # a URL or a file is refused before anything is made
-    free = shutil.disk_usage(directory).free
-    held = sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(os.path.join(directory, "shards"))
-               if e.is_file(follow_symlinks=False)) if os.path.isdir(os.path.join(directory, "shards")) else 0
-    limit = held + int(free * 0.9)
+    limit = held_bytes(directory) + int(shutil.disk_usage(directory).free * 0.9)
     log.info("%s: shard cache %s limited to %d bytes (90%% of the free disk); pass shard_cache_limit to choose",
              where, directory, limit)
     return limit
@@ -95,22 +92,16 @@ class ShardCache:
     def session(self, shards) -> CacheSession:
         """The cache's use by one pipeline reading ``shards`` (``files.ShardFile``s, in the pipeline's order)."""
         largest = max(shards, key=lambda s: s.info.bytes)
-        if largest.info.bytes > self.limit:
-            raise ValueError(
-                f"{self.where}: shard_cache_limit={self.limit} bytes is below the shard {largest.path} "
-                f"({largest.info.bytes} bytes), so no shard would ever be cached; raise the limit to at least "
-                f"{largest.info.bytes} bytes (a few shards more lets it fetch ahead), or drop shard_cache")
+        self.check_room(largest.info.bytes, largest.path)
         return CacheSession(self, shards)
 
-
-def shard_cache_session(where: str, directory: str | None, limit, shards) -> CacheSession | None:
-    """The pipeline's ``CacheSession`` for ``shard_cache=directory, shard_cache_limit=limit``; None without one."""
-    if directory is None:
-        if limit is not None:
-            raise ValueError(f"{where}: shard_cache_limit={limit!r} without shard_cache; pass shard_cache=DIR too, "
-                             "or drop the limit")
-        return None
-    return ShardCache(directory, limit, where).session(shards)
+    def check_room(self, size: int, name: str, limit_name: str = "shard_cache_limit") -> None:
+        """Raises a ValueError naming the shard ``name`` of ``size`` bytes when the limit cannot hold it."""
+        if size > self.limit:
+            raise ValueError(
+                f"{self.where}: {limit_name}={self.limit} bytes is below the shard {name} ({size} bytes), so it "
+                f"would never be cached; raise the limit to at least {size} bytes (a few shards more lets it fetch "
+                "ahead)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +112,13 @@ class ShardCacheArg:
     limit: str | int | None = None
 
     def session(self, where: str, shards) -> CacheSession | None:
-        return shard_cache_session(where, self.directory, self.limit, shards)
+        """The pipeline's ``CacheSession`` of ``shards``; None without a ``shard_cache``."""
+        if self.directory is None:
+            if self.limit is not None:
+                raise ValueError(f"{where}: shard_cache_limit={self.limit!r} without shard_cache; pass "
+                                 "shard_cache=DIR too, or drop the limit")
+            return None
+        return ShardCache(self.directory, self.limit, where).session(shards)
 
 
 class CacheSession:
@@ -205,9 +202,6 @@ def _release_all(store: ShardStore, held: set[str], key: str) -> None:
 
 
 # --- the Python ops, under fixed names in every process (a service worker runs them from a shipped graph) --------
-
-_worker_pins: dict[tuple[str, str], int] = {}  # (folder, sha256) -> reads in progress on this worker
-
 
 def _text(value) -> str:
     value = value.numpy() if hasattr(value, "numpy") else value

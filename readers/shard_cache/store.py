@@ -228,24 +228,11 @@ class ShardStore:
     # --- what is on disk -----------------------------------------------------------------------------------------
 
     def _entries(self, folder: str, pattern: re.Pattern) -> list[tuple[str, str, os.stat_result]]:
-        """``(sha256, path, lstat)`` of our names in ``folder`` (planted names that are not ours are ignored)."""
-        found = []
-        for entry in os.scandir(os.path.join(self.directory, folder)):
-            match = pattern.match(entry.name)
-            if match is None:
-                continue
-            try:
-                found.append((match.group(1), entry.path, entry.stat(follow_symlinks=False)))
-            except FileNotFoundError:
-                continue
-        return found
+        return _entries(self.directory, folder, pattern)
 
     def usage(self) -> int:
         """Bytes the cache holds now: copies and downloads (reserved at their full size)."""
-        # Downloads first: one renamed into shards/ between the two listings is then counted twice, never missed
-        # (a finished download takes no lock, so a reservation made meanwhile would otherwise pass the limit).
-        parts = self._entries(PARTS, _PART_NAME)
-        return sum(st.st_size for _, _, st in parts + self._entries(SHARDS, _SHARD_NAME))
+        return held_bytes(self.directory)
 
     def _clear_stale_parts(self) -> None:
         """Removes downloads whose downloader is gone (its shard lock is free). Folder lock held."""
@@ -267,14 +254,13 @@ class ShardStore:
             usage = self.usage()
             if usage + shard.size > self.limit:
                 pinned = self._pinned() | {shard.sha256}
-                victims = sorted((st.st_atime_ns, sha, path) for sha, path, st in self._entries(SHARDS, _SHARD_NAME)
-                                 if sha not in pinned)
-                sizes = {path: st.st_size for _, path, st in self._entries(SHARDS, _SHARD_NAME)}
+                victims = sorted((st.st_atime_ns, sha, path, st.st_size)
+                                 for sha, path, st in self._entries(SHARDS, _SHARD_NAME) if sha not in pinned)
                 while usage + shard.size > self.limit and victims:
-                    _, sha, path = victims.pop(0)
+                    _, sha, path, size = victims.pop(0)
                     log.info("%s: evicting the least recently used shard copy to make room", path)
                     if _unlink(path):
-                        usage -= sizes.get(path, 0)
+                        usage -= size
                     self._verified.pop(sha, None)
                 if usage + shard.size > self.limit:
                     return None
@@ -420,6 +406,28 @@ class ShardStore:
                         raise _LocalWriteError from e
                 size += len(chunk)
         return digest.hexdigest(), size
+
+
+def _entries(directory: str, folder: str, pattern: re.Pattern) -> list[tuple[str, str, os.stat_result]]:
+    """``(sha256, path, lstat)`` of our names in ``directory/folder`` (planted names that are not ours are
+    ignored)."""
+    found = []
+    for entry in os.scandir(os.path.join(directory, folder)):
+        match = pattern.match(entry.name)
+        if match is None:
+            continue
+        try:
+            found.append((match.group(1), entry.path, entry.stat(follow_symlinks=False)))
+        except FileNotFoundError:
+            continue
+    return found
+
+
+def held_bytes(directory: str) -> int:
+    """Bytes the cache folder holds: copies and downloads (reserved at their full size)."""
+    # Downloads first: one renamed into shards/ between the two listings is then counted twice, never missed.
+    parts = _entries(directory, PARTS, _PART_NAME)
+    return sum(st.st_size for _, _, st in parts + _entries(directory, SHARDS, _SHARD_NAME))
 
 
 class _LocalWriteError(Exception):
