@@ -45,8 +45,9 @@ class _OneLine:
 class Csv:
     """A CSV's lines as fields, each line parsed on its own in the header's delimiter."""
 
-    def __init__(self, header_line: str):
-        self.delimiter = next((d for d in DELIMITERS if d in header_line), ",")
+    def __init__(self, header_line: str, delimiter: str | None = None):
+        """``delimiter``: as Excel's ``sep=`` line names it, else the first of ``DELIMITERS`` the header holds."""
+        self.delimiter = delimiter or next((d for d in DELIMITERS if d in header_line), ",")
         self._line = _OneLine()
         self._reader = csv.reader(self._line, delimiter=self.delimiter, strict=True)
 

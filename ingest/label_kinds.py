@@ -31,6 +31,23 @@ def is_integer(text: str) -> bool:
     return _INTEGER.fullmatch(text) is not None
 
 
+_COMPLEMENT = str.maketrans("0123456789", "9876543210")
+
+
+def _integer(text: str) -> str:
+    """An integer's canonical text (``+07`` → ``7``, ``-0`` → ``0``), by its digits: ``int()`` refuses more than
+    4,300 of them, and a labels file may hold any number."""
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    return "-" + digits if text.startswith("-") and digits != "0" else digits
+
+
+def _numeric_order(canonical: str) -> tuple:
+    """A sort key putting canonical integers in numeric order: negatives first, larger magnitudes first among them."""
+    if canonical.startswith("-"):
+        return 0, -len(canonical), canonical[1:].translate(_COMPLEMENT)
+    return 1, len(canonical), canonical
+
+
 def is_decimal(text: str) -> bool:
     """A plain decimal number: ``-0.5``, ``1.``, ``.5``, ``1e-05``; not ``nan``, ``inf``, ``1_000`` or hex.
 
@@ -65,22 +82,29 @@ def parts(value: str) -> list[str]:
     return [part.strip() for part in value.split(MULTI_SEPARATOR) if part.strip()]
 
 
+def _quoted(text: str, limit: int = 40) -> str:
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
+
+
 def _decided(texts: list[str], kinds: Iterable[str]) -> tuple[str, str]:
     """The kind of labels ``texts`` (sorted, none empty) and the rule that decides it."""
+    if not texts:
+        return "class", "no row labels an input"
     held = next((v for v in texts if MULTI_SEPARATOR in v), None) if "multi" in kinds else None
     if held is not None:
-        return "multi", (f"a label holds {MULTI_SEPARATOR!r} (got {held!r:.40}): names separated by "
+        return "multi", (f"a label holds {MULTI_SEPARATOR!r} (got {_quoted(held)}): names separated by "
                          f"{MULTI_SEPARATOR!r}; pass --label-kind class to keep such names whole")
     name = next((v for v in texts if not is_decimal(v)), None)
     if name is not None:
+        comma = " (a decimal comma? write numbers with a point)" if is_decimal(name.replace(",", ".", 1)) else ""
         numbers = any(map(is_decimal, texts))
         hint = "; pass --label-kind value to read the labels as numbers" if numbers else ""
-        return "class", f"{name!r:.40} is not a decimal number: class names, sorted{hint}"
+        return "class", f"{_quoted(name)} is not a decimal number{comma}: class names, sorted{hint}"
     fractions = [v for v in texts if not is_integer(v)]
     if fractions:  # the example: one with a fraction, rather than 1.0 or 1e3
         shown = next((v for v in fractions if not float(v).is_integer()), fractions[0])
-        return "value", (f"every label is a decimal number, and {shown!r:.40} is not an integer; pass --label-kind "
-                         "class to read them as class names")
+        return "value", (f"every label is a decimal number, and {_quoted(shown)} is not an integer; pass "
+                         "--label-kind class to read them as class names")
     return "class", "every label is an integer: classes in numeric order; pass --label-kind value to read them as " \
                     "numbers"
 
@@ -114,7 +138,7 @@ def label_kind(values: Iterable[str], kinds: Iterable[str] = LABEL_KINDS, forced
     if kind == "multi":
         texts = sorted({part for v in values for part in parts(v)})
     if texts and all(map(is_integer, texts)):
-        return Kind(kind, [str(i) for i in sorted({int(v) for v in texts})], rule)
+        return Kind(kind, sorted({_integer(v) for v in texts}, key=_numeric_order), rule)
     return Kind(kind, texts, rule)
 
 
@@ -123,7 +147,7 @@ def _index(text: str, index: dict[str, int]) -> int | None:
     integer classes is class ``1``)."""
     found = index.get(text)
     if found is None and is_integer(text):
-        return index.get(str(int(text)))
+        return index.get(_integer(text))
     return found
 
 

@@ -48,6 +48,7 @@ _UNSEEN = re.compile("[\x00\ufeff]")  # in no path or label: a NUL (UTF-16 read 
 # In a label: invisible, or it breaks the line it is printed on (the summary, TFDS's one-name-per-line file).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 _UNCLEAN = re.compile(r"\\|//|/\.")  # what a canonical relative path never holds (with no . or / first)
+_SEP_LINE = re.compile(r'sep=([^"\w\s])')  # Excel's first line naming the delimiter: sep=;
 _FIX = "fix the labels file (a header row, then one `path,label` row per input)"
 
 
@@ -137,6 +138,10 @@ class _Columns:
 
 def _columns(path: str, header: list[str], splits: bool, many: bool) -> _Columns:
     names = [fold(name.strip()) for name in header]
+    control = next((name for name in names if _CONTROL.search(name)), None)
+    if control is not None:  # a label column's name is printed, in the summary and by info
+        raise _bad_file(path, f"header names a column with a control character (got {control!r:.60})",
+                        "name the columns in visible text")
     first: dict[str, int] = {}  # a name, matched ignoring case -> its column
     for i, name in enumerate(names):
         key = column_key(name)
@@ -197,18 +202,23 @@ class _TooLong(str):
     """A line over ``MAX_ROW_CHARS``: its first characters, to name it."""
 
 
-def _lines(text):
+def _lines(path: str, text):
     """``(number, line)`` without its line end, blank lines left out; a line over ``MAX_ROW_CHARS`` is a
-    ``_TooLong``, read a piece at a time and never held whole."""
-    number = 0
+    ``_TooLong``, read a piece at a time and never held whole. A file still growing is read no further than the
+    size limit (a character is at least a byte)."""
+    number = read = 0
     while line := text.readline(MAX_ROW_CHARS + 1):
         number += 1
+        read += len(line)
         if len(line) > MAX_ROW_CHARS and not line.endswith("\n"):
-            while (rest := text.readline(MAX_ROW_CHARS)) and not rest.endswith("\n"):
-                pass
+            while (rest := text.readline(MAX_ROW_CHARS)) and not rest.endswith("\n") and read <= MAX_LABELS_BYTES:
+                read += len(rest)
             yield number, _TooLong(line[:_SHOWN])
         elif line.strip():
             yield number, line[:-1] if line.endswith("\n") else line
+        if read > MAX_LABELS_BYTES:
+            raise _bad_file(path, f"labels file grew past the {MAX_LABELS_BYTES:,}-byte limit while it was read",
+                            "let whatever writes it finish, or split the dataset")
 
 
 class LabelRows:
@@ -229,34 +239,50 @@ class LabelRows:
         try:
             # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
             self._text = io.TextIOWrapper(self._binary, encoding="utf-8-sig", newline="\n")
-            self._lines = _lines(self._text)
+            self._lines = _lines(path, self._text)
             self._number = 0
-            number, line = self._decoded(next, self._lines, None) or (0, None)
-            if line is None:
-                raise _bad_file(path, "empty labels file (no header row)",
-                                "start it with a header such as `path,label`")
-            if isinstance(line, _TooLong) or _UNSEEN.search(line):
-                what = f"is over {MAX_ROW_CHARS:,} characters" if isinstance(line, _TooLong) else \
-                    "holds a NUL or a byte-order mark (UTF-16 text read as UTF-8?)"
-                raise _bad_file(path, f"header row {what} (got {line!r:.80})", "save the labels file as UTF-8 text "
-                                "with a short header row such as `path,label`")
-            if path.lower().endswith(JSON_LINES):
-                self._format = JsonLines(line)
-                if self._format.problem is not None:  # no header to read the rest by
-                    raise _bad_file(path, f"line {number} {self._format.problem.partition('; ')[0]}",
-                                    'start with an object such as {"path": ..., "label": ...}')
-                header, self._first = self._format.header, (number, self._format.first, line)
-            else:
-                self._format = Csv(line)
-                header, self._first = self._format.fields(line), None
-                if isinstance(header, str):
-                    raise _bad_file(path, f"header row {header.partition('; ')[0]} (got {line!r:.80})")
+            self._first = None
+            header = self._header()
             self._columns = _columns(path, header, splits, columns)
         except BaseException:
             self._binary.close()
             raise
         self.columns = self._columns.names
+        self.header_path = header[self._columns.path]  # the path column's name: a file's if the header is data
         self.dialect = self._format.describe()
+
+    def _header_line(self) -> tuple[int, str]:
+        number, line = self._decoded(next, self._lines, None) or (0, None)
+        if line is None:
+            raise _bad_file(self.file, "empty labels file (no header row)",
+                            "start it with a header such as `path,label`")
+        problem = f"is over {MAX_ROW_CHARS:,} characters" if isinstance(line, _TooLong) else \
+            "holds a NUL or a byte-order mark (UTF-16 text read as UTF-8?)" if _UNSEEN.search(line) else \
+            "holds a carriage return: lines end in \\r alone (classic Mac)?" if "\r" in line[:-1] else None
+        if problem is not None:
+            raise _bad_file(self.file, f"header row {problem} (got {line!r:.80})", "save the labels file as UTF-8 "
+                            "text, lines ending in \\n or \\r\\n, with a short header row such as `path,label`")
+        return number, line
+
+    def _header(self) -> list[str]:
+        """The header's names, from the first line (after Excel's ``sep=;`` line, which names the delimiter);
+        sets the format the rows are read in."""
+        number, line = self._header_line()
+        if self.file.lower().endswith(JSON_LINES):
+            self._format = JsonLines(line)
+            if self._format.problem is not None:  # no header to read the rest by
+                raise _bad_file(self.file, f"line {number} {self._format.problem.partition('; ')[0]}",
+                                'start with an object such as {"path": ..., "label": ...}')
+            self._first = number, self._format.first, line
+            return self._format.header
+        named = _SEP_LINE.fullmatch(line.rstrip("\r"))
+        if named is not None:
+            number, line = self._header_line()
+        self._format = Csv(line, named and named.group(1))
+        header = self._format.fields(line)
+        if isinstance(header, str):
+            raise _bad_file(self.file, f"header row {header.partition('; ')[0]} (got {line!r:.80})")
+        return header
 
     @property
     def lists(self) -> bool:

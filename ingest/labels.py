@@ -106,12 +106,18 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
         raise InputError(f"{rows.file}: has {len(rows.columns)} label columns ({', '.join(rows.columns):.100}) but "
                          f"--label-kind {forced} takes one; name the label column `label`, or pass --label-kind value")
     match = _Matcher(inputs)
+    header = rows.header_path
+    if header in match.known or fold(header) in match.known or fold(header) in match.folded:
+        raise InputError(f"{rows.file}: its first row names an input (got {header!r:.80}), so the file has no "
+                         "header row; start it with a header such as `path,label`")
     bad = BadRows()
     named: dict[str, Row] = {}
+    splits = _Splits(rows.file)
     for row in rows:
         found = None if isinstance(row, RowProblem) else match(row.path)
         if found is not None and found not in named:
             named[found] = row
+            splits.add(row)
         elif isinstance(row, RowProblem) or not bad.full:  # past the listed ones, a row is only counted
             bad.add(row if isinstance(row, RowProblem) else _unmatched(row, found, named, match, src))
         else:
@@ -124,7 +130,7 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
                          f"{first.number}, and no other row names one); give the images' classes, separated by ;")
     index = {c: i for i, c in enumerate(decided.class_names)}
     by_path: dict[str, int | float | tuple] = {}
-    splits: dict[str, str] = {}
+    split_of: dict[str, str] = {}
     for path, row in named.items():
         label = label_of(row.value, decided.kind, index)
         if label is None:
@@ -132,9 +138,25 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
             continue
         by_path[path] = label
         if row.split is not None:
-            splits[path] = row.split
+            split_of[path] = row.split
     bad.sort(key=lambda p: p.row)
-    return Labels(decided.kind, decided.class_names, by_path, list(rows.columns), splits, decided.rule), bad
+    return Labels(decided.kind, decided.class_names, by_path, list(rows.columns), split_of, decided.rule), bad
+
+
+class _Splits:
+    """The split names rows give, so that one written two ways (``Train`` and ``train``: two splits that print alike
+    to a reader asking for ``train``) is refused, naming both rows."""
+
+    def __init__(self, file: str):
+        self.file, self.first = file, {}
+
+    def add(self, row: Row) -> None:
+        if row.split is None:
+            return
+        number, name = self.first.setdefault(row.split.casefold(), (row.number, row.split))
+        if name != row.split:
+            raise InputError(f"{self.file}: row {row.number} names the split {row.split!r}, row {number} "
+                             f"{name!r}; write each split one way (split names are case-sensitive folder names)")
 
 
 def _shown(row: Row) -> str:

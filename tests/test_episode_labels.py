@@ -149,9 +149,19 @@ def test_a_feature_named_label_is_refused_in_a_labelled_dataset_only(tmp_path):
     (["7", "07", "+7"], "class", ["7"]),  # the same integer
     (["1", "", "2"], "class", ["1", "2"]),  # empty decides nothing (it is a bad value)
     (["1", "nan", "2.5"], "class", ["1", "2.5", "nan"]),  # only decimal numbers are numbers: 'nan' is a name
+    (["1", "-" + "9" * 5000, "9" * 5000], "class", ["-" + "9" * 5000, "1", "9" * 5000]),  # int() takes 4,300 digits
 ])
 def test_label_kind_over_every_value(values, kind, class_names):
     assert labels_lib.label_kind(values)[:2] == (kind, class_names)
+
+
+def test_integer_classes_sort_as_int_sorts_them():
+    rng = np.random.default_rng(0)
+    numbers = [int(n) for n in rng.integers(-10**6, 10**6, 500)] + [0, 1, -1, 10, -10, 100, -100]
+    texts = [f"{'+' if n >= 0 and i % 3 == 0 else ''}{'-' if n < 0 else ''}{'0' * (i % 2)}{abs(n)}"
+             for i, n in enumerate(numbers)] + ["-0", "+0", "000"]
+    kind, names, _ = labels_lib.label_kind(texts)
+    assert kind == "class" and names == [str(n) for n in sorted(set(numbers))]
 
 
 def flat_tree(src, count=4) -> list[str]:

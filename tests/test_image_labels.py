@@ -14,7 +14,7 @@ from helpers import convert_image_tree, flat_jpegs, read_manifest, write_jpeg, w
 from tfshard import readers
 from tfshard.format.dataset import load_manifest
 from tfshard.format.manifest import ManifestError
-from tfshard.ingest import ImageOptions
+from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
 from tfshard.ingest import labels as labels_lib
 from tfshard.ingest.errors import InputError
 from tfshard.ingest.holdout import Holdout
@@ -345,6 +345,32 @@ def test_only_plain_decimal_numbers_are_numbers_and_the_rule_is_said(tmp_path, l
         assert [decided_labels.by_path[n] for n in names] == [1.0, 0.5, -0.0, np.float32(1e-05).item(), 2000.0, 7.0]
 
 
+@pytest.mark.parametrize("content, match", [
+    ("img00.jpg,cat\nimg01.jpg,dog\n", r"its first row names an input \(got 'img00\.jpg'\), so the file has no header"),
+    ("path,split,label\nimg00,train,a\nimg01,Train,b\n", r"row 3 names the split 'Train', row 2 'train'; write "
+                                                         "each split one way"),
+    ("path,label\rimg00,cat\rimg01,dog\r", r"header row holds a carriage return: lines end in \\r alone"),
+    ('path,"lab\x1bel"\nimg00,cat\n', r"header names a column with a control character"),
+])
+def test_a_file_read_wrong_without_a_word_is_one_line(flat, tmp_path, content, match):
+    # Was: the first data row taken as the header (its image silently unlabelled); 'Train' and 'train' two splits;
+    # a classic-Mac file one header of every row; an escape sequence printed by the summary.
+    csv = write(tmp_path / "l.csv", content)
+    with pytest.raises(InputError, match=match) as caught:
+        convert(flat, tmp_path / "out", csv)
+    assert str(caught.value).startswith(f"{csv}: ") and "\n" not in str(caught.value)
+
+
+def test_excel_sep_line_names_the_delimiter(tmp_path):
+    csv = write(tmp_path / "l.csv", 'sep=;\r\npath;label\r\nimg00.jpg;"a;b"\r\nimg01.jpg;1,5\r\n')
+    labels, bad = decided(csv, tmp_path, ["img00.jpg", "img01.jpg"])
+    assert labels.by_path == {"img00.jpg": (1, 2), "img01.jpg": (0,)} and list(bad) == []
+    assert labels.class_names == ["1,5", "a", "b"]
+    values = write(tmp_path / "v.csv", "sep=;\npath;label\nimg00.jpg;0,5\nimg01.jpg;1,5\n")
+    assert "'0,5' is not a decimal number (a decimal comma? write numbers with a point)" in decided(
+        values, tmp_path, ["img00.jpg", "img01.jpg"])[0].rule
+
+
 def test_words_float_takes_are_class_names_never_values(flat, tmp_path):
     # Was: labels 'nan', 'inf', 'Infinity', '1_000', '٣' and '2.5' made a value dataset (1_000 read as 1000.0, '٣'
     # as 3.0) and three of its images bad rows.
@@ -426,6 +452,23 @@ def test_bad_rows_naming_no_input_are_listed_up_to_a_cap_and_counted(flat, tmp_p
     del raw["rejected_unlisted"]  # a manifest written before the cap still loads
     (out / "dataset.json").write_text(json.dumps(raw))
     assert load_manifest(str(out)).rejected_unlisted == 0
+
+
+def test_an_append_records_the_bad_rows_of_its_own_labels_file_only(tmp_path):
+    # Was: each append kept every bad row of the labels files before it: listed rows piled up with each append.
+    src, out = tmp_path / "src", tmp_path / "out"
+    flat_jpegs(src, NAMES[:3])
+    ghosts = "".join(f"ghost{i}.jpg,a\n" for i in range(3))
+    first = write(tmp_path / "first.csv", "path,label\nimg00.jpg,a\nimg01.jpg,b\nimg02.jpg,\n" + ghosts)
+    assert len(convert(src, out, first).rejected) == 4
+    flat_jpegs(src, ["new"])
+    second = write(tmp_path / "second.csv", "path,label\nimg00.jpg,a\nimg01.jpg,b\nimg02.jpg,\nnew.jpg,b\n"
+                   "other.jpg,a\n")
+    appended = convert_images(str(src), str(out), ConvertOptions(image=ImageOptions(labels_file=second), seed=None),
+                              workers=0, progress=False, append=True)
+    assert appended.splits["train"].records == 3
+    assert sorted(r["path"] for r in appended.rejected) == ["img02.jpg", "other.jpg,a"]
+    assert appended.rejected_unlisted == 0
 
 
 def test_json_lines_nested_too_deep_or_too_long_is_one_bad_row(flat, tmp_path):
