@@ -89,9 +89,9 @@ def _numbers(values, length: int) -> tuple:
     return values
 
 
-def _read_labels(src: str, labels_file: str, found: list[str], on_error: str, *, images: bool,
+def _read_labels(src: str, labels_file: str, tree: SourceTree, on_error: str, *, images: bool,
                  forced: str | None = None):
-    """A labels file applied to the inputs ``found`` (``labels.decide``).
+    """A labels file applied to the inputs of a scanned tree, readable or not (``labels.decide``).
 
     Returns:
       ``(labels, rejected, unlisted, unlabelled)``: a ``labels.Labels``, the bad rows as Rejections (the first of
@@ -101,6 +101,7 @@ def _read_labels(src: str, labels_file: str, found: list[str], on_error: str, *,
     Raises:
       InputError: a bad labels file; a bad row with ``on_error="fail"``.
     """
+    found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
     kinds = labels_lib.LABEL_KINDS if images else ("class", "value")
     with labels_lib.open_rows(labels_file, splits=images, columns=images) as rows:
         labels, problems = labels_lib.decide(rows, src, found, kinds=kinds, forced=forced)
@@ -115,8 +116,7 @@ def _read_labels(src: str, labels_file: str, found: list[str], on_error: str, *,
 def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
     """A scanned tree labelled by ``image_options.labels_file``: its files (split and label set), and what
     ``_read_labels`` returns."""
-    found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
-    labels, *rest = _read_labels(src, image_options.labels_file, found, on_error, images=True,
+    labels, *rest = _read_labels(src, image_options.labels_file, tree, on_error, images=True,
                                  forced=image_options.label_kind)
     files: dict[str, list[SourceFile]] = {}
     for source in sorted((f for fs in tree.files.values() for f in fs), key=lambda f: f.relpath):
@@ -308,8 +308,7 @@ def _episode_labels(src: str, tree: SourceTree, options, on_error: str):
       InputError: a bad labels file; a bad row with ``on_error="fail"``.
     """
     if options.labels_file is not None:
-        found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
-        return _read_labels(src, options.labels_file, found, on_error, images=False, forced=options.label_kind)
+        return _read_labels(src, options.labels_file, tree, on_error, images=False, forced=options.label_kind)
     folders = class_folder_labels(tree) if options.class_folders else None
     if folders is None:
         return None, [], 0, []

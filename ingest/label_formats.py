@@ -52,7 +52,7 @@ class Csv:
         self._reader = csv.reader(self._line, delimiter=self.delimiter, strict=True)
 
     def describe(self) -> str:
-        return "CSV" if self.delimiter == "," else f"CSV separated by {self.delimiter!r} (from its header)"
+        return "CSV" if self.delimiter == "," else f"CSV separated by {self.delimiter!r}"
 
     def fields(self, line: str) -> list[str] | str:
         """The line's fields, or the problem with it and the fix."""

@@ -8,8 +8,9 @@ are read, so the caller keeps only those that name an input: memory follows the 
 
 The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per line):
   - a header row, each column named once. Names are stripped, folded to Unicode NFC and matched ignoring case
-    (``Split``, `` Label ``), so two names that differ only in case are refused. The CSV delimiter is the first of
-    ``,``, tab and ``;`` that the header holds (``;``: a spreadsheet's export where the decimal mark is a comma);
+    (``Split``, `` Label ``), so two names that differ only in case are refused. The CSV delimiter is the one
+    Excel's first line ``sep=;`` names, else the first of ``,``, tab and ``;`` that the header holds (``;``: a
+    spreadsheet's export where the decimal mark is a comma). A header naming an input is no header (``decide``);
   - the path column is the one named ``path``, else the first: a path relative to SRC, ``/`` separators
     (``train/run3.npy``), taken as written (a file name may end in a space); ``labels.decide`` matches it;
   - with ``splits=True`` (images), a column named ``split`` gives the input's split;
@@ -226,7 +227,7 @@ class LabelRows:
     iterating (``Row``, or ``RowProblem`` for a row that labels nothing). A context manager: it closes the file.
 
     ``lists``: the labels are JSON lists of names, so multi-label whatever their lengths; known once every row is
-    read. ``dialect``: how the file is read (``"CSV"``, ``"CSV separated by ';' (from its header)"``, ...).
+    read. ``dialect``: how the file is read (``"CSV"``, ``"CSV separated by ';'"``, ``"JSON Lines"``).
 
     Raises (opening, and while iterating):
       InputError: the file is missing, not a regular file, over ``MAX_LABELS_BYTES``, not UTF-8, has no header,
