@@ -267,6 +267,8 @@ def episodes(
     labels: Optional[str] = typer.Option(
         None, "--labels", help="CSV of `path,label` rows (path relative to SRC) labelling each episode."
     ),
+    label_kind: Optional[LabelKind] = typer.Option(None, "--label-kind", help="What the labels are: class or value "
+                                                   "(default: decided from the values)."),
     class_folders: bool = typer.Option(
         True, "--class-folders/--no-class-folders",
         help="Label episodes by folder when every file is SRC/[split/]<class>/<episode> (2+ classes).",
@@ -293,7 +295,8 @@ def episodes(
         from .ingest.convert import convert_episodes
 
         episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
-                                 max_episode_bytes=max_episode_bytes, labels_file=labels, class_folders=class_folders)
+                                 max_episode_bytes=max_episode_bytes, labels_file=labels, class_folders=class_folders,
+                                 label_kind=label_kind and label_kind.value)
         options = _convert_options(shard_size, num_shards, min_shards, compression, seed, shuffle, on_error, index,
                                    (val_fraction, test_fraction, split_seed, stratify), episode=episode)
         _convert_and_report(convert_episodes, src, out, options, quiet, workers=workers, overwrite=overwrite,

@@ -137,6 +137,9 @@ class Manifest:
     split_rule: dict[str, Any] | None = None  # held-out splits decided at conversion (ingest/holdout.py), else None
     duplicates: dict[str, Any] | None = None  # images only: identical source images (``format/duplicates.py``)
     appends: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # one per --append (format/appends.py)
+    # Rejections left out of ``rejected``: a labels file's bad rows naming no input past the first 100 (only the
+    # file's size bounds them), so a manifest stays small whatever the file claims.
+    rejected_unlisted: int = 0
 
     def __post_init__(self):
         check_format_version(self.format_version, MANIFEST_NAME)

@@ -357,7 +357,8 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
     """
     check = _Checker(source)
-    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule", "duplicates", "appends"}
+    optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule", "duplicates", "appends",
+                "rejected_unlisted"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -380,6 +381,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         check.keys(check.mapping(item, f"rejected[{i}]"), f"rejected[{i}]", {"path", "reason"})
         check.text(item["path"], f"rejected[{i}].path")
         check.text(item["reason"], f"rejected[{i}].reason")
+    check.count(raw.get("rejected_unlisted", 0), "rejected_unlisted")
     for key, value in check.mapping(raw["ignored"], "ignored").items():
         check.count(value, f"ignored[{key!r}]")
     for i, path in enumerate(check.sequence(raw.get("ignored_files", []), "ignored_files")):

@@ -130,7 +130,7 @@ def _check_options(out: str, base: manifest_lib.Manifest, options: ConvertOption
     """The output-affecting options must be the dataset's: another shard size, quality or compression would
     make the new shards unlike the old ones."""
     asked = _flat(options.identity("images"))
-    had = _flat({k: v for k, v in base.options.items() if k != "converted_images"})
+    had = _flat({k: v for k, v in base.options.items() if k not in ("converted_images", "label_rule")})  # results
     for key in sorted(set(asked) | set(had)):
         if asked.get(key) != had.get(key):
             raise InputError(f"{out}: --append: option {key} ({_FLAGS.get(key, key)}) is {asked.get(key)!r}, but "
@@ -338,7 +338,10 @@ def _append_locked(out, base, inputs, job, options, ordered, specs, target, foun
                          appending=True)
     splits, sums = _merged_splits(base, inputs, job, done)
     converted = {r.path for r in done.read}
-    rejected = {r["path"]: r for r in base.rejected if r["path"] not in converted | retried}
+    # Kept: inputs a worker refused or --dedupe dropped (inputs.json lists them). The scan's rejects and the labels
+    # file's bad rows the job finds again, from the labels file of this append: no stale rows pile up.
+    read_before = {r.path for r in inputs.inputs}
+    rejected = {r["path"]: r for r in base.rejected if r["path"] in read_before - converted - retried}
     rejected.update({r.relpath: {"path": r.relpath, "reason": r.reason} for r in job.rejected})
     rejected.update({r["path"]: r for r in done.rejected})
     record = appends_lib.append_record(found.generation, sum(s.info.records for s in done.results.values()),
@@ -346,8 +349,9 @@ def _append_locked(out, base, inputs, job, options, ordered, specs, target, foun
     converted_images = base.options.get("converted_images", 0) + sum(r.stats.converted for r in done.results.values())
     manifest = dataclasses.replace(
         base, fingerprint=target, class_names=job.class_names, splits=splits,
-        options={**options.identity("images"), "converted_images": converted_images},
-        rejected=sorted(rejected.values(), key=lambda r: r["path"]), ignored=job.ignored,
+        options={**options.identity("images"), **job.summary([]), "converted_images": converted_images},
+        rejected=sorted(rejected.values(), key=lambda r: r["path"]), rejected_unlisted=job.rejected_unlisted,
+        ignored=job.ignored,
         ignored_files=job.ignored_files, duplicates=done.duplicates, appends=[*base.appends, record])
     records = {r.path: r for r in inputs.inputs}
     records.update({r.path: r for r in done.read})

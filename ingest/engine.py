@@ -156,6 +156,7 @@ def _assemble(
         splits=splits,
         options={**options.identity(job.kind), **job.summary([r.stats for r in results.values()])},
         rejected=sorted(rejected, key=lambda r: r["path"]),
+        rejected_unlisted=job.rejected_unlisted,
         ignored=job.ignored,
         ignored_files=job.ignored_files,
         labels=job.labels,

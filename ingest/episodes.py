@@ -74,6 +74,8 @@ class EpisodeOptions:
         episodes it names no label for are left out and counted. Wins over ``class_folders``.
       class_folders: label episodes by their folder when every episode file is one folder below its split
         root (``SRC/<class>/<ep>.npy``) and there are at least two such folders (``class_folder_labels``).
+      label_kind: ``"class"`` or ``"value"`` for the labels file's values; None decides from them
+        (``ingest/label_kinds.py``).
     """
 
     on_nan: str = "fail"
@@ -81,8 +83,15 @@ class EpisodeOptions:
     max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
     labels_file: str | None = None
     class_folders: bool = True
+    label_kind: str | None = None
 
     def __post_init__(self):
+        if self.label_kind not in (None, "class", "value"):
+            raise ValueError(f"label_kind: must be 'class', 'value' or None for episodes (got {self.label_kind!r}); "
+                             "multi-label is for images")
+        if self.label_kind is not None and self.labels_file is None:
+            raise ValueError(f"label_kind: only with a labels file (got label_kind={self.label_kind!r} and no "
+                             "labels_file); pass --labels FILE, or drop --label-kind")
         if self.on_nan not in ON_NAN:
             raise ValueError(f"on_nan: must be one of {ON_NAN} (got {self.on_nan!r})")
         for name in ("max_record_bytes", "max_episode_bytes"):  # byte counts, or sizes such as "64MiB"

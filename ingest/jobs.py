@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
 from typing import Any
@@ -46,6 +47,8 @@ from .scan import (
     scan_image_files,
     scan_image_folders,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _fail_on(src: str, rejected: list[Rejection], on_error: str) -> None:
@@ -86,18 +89,35 @@ def _numbers(values, length: int) -> tuple:
     return values
 
 
-def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
-    """A scanned tree labelled by ``image_options.labels_file``: its files (split and label set), the labels, the
-    bad rows as Rejections, and the files no row names (sorted)."""
+def _read_labels(src: str, labels_file: str, tree: SourceTree, on_error: str, *, images: bool,
+                 forced: str | None = None):
+    """A labels file applied to the inputs of a scanned tree, readable or not (``labels.decide``).
+
+    Returns:
+      ``(labels, rejected, unlisted, unlabelled)``: a ``labels.Labels``, the bad rows as Rejections (the first of
+      those naming no input; ``unlisted`` counts the rest), and the inputs no row labels that no bad row names
+      (sorted).
+
+    Raises:
+      InputError: a bad labels file; a bad row with ``on_error="fail"``.
+    """
     found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
-    labels_file = image_options.labels_file
-    rows = labels_lib.read_rows(labels_file, splits=True, columns=True)
-    labels, problems = labels_lib.decide(rows, src, found, kinds=labels_lib.LABEL_KINDS,
-                                         forced=image_options.label_kind)
+    kinds = labels_lib.LABEL_KINDS if images else ("class", "value")
+    with labels_lib.open_rows(labels_file, splits=images, columns=images) as rows:
+        labels, problems = labels_lib.decide(rows, src, found, kinds=kinds, forced=forced)
     if problems and on_error == "fail":
         raise problems[0].error(labels_file)
+    log.info("%s (%s): label kind %s: %s", labels_file, rows.dialect, labels.kind, labels.rule)
     rejected = [Rejection(p.path or p.text, p.reason(labels_file)) for p in problems]
-    bad = {p.path for p in problems}
+    left_out = set(labels.by_path) | {p.path for p in problems}
+    return labels, rejected, problems.unlisted, sorted(p for p in found if p not in left_out)
+
+
+def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
+    """A scanned tree labelled by ``image_options.labels_file``: its files (split and label set), and what
+    ``_read_labels`` returns."""
+    labels, *rest = _read_labels(src, image_options.labels_file, tree, on_error, images=True,
+                                 forced=image_options.label_kind)
     files: dict[str, list[SourceFile]] = {}
     for source in sorted((f for fs in tree.files.values() for f in fs), key=lambda f: f.relpath):
         if source.relpath in labels.by_path:
@@ -105,8 +125,7 @@ def _labelled_images(src: str, tree: SourceTree, image_options, on_error: str):
             label = (label,) if labels.kind == "value" and not isinstance(label, tuple) else label
             split = labels.splits.get(source.relpath, source.split)
             files.setdefault(split, []).append(dataclasses.replace(source, split=split, label=label))
-    unlabelled = sorted(p for p in found if p not in labels.by_path and p not in bad)
-    return files, labels, rejected, unlabelled
+    return files, labels, *rest
 
 
 def _after_known(items: dict[str, list[SourceFile]], found: list[str], known: list[str], labels: str | None):
@@ -142,19 +161,22 @@ class ImageJob:
         self.ignored = {"hidden": tree.ignored_hidden, "other": tree.ignored_other}
         self.ignored_files = tree.ignored_files
         self.labels, self.label_columns = None, []  # class folders: labels None, as before labels files
+        self.label_rule, self.rejected_unlisted = None, 0
         items, unreadable, label_rejects = tree.files, tree.rejected, []
         self.class_names = tree.class_names
         if labels_file is not None:  # only labelled images are read (an unlabelled one is left out, even unreadable)
-            items, labels, label_rejects, unlabelled = _labelled_images(src, tree, options.image, options.on_error)
+            items, labels, label_rejects, self.rejected_unlisted, unlabelled = _labelled_images(
+                src, tree, options.image, options.on_error)
             unreadable = [r for r in unreadable if r.relpath in labels.by_path]
-            self.labels, self.class_names = labels.kind, labels.class_names
+            self.labels, self.class_names, self.label_rule = labels.kind, labels.class_names, labels.rule
             self.label_columns = labels.columns if labels.kind == "value" else []
             self.ignored["unlabelled"] = len(unlabelled)
             self.ignored_files = sorted(tree.ignored_files + unlabelled)[:MAX_LISTED_IGNORED]
             if not labels.by_path:  # images there may be plenty: say what the labels file did instead
                 first = f"; first: {label_rejects[0].reason}" if label_rejects else ""
+                bad = len(label_rejects) + self.rejected_unlisted
                 self.nothing_found = (f"no image is labelled by {labels_file} (got {len(unlabelled)} images without "
-                                      f"a row, {len(label_rejects)} bad rows{first}); fix the labels file's paths "
+                                      f"a row, {bad} bad rows{first}); fix the labels file's paths "
                                       "(relative to SRC) or its labels")
         _fail_on(src, unreadable, options.on_error)
         if known_classes is not None:
@@ -228,7 +250,8 @@ class ImageJob:
         return {"class_counts": dict(zip(self.class_names, counts)), "pixel_mean": mean, "pixel_std": std}
 
     def summary(self, parts: list[ImageShardStats]) -> dict[str, Any]:
-        return {"converted_images": sum(p.converted for p in parts)}
+        found = {"converted_images": sum(p.converted for p in parts)}
+        return found if self.label_rule is None else {**found, "label_rule": self.label_rule}
 
     def label_of(self, item: SourceFile) -> str | list:
         """An input's label as ``inputs.json`` holds it: its class name, its class names, or its floats."""
@@ -278,27 +301,19 @@ def _episode_labels(src: str, tree: SourceTree, options, on_error: str):
     """The labels of a scanned episode tree: from ``options.labels_file``, else its class folders, else none.
 
     Returns:
-      ``(labels, by_path, rejected, unlabelled)``: a ``labels.Labels`` (None: unlabelled), each labelled
-      file's label, the bad rows of the labels file as Rejections, and the files no row names (sorted).
+      ``(labels, rejected, unlisted, unlabelled)``: a ``labels.Labels`` (None: unlabelled), and for a labels file
+      what ``_read_labels`` returns.
 
     Raises:
       InputError: a bad labels file; a bad row with ``on_error="fail"``.
     """
-    found = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
     if options.labels_file is not None:
-        rows = labels_lib.read_rows(options.labels_file)
-        labels, problems = labels_lib.decide(rows, src, found)
-        if problems and on_error == "fail":
-            raise problems[0].error(options.labels_file)
-        rejected = [Rejection(p.path or p.text, p.reason(options.labels_file)) for p in problems]
-        named = set(rows.values)
-        unlabelled = sorted(p for p in found if p not in named)
-        return labels, labels.by_path, rejected, unlabelled
+        return _read_labels(src, options.labels_file, tree, on_error, images=False, forced=options.label_kind)
     folders = class_folder_labels(tree) if options.class_folders else None
     if folders is None:
-        return None, {}, [], []
+        return None, [], 0, []
     class_names, by_path = folders
-    return labels_lib.Labels("class", class_names, by_path), by_path, [], []
+    return labels_lib.Labels("class", class_names, by_path), [], 0, []
 
 
 class EpisodeJob:
@@ -310,7 +325,10 @@ class EpisodeJob:
 
     def __init__(self, src: str, options):
         tree = scan_episode_files(src)
-        labels, by_path, label_rejects, unlabelled = _episode_labels(src, tree, options.episode, options.on_error)
+        labels, label_rejects, self.rejected_unlisted, unlabelled = _episode_labels(src, tree, options.episode,
+                                                                                    options.on_error)
+        by_path = {} if labels is None else labels.by_path
+        self.label_rule = None if options.episode.labels_file is None else labels.rule
         found, unreadable = tree.files, tree.rejected
         every = sorted((f for files in found.values() for f in files), key=lambda f: f.relpath)
         # An id is the file's position among every episode file found, readable or not, so leaving one out
@@ -422,6 +440,5 @@ class EpisodeJob:
         episodes = [EpisodeInfo(**e, shard=i) for i, p in enumerate(parts) for e in p.episodes]  # i: index in the split
         return {"episodes": episodes, "feature_mean": mean, "feature_std": std}
 
-    @staticmethod
-    def summary(parts: list[EpisodeShardStats]) -> dict[str, Any]:
-        return {}
+    def summary(self, parts: list[EpisodeShardStats]) -> dict[str, Any]:
+        return {} if self.label_rule is None else {"label_rule": self.label_rule}

@@ -30,7 +30,8 @@ class Kind(Protocol):
       nothing_found: the error's problem-and-fix text when no split has a usable input.
       src: the source folder.
       items: per split, the inputs in sorted order (before the write-time shuffle).
-      rejected: inputs left out at scan time, each with its reason.
+      rejected: inputs left out at scan time, each with its reason (and the first bad rows of a labels file).
+      rejected_unlisted: the bad rows of a labels file left out of ``rejected`` (the manifest's field).
       ignored: counts of files that are not inputs ({"hidden": n, "other": n}).
       ignored_files: the first of those "other" files, by path relative to ``src`` (capped).
       class_names: the label names (episodes: only with ``labels == "class"``).
@@ -49,6 +50,7 @@ class Kind(Protocol):
     src: str
     items: dict[str, list[Any]]
     rejected: list[Rejection]
+    rejected_unlisted: int
     ignored: dict[str, int]
     ignored_files: list[str]
     class_names: list[str]

@@ -74,7 +74,8 @@ class ConvertOptions:
         left_out = ("on_error", other_kind, "holdout") + (() if self.dedupe else ("dedupe",))
         found = {k: v for k, v in dataclasses.asdict(self).items() if k not in left_out}
         if "episode" in found:
-            found["episode"] = {k: v for k, v in found["episode"].items() if k not in ("labels_file", "class_folders")}
+            found["episode"] = {k: v for k, v in found["episode"].items()
+                                if k not in ("labels_file", "class_folders", "label_kind")}
         if "image" in found:
             found["image"] = {k: v for k, v in found["image"].items() if k not in ("labels_file", "label_kind")}
         return found

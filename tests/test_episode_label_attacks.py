@@ -12,7 +12,7 @@ import pytest
 from tfshard import readers
 from tfshard.format.untrusted import manifest_from_dict
 from tfshard.ingest import ConvertOptions, EpisodeOptions, InputError, VerifyError, convert_episodes, verify
-from tfshard.ingest.labels import read_rows
+from tfshard.ingest.labels import open_rows
 
 
 def _src(tmp_path, n=4):
@@ -67,7 +67,7 @@ def test_labels_file_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
     else:
         os.mkdir(path)
     with pytest.raises(InputError, match="not a regular file") as e:
-        read_rows(path)
+        open_rows(path)
     assert path in str(e.value) and "\n" not in str(e.value)
 
 

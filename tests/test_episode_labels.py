@@ -22,7 +22,7 @@ from tfshard import readers
 from tfshard.format.records import LABEL_KEY, episode_parse_spec
 from tfshard.format.untrusted import manifest_from_dict
 from tfshard.ingest import EpisodeOptions, InputError, OutputExistsError, VerifyError, load_manifest, verify
-from tfshard.ingest.labels import label_kind, read_rows
+from tfshard.ingest import labels as labels_lib
 
 CLASSES = ("walk", "run", "sit")
 
@@ -147,10 +147,21 @@ def test_a_feature_named_label_is_refused_in_a_labelled_dataset_only(tmp_path):
     (["0.5", "1", "1e-3"], "value", []),
     (["3", "x"], "class", ["3", "x"]),
     (["7", "07", "+7"], "class", ["7"]),  # the same integer
-    (["1", "", "nan"], "class", ["1"]),  # empty and NaN decide nothing (they are bad values)
+    (["1", "", "2"], "class", ["1", "2"]),  # empty decides nothing (it is a bad value)
+    (["1", "nan", "2.5"], "class", ["1", "2.5", "nan"]),  # only decimal numbers are numbers: 'nan' is a name
+    (["1", "-" + "9" * 5000, "9" * 5000], "class", ["-" + "9" * 5000, "1", "9" * 5000]),  # int() takes 4,300 digits
 ])
 def test_label_kind_over_every_value(values, kind, class_names):
-    assert label_kind(values) == (kind, class_names)
+    assert labels_lib.label_kind(values)[:2] == (kind, class_names)
+
+
+def test_integer_classes_sort_as_int_sorts_them():
+    rng = np.random.default_rng(0)
+    numbers = [int(n) for n in rng.integers(-10**6, 10**6, 500)] + [0, 1, -1, 10, -10, 100, -100]
+    texts = [f"{'+' if n >= 0 and i % 3 == 0 else ''}{'-' if n < 0 else ''}{'0' * (i % 2)}{abs(n)}"
+             for i, n in enumerate(numbers)] + ["-0", "+0", "000"]
+    kind, names, _ = labels_lib.label_kind(texts)
+    assert kind == "class" and names == [str(n) for n in sorted(set(numbers))]
 
 
 def flat_tree(src, count=4) -> list[str]:
@@ -196,6 +207,23 @@ def test_labels_file_columns_header_and_unlabelled_episodes(tmp_path):
     assert manifest.rejected == []
 
 
+def test_ids_without_npy_label_their_episodes_and_count_none_unlabelled(tmp_path):
+    # Was: Kaggle-style ids (`ep0` for ep0.npy) labelled every episode, yet dataset.json and the summary called
+    # every one unlabelled.
+    from tfshard.tools.report import summary_lines
+
+    src = tmp_path / "src"
+    flat_tree(src)
+    csv = write_csv(tmp_path / "labels.csv", "id,label\nep0,a\nep1,b\nep2,a\n")  # ep3 has no row
+
+    manifest = convert_episode_tree(src, tmp_path / "out", episode=EpisodeOptions(labels_file=csv))
+
+    assert labels_of(manifest) == {"ep0.npy": 0, "ep1.npy": 1, "ep2.npy": 0}
+    assert manifest.ignored["unlabelled"] == 1 and manifest.ignored_files == ["ep3.npy"]
+    assert "  labels: 3 episodes labelled (class, 2 classes (a, b)), 1 unlabelled (no row in the labels file; left " \
+        "out)" in summary_lines("out", manifest)
+
+
 def bad_rows_case(tmp_path) -> tuple:
     src = tmp_path / "src"
     flat_tree(src, count=5)
@@ -211,7 +239,7 @@ def bad_rows_case(tmp_path) -> tuple:
         "folder.npy,2",  # 7: a folder
         "ep0.npy,3",  # 8: duplicate
         "ep1.npy,",  # 9: empty value (ep1 is left out)
-        "ep2.npy,nan",  # 10: not finite
+        "ep2.npy,nan",  # 10: not a number (with --label-kind value)
         "ep3.npy,1e39",  # 11: outside float32
         "ep4.npy,2,extra",  # 12: too many columns
     ]) + "\n")
@@ -222,7 +250,8 @@ def test_bad_rows_under_skip_are_recorded_with_their_row_numbers(tmp_path):
     src, csv = bad_rows_case(tmp_path)
     out = tmp_path / "out"
 
-    manifest = convert_episode_tree(src, out, on_error="skip", episode=EpisodeOptions(labels_file=csv))
+    manifest = convert_episode_tree(src, out, on_error="skip", episode=EpisodeOptions(labels_file=csv,
+                                                                                      label_kind="value"))
 
     assert manifest.labels == "value" and labels_of(manifest) == {"ep0.npy": 1.5}
     reasons = {r["path"]: r["reason"] for r in manifest.rejected}
@@ -234,7 +263,7 @@ def test_bad_rows_under_skip_are_recorded_with_their_row_numbers(tmp_path):
         "folder.npy,2": "labels.csv row 7: 'folder.npy' is a folder",
         "ep0.npy,3": "labels.csv row 8: names 'ep0.npy' again (first on row 2)",
         "ep1.npy": "labels.csv row 9: an empty label",
-        "ep2.npy": "labels.csv row 10: label 'nan' is not finite",
+        "ep2.npy": "labels.csv row 10: label 'nan' is not a number (--label-kind value)",
         "ep3.npy": "labels.csv row 11: label '1e39' is outside float32's range",
         "ep4.npy,2,extra": "labels.csv row 12: has 3 columns, the header has 2",
     }
@@ -280,8 +309,9 @@ def test_a_bad_labels_file_is_one_line_naming_it(tmp_path, content, match):
 def test_rows_are_streamed_into_a_dict_of_paths(tmp_path):
     rows = 200_000  # linear in rows: one pass, one dict
     csv = write_csv(tmp_path / "big.csv", "path,label\n" + "".join(f"d/{i}.npy,{i % 7}\n" for i in range(rows)))
-    read = read_rows(csv)
-    assert len(read.values) == rows and read.values["d/123.npy"] == (125, "4") and read.problems == []
+    with labels_lib.open_rows(csv) as read:
+        labels, problems = labels_lib.decide(read, str(tmp_path), [f"d/{i}.npy" for i in range(rows)])
+    assert len(labels.by_path) == rows and labels.by_path["d/123.npy"] == 4 and problems == []
 
 
 # --- resume and identity ---------------------------------------------------------------------------------------------
@@ -454,6 +484,23 @@ def test_cli_labels_file_info_and_a_bad_csv(tmp_path, cli):
     bad = cli("episodes", src, tmp_path / "out2", "--labels", csv, "--workers", "0")
     assert bad.exit_code == 1 and bad.output.strip().count("\n") == 0 and "Traceback" not in bad.output
     assert f"{csv}: row 3: 'nowhere.npy' does not exist under SRC" in bad.output
+
+
+def test_cli_label_kind_reads_integers_as_values_and_the_summary_says_why(tmp_path, cli):
+    src = tmp_path / "src"
+    flat_tree(src)
+    csv = write_csv(tmp_path / "labels.csv", "path,label\nep0.npy,1\nep1.npy,2\nep2.npy,nan\nep3.npy,3\n")
+
+    decided = cli("episodes", src, tmp_path / "out", "--labels", csv, "--workers", "0")
+    forced = cli("episodes", src, tmp_path / "values", "--labels", csv, "--workers", "0", "--on-error", "skip",
+                 "--label-kind", "value")
+    multi = cli("episodes", src, tmp_path / "multi", "--labels", csv, "--label-kind", "multi")
+
+    assert decided.exit_code == 0 and "label kind: class ('nan' is not a decimal number: class names, sorted; " \
+        "pass --label-kind value to read the labels as numbers)" in decided.output
+    assert forced.exit_code == 0 and "label kind: value (--label-kind value)" in forced.output
+    assert labels_of(load_manifest(str(tmp_path / "values"))) == {"ep0.npy": 1.0, "ep1.npy": 2.0, "ep3.npy": 3.0}
+    assert multi.exit_code == 1 and "label_kind: must be 'class', 'value' or None for episodes" in multi.output
 
 
 def test_cli_no_class_folders(tmp_path, cli):

@@ -47,6 +47,18 @@ def jsonl(path, *rows) -> str:
     return write(path, "".join(json.dumps(row) + "\n" for row in rows))
 
 
+def rows_of(path, **kwargs) -> list:
+    """Every row of a labels file as read: ``Row``s and ``RowProblem``s in order."""
+    with labels_lib.open_rows(str(path), **kwargs) as rows:
+        return list(rows)
+
+
+def decided(path, src, inputs, **kwargs):
+    """``labels.decide`` over a labels file: ``(Labels, BadRows)``."""
+    with labels_lib.open_rows(str(path)) as rows:
+        return labels_lib.decide(rows, str(src), inputs, **kwargs)
+
+
 # --- bugs found: JSON Lines ---------------------------------------------------------------------------------------
 
 
@@ -54,20 +66,22 @@ def test_json_lines_first_object_is_row_1_in_order(tmp_path):
     # Was: the first object came back last, as row <last line> (its errors and "first on row N" named that line).
     path = jsonl(tmp_path / "l.jsonl", {"path": "a.jpg", "label": None}, {"path": "b.jpg", "label": "x"},
                  {"path": "c.jpg", "label": "y"})
-    rows = labels_lib.read_rows(path, splits=True, columns=True)
-    assert list(rows.values) == ["b.jpg", "c.jpg"] and [p.row for p in rows.problems] == [1]
-    assert "null, true, an object" in rows.problems[0].problem  # not "give every line the first line's keys"
-    rows = labels_lib.read_rows(jsonl(tmp_path / "m.jsonl", {"path": "a.jpg", "label": "x"},
-                                      {"path": "b.jpg", "label": "y"}, {"path": "a.jpg", "label": "z"}))
-    assert list(rows.values.items()) == [("a.jpg", (1, "x")), ("b.jpg", (2, "y"))]
-    assert "first on row 1" in rows.problems[0].problem
+    rows = rows_of(path, splits=True, columns=True)
+    assert [(r.number, r.path) for r in rows if isinstance(r, labels_lib.Row)] == [(2, "b.jpg"), (3, "c.jpg")]
+    assert [p.row for p in rows if isinstance(p, labels_lib.RowProblem)] == [1]
+    assert "null, true, an object" in rows[0].problem  # not "give every line the first line's keys"
+    labels, problems = decided(jsonl(tmp_path / "m.jsonl", {"path": "a.jpg", "label": "x"},
+                                     {"path": "b.jpg", "label": "y"}, {"path": "a.jpg", "label": "z"}),
+                               tmp_path, ["a.jpg", "b.jpg"])
+    assert labels.by_path == {"a.jpg": 0, "b.jpg": 1}
+    assert [p.row for p in problems] == [3] and "first on row 1" in problems[0].problem
 
 
 def test_json_lines_first_line_not_an_object_is_a_file_error(tmp_path):
     # Was: '[1, 2]' became the header and the next object's keys a row labelling an input named 'path'.
     path = write(tmp_path / "l.jsonl", '[1, 2]\n{"path": "a.jpg", "label": "x"}\n')
     with pytest.raises(InputError, match=r"l\.jsonl: line 1 is not a JSON object of the columns"):
-        labels_lib.read_rows(path, splits=True, columns=True)
+        rows_of(path, splits=True, columns=True)
 
 
 def test_json_lines_lists_of_one_name_or_none_are_multi_label(flat, tmp_path):
@@ -83,7 +97,7 @@ def test_json_lines_lists_of_one_name_or_none_are_multi_label(flat, tmp_path):
 def test_json_lines_list_of_another_length_says_so(tmp_path):
     # Was: "has 3 columns, the header has 2; quote a field that holds a comma" (a CSV fix, for JSON).
     path = jsonl(tmp_path / "l.jsonl", {"path": "a.jpg", "label": [1.5, 2.0]}, {"path": "b.jpg", "label": [1.0]})
-    (problem,) = labels_lib.read_rows(path, splits=True, columns=True).problems
+    (problem,) = [r for r in rows_of(path, splits=True, columns=True) if isinstance(r, labels_lib.RowProblem)]
     assert problem.row == 2 and "list of numbers of another length" in problem.problem
     assert "quote" not in problem.problem
 
@@ -144,12 +158,12 @@ def test_a_stem_two_inputs_share_says_so(tmp_path):
 def test_a_file_name_is_never_a_stem(tmp_path):
     # Was: a row 'a.jpg' (no such file; .jpg is an input's extension) silently labelled 'a.jpg.png'.
     write_jpeg(tmp_path / "src" / "a.jpg.png", 0)
-    rows = labels_lib.read_rows(write(tmp_path / "l.csv", "path,label\na.jpg,x\na.jpg.png,y\nb.jpg,y\n"))
-    labels, problems = labels_lib.decide(rows, str(tmp_path / "src"), ["a.jpg.png", "b.jpg"])
+    labels, problems = decided(write(tmp_path / "l.csv", "path,label\na.jpg,x\na.jpg.png,y\nb.jpg,y\n"),
+                               tmp_path / "src", ["a.jpg.png", "b.jpg"])
     assert labels.by_path == {"a.jpg.png": 0, "b.jpg": 0} and labels.class_names == ["y"]
     assert [(p.row, p.problem.split(";")[0]) for p in problems] == [(2, "'a.jpg' does not exist under SRC")]
-    assert labels_lib.decide(labels_lib.read_rows(write(tmp_path / "k.csv", "id,label\na1.b2,x\n")), "src",
-                             ["a1.b2.jpg"])[0].by_path == {"a1.b2.jpg": 0}  # a Kaggle id with a dot is still one
+    assert decided(write(tmp_path / "k.csv", "id,label\na1.b2,x\n"), "src",
+                   ["a1.b2.jpg"])[0].by_path == {"a1.b2.jpg": 0}  # a Kaggle id with a dot is still one
 
 
 @pytest.mark.parametrize("row_form, file_form", [("NFD", "NFC"), ("NFC", "NFD")])
@@ -160,9 +174,7 @@ def test_a_path_in_another_unicode_normal_form_matches(tmp_path, row_form, file_
     write_jpeg(tmp_path / "src" / "b.jpg", 1)
     path = write(tmp_path / "l.csv", f"path,label\n{unicodedata.normalize(row_form, name)}.jpg,x\n"
                  f"{unicodedata.normalize(row_form, name)},y\nb,y\n")  # the second row: the same file by its stem
-    rows = labels_lib.read_rows(path)
-    labels, problems = labels_lib.decide(rows, str(tmp_path / "src"), [f"{unicodedata.normalize(file_form, name)}.jpg",
-                                                                       "b.jpg"])
+    labels, problems = decided(path, tmp_path / "src", [f"{unicodedata.normalize(file_form, name)}.jpg", "b.jpg"])
     assert labels.by_path == {f"{unicodedata.normalize(file_form, name)}.jpg": 0, "b.jpg": 1}
     assert [p.row for p in problems] == [3] and "again (first on row 2)" in problems[0].problem
 
@@ -267,10 +279,12 @@ def test_bom_crlf_and_quoted_commas_round_trip(tmp_path):
 def test_value_edge_numbers(flat, tmp_path):
     values = ["-0.0", "1e400", "3.5e38", "3.4028235e38", "NaN", "-1e-3"]
     path = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{n}.jpg,{v}\n" for n, v in zip(NAMES, values)))
-    manifest = convert(flat, tmp_path / "out", path)
+    assert convert(flat, tmp_path / "names", path).labels == "class"  # 'NaN' is no decimal number: a name
+    manifest = convert(flat, tmp_path / "out", path, kind="value")
     assert manifest.labels == "value"
     assert [r["reason"].split(": ", 1)[1].split(" (")[0].split(";")[0] for r in manifest.rejected] == [
-        "label '1e400' is not finite", "label '3.5e38' is outside float32's range", "label 'NaN' is not finite"]
+        "label '1e400' is outside float32's range", "label '3.5e38' is outside float32's range",
+        "label 'NaN' is not a number"]
     got = read_labels(tmp_path / "out")
     assert got.tolist() == [0.0, np.float32(3.4028235e38), np.float32(-1e-3)] and np.signbit(got[0])
 

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import unicodedata
 
 import numpy as np
 import pytest
-from helpers import convert_image_tree, flat_jpegs, write_jpeg, write_text
+from helpers import convert_image_tree, flat_jpegs, read_manifest, write_jpeg, write_text
 from tfshard import readers
-from tfshard.ingest import ImageOptions
+from tfshard.format.dataset import load_manifest
+from tfshard.format.manifest import ManifestError
+from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
+from tfshard.ingest import labels as labels_lib
 from tfshard.ingest.errors import InputError
 from tfshard.ingest.holdout import Holdout
+from tfshard.tools.report import summary_lines
 
 NAMES = [f"img{i:02d}" for i in range(12)]
 
@@ -136,11 +142,11 @@ def test_multi_label_and_regression_train_in_model_fit(flat, tmp_path):
     ("path,label\n../img00.jpg,cat\n", r"row 2: path '../img00.jpg' is not inside SRC"),
     ("path,label\nnothere.jpg,cat\n", r"row 2: 'nothere.jpg' does not exist under SRC"),
     ("path,label\nimg00.jpg,cat\nimg00,dog\n", r"row 3: names 'img00.jpg' again \(first on row 2\)"),
-    ("path,label\nimg00.jpg,cat\nimg01.jpg,nan\n", r"row 3: label 'nan' is not finite"),
+    ("path,label\nimg00.jpg,1.5\nimg01.jpg,1e400\n", r"row 3: label '1e400' is outside float32's range"),
     ("path,a,b\nimg00.jpg,1,x\n", r"row 2: label 'x' is not a finite float32 number"),
     (b"path,label\nimg00.jpg,caf\xe9\n", "not UTF-8 text"),
     ('{"path": "img00.jpg", "label": "a"}\n{"path": "img01.jpg"}\n', "row 2: has other keys than the first line"),
-    ('{"path": "img00.jpg", "label": "a"}\nnot json\n', "line 2 is not JSON"),
+    ('{"path": "img00.jpg", "label": "a"}\nnot json\n', r"row 2: is not JSON \(Expecting value"),
 ])
 def test_a_bad_labels_file_or_row_is_one_line_naming_it(flat, tmp_path, content, match):
     path = tmp_path / ("labels.jsonl" if str(content).startswith("{") else "labels.csv")
@@ -172,29 +178,31 @@ def test_a_changed_labelling_is_another_dataset(flat, tmp_path):
         convert(flat, tmp_path / "out", csv)
 
 
-def test_a_million_rows_stream_into_a_dict_and_no_more_memory(tmp_path):
+def test_rows_naming_no_input_stream_through_in_no_memory(tmp_path):
     import subprocess
     import sys
 
-    rows = 1_000_000
+    rows = 400_000
     csv = tmp_path / "big.csv"
     with open(csv, "w") as f:
         f.write("path,label\n")
         f.writelines(f"d{i % 100}/{i}.jpg,c{i % 10}\n" for i in range(rows))
-    # A fresh process (no TensorFlow): its peak RSS grows by what reading the file holds, and nothing else.
+    # A fresh process (no TensorFlow): its peak RSS grows by what it keeps of the file: the two rows that name an
+    # input and the first 100 that name none (it was the whole {path: (row, label)} dict, ~250 bytes a row).
     child = (
         "import resource, sys\n"
         "from tfshard.ingest import labels\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "read = labels.read_rows(sys.argv[1], splits=True, columns=True)\n"
+        "with labels.open_rows(sys.argv[1], splits=True, columns=True) as rows:\n"
+        "    found, bad = labels.decide(rows, sys.argv[2], ['d7/507.jpg', 'd99/399999.jpg'])\n"
         "grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024\n"
-        "print(len(read.values), read.values['d7/507.jpg'], grown)\n"
+        "print(found.by_path, found.class_names, len(bad), bad.unlisted, bad[0].row, bad[-1].row, grown)\n"
     )
-    done = subprocess.run([sys.executable, "-c", child, str(csv)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", child, str(csv), str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-500:]
-    words = done.stdout.split()
-    assert int(words[0]) == rows and "(509, 'c7')" in done.stdout
-    assert int(words[-1]) < 400 * rows  # the {path: (row, label)} dict (~250 bytes a row measured), not the text again
+    assert done.stdout.startswith("{'d7/507.jpg': 0, 'd99/399999.jpg': 1} ['c7', 'c9'] 100 399898 2 101 ")
+    assert int(done.stdout.split()[-1]) < 10 * 2**20  # not the ~100 MB a dict of every row took
 
 
 @pytest.mark.slow
@@ -244,6 +252,265 @@ def _filenames(out, split) -> list[str]:
     spec = {"image/filename": tf.io.FixedLenFeature([], tf.string)}
     return [tf.io.parse_single_example(r, spec)["image/filename"].numpy().decode()
             for r in tf.data.TFRecordDataset(info(str(out)).shard_paths(split))]
+
+
+# --- labels files as spreadsheets and scripts write them ----------------------------------------------------------
+
+
+def decided(path, src, inputs, **kwargs):
+    """``labels.decide`` over a labels file, as an image conversion reads it: ``(Labels, BadRows)``."""
+    with labels_lib.open_rows(str(path), splits=True, columns=True) as rows:
+        return labels_lib.decide(rows, str(src), inputs, kinds=labels_lib.LABEL_KINDS, **kwargs)
+
+
+def test_a_stray_quote_is_one_bad_row_and_the_rows_after_it_are_read(flat, tmp_path):
+    # Was: `img01,"dog` read every later row into one class name; exit 0 with 2 of 6 images, even under fail.
+    csv = write(tmp_path / "l.csv", 'path,label\nimg00,cat\nimg01,"dog\nimg02,cat\nimg03,dog\nimg04,cat\nimg05,dog\n')
+    with pytest.raises(InputError, match=r'l\.csv: row 3: does not parse as CSV \(unexpected end of data\) '
+                                         r'\(got \'img01,"dog\'\); close each quote on its line') as caught:
+        convert(flat, tmp_path / "fail", csv, on_error="fail")
+    assert "\n" not in str(caught.value) and not os.path.exists(tmp_path / "fail")
+    manifest = convert(flat, tmp_path / "skip", csv)
+    assert manifest.splits["train"].records == 5 and manifest.class_names == ["cat", "dog"]
+    assert [(r["path"], r["reason"].split(":")[0]) for r in manifest.rejected] == [('img01,"dog', "l.csv row 3")]
+
+
+NUL, BOM = "\x00", "\ufeff"
+
+
+@pytest.mark.parametrize("row, problem", [
+    ('img01,"dog"s', "does not parse as CSV (',' expected after '\"')"),  # text after the closing quote
+    ("img01,dog\rcat", "does not parse as CSV (new-line character seen in unquoted field"),  # a lone CR
+    ("img01", "has 1 column, the header has 2"),  # a row of only a path
+    ("img01,dog,x", "has 3 columns, the header has 2; quote a field that holds a ','"),
+    (f"img01,d{NUL}og", "holds a NUL or a byte-order mark"),
+    (f"{BOM}img01,dog", "holds a NUL or a byte-order mark"),  # two exports joined: a BOM mid-file
+    ("img01,do\x1bg", "label holds the control character U+001B"),  # would reach the terminal in the summary
+    ("img01," + "x" * 200_000, "is over 131,072 characters"),  # skipped without being held
+])
+def test_a_row_that_does_not_parse_is_a_bad_row_of_its_own(tmp_path, row, problem):
+    csv = write(tmp_path / "l.csv", f"path,label\r\nimg00,cat\r\n{row}\r\nimg02,dog\r\n\r\nimg03,cat\r\n")  # CRLF
+    labels, bad = decided(csv, tmp_path, ["img00.jpg", "img01.jpg", "img02.jpg", "img03.jpg"])
+    assert labels.by_path == {"img00.jpg": 0, "img02.jpg": 1, "img03.jpg": 0}  # blank line 5 skipped
+    assert [p.row for p in bad] == [3] and bad[0].problem.startswith(problem) and len(bad[0].text) <= 200
+
+
+@pytest.mark.parametrize("sep", [";", "\t"])
+def test_a_semicolon_or_tab_separated_file_is_read_by_its_header(flat, tmp_path, sep):
+    # Was: "header has no label column" for a spreadsheet's ;-separated export, and for a TSV.
+    rows = [f"img00.jpg{sep}cat", f'img01.jpg{sep}"cat;dog"', f"img02.jpg{sep}dog", f"img03.jpg{sep}a{sep}b"]
+    csv = write(tmp_path / "l.csv", f"path{sep}label\n" + "\n".join(rows) + "\n")
+    manifest = convert(flat, tmp_path / "out", csv)
+    assert manifest.labels == "multi" and manifest.class_names == ["cat", "dog"]
+    assert read_labels(tmp_path / "out").tolist() == [[1, 0], [1, 1], [0, 1]]
+    (bad,) = manifest.rejected
+    assert bad["reason"].startswith(f"l.csv row 5: has 3 columns, the header has 2; quote a field that holds a {sep!r}")
+    with labels_lib.open_rows(csv) as read:
+        assert read.dialect == f"CSV separated by {sep!r}"
+
+
+@pytest.mark.parametrize("content, match", [
+    ("\ufeffpath,label\na.jpg,x\n".encode("utf-16"), "is UTF-16 text"),  # Excel's "Unicode text"
+    ("path,label\na.jpg,x\n".encode("utf-16-le"), r"header row holds a NUL.*UTF-16"),  # the same without a BOM
+    (b'path,"label\na.jpg,x\n', r"header row does not parse as CSV"),
+    (b"path," + b"c," * 70_000 + b"label\n", "header row is over 131,072 characters"),
+    (b"\n\n", "empty labels file"),
+])
+def test_a_file_that_is_no_utf8_csv_is_one_line(tmp_path, content, match):
+    path = tmp_path / "l.csv"
+    path.write_bytes(content)
+    with pytest.raises(InputError, match=match) as caught:
+        decided(path, tmp_path, ["a.jpg"])
+    assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("labels, kind, rule", [
+    (["nan", "inf", "2.5"], "class", "'inf' is not a decimal number: class names, sorted; pass --label-kind value"),
+    (["Infinity", "-inf", "1"], "class", "'-inf' is not a decimal number"),
+    (["1_000", "2_000", "0.5"], "class", "'1_000' is not a decimal number"),
+    (["\u0661\u0662", "3.5"], "class", "'\u0661\u0662' is not a decimal number"),  # Arabic-Indic 12: float() takes it
+    (["\uff11", "0.5"], "class", "'\uff11' is not a decimal number"),  # a fullwidth 1
+    (["1.", ".5", "-0", "1e-05", "+2E+3", "7"], "value", "every label is a decimal number, and '.5' is not an integer"),
+    (["7", "-2", "+07"], "class", "every label is an integer: classes in numeric order"),
+])
+def test_only_plain_decimal_numbers_are_numbers_and_the_rule_is_said(tmp_path, labels, kind, rule):
+    # Was: whatever float() takes was a number: 'nan', 'inf', '1_000', '١٢' made (or broke) value labels.
+    names = [f"img{i:02d}.jpg" for i in range(len(labels))]
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{n},{v}\n" for n, v in zip(names, labels)))
+    decided_labels, bad = decided(csv, tmp_path, names)
+    assert decided_labels.kind == kind and rule in decided_labels.rule and list(bad) == []
+    if kind == "class" and "integer" not in rule:
+        assert decided_labels.class_names == sorted(labels)  # every one a class, none a bad value
+    if kind == "value":
+        assert [decided_labels.by_path[n] for n in names] == [1.0, 0.5, -0.0, np.float32(1e-05).item(), 2000.0, 7.0]
+
+
+@pytest.mark.parametrize("content, match", [
+    ("img00.jpg,cat\nimg01.jpg,dog\n", r"its first row names an input \(got 'img00\.jpg'\), so the file has no header"),
+    ("path,split,label\nimg00,train,a\nimg01,Train,b\n", r"row 3 names the split 'Train', row 2 'train'; write "
+                                                         "each split one way"),
+    ("path,label\rimg00,cat\rimg01,dog\r", r"header row holds a carriage return: lines end in \\r alone"),
+    ('path,"lab\x1bel"\nimg00,cat\n', r"header names a column with a control character"),
+])
+def test_a_file_read_wrong_without_a_word_is_one_line(flat, tmp_path, content, match):
+    # Was: the first data row taken as the header (its image silently unlabelled); 'Train' and 'train' two splits;
+    # a classic-Mac file one header of every row; an escape sequence printed by the summary.
+    csv = write(tmp_path / "l.csv", content)
+    with pytest.raises(InputError, match=match) as caught:
+        convert(flat, tmp_path / "out", csv)
+    assert str(caught.value).startswith(f"{csv}: ") and "\n" not in str(caught.value)
+
+
+def test_excel_sep_line_names_the_delimiter(tmp_path):
+    csv = write(tmp_path / "l.csv", 'sep=;\r\npath;label\r\nimg00.jpg;"a;b"\r\nimg01.jpg;1,5\r\n')
+    labels, bad = decided(csv, tmp_path, ["img00.jpg", "img01.jpg"])
+    assert labels.by_path == {"img00.jpg": (1, 2), "img01.jpg": (0,)} and list(bad) == []
+    assert labels.class_names == ["1,5", "a", "b"]
+    values = write(tmp_path / "v.csv", "sep=;\npath;label\nimg00.jpg;0,5\nimg01.jpg;1,5\n")
+    assert "'0,5' is not a decimal number (a decimal comma? write numbers with a point)" in decided(
+        values, tmp_path, ["img00.jpg", "img01.jpg"])[0].rule
+
+
+def test_words_float_takes_are_class_names_never_values(flat, tmp_path):
+    # Was: labels 'nan', 'inf', 'Infinity', '1_000', '٣' and '2.5' made a value dataset (1_000 read as 1000.0, '٣'
+    # as 3.0) and three of its images bad rows.
+    values = ["nan", "inf", "Infinity", "1_000", "\u0663", "2.5"]
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{n}.jpg,{v}\n" for n, v in zip(NAMES, values)))
+    manifest = convert(flat, tmp_path / "out", csv)
+    assert manifest.labels == "class" and manifest.class_names == sorted(values) and manifest.rejected == []
+    assert read_labels(tmp_path / "out").tolist() == [sorted(values).index(v) for v in values]
+
+
+def test_the_summary_says_which_rule_decided_the_kind(flat, tmp_path):
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{n}.jpg,{i / 4}\n" for i, n in enumerate(NAMES)))
+    manifest = convert(flat, tmp_path / "out", csv)
+    assert ("  label kind: value (every label is a decimal number, and '0.25' is not an integer; pass --label-kind "
+            "class to read them as class names)") in summary_lines("out", manifest)
+    forced = convert(flat, tmp_path / "forced", csv, label_kind="class")
+    assert "  label kind: class (--label-kind class)" in summary_lines("out", forced)
+
+
+def test_one_name_in_two_unicode_normal_forms_is_one_class(flat, tmp_path):
+    # Was: 'café' typed (NFC) and as macOS writes it (NFD) made two classes that print alike.
+    nfc, nfd = (unicodedata.normalize(form, "caf\u00e9") for form in ("NFC", "NFD"))
+    values = [nfc, nfd, "tea", nfd, nfc, "tea"]
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"{n}.jpg,{v}\n" for n, v in zip(NAMES, values)))
+    manifest = convert(flat, tmp_path / "out", csv)
+    assert manifest.class_names == [nfc, "tea"] and read_labels(tmp_path / "out").tolist() == [0, 0, 1, 0, 0, 1]
+    tags = write(tmp_path / "m.jsonl", "".join(json.dumps({"path": f"{n}.jpg", "label": [v, "x"]}) + "\n"
+                                               for n, v in zip(NAMES, values)))
+    labels, _ = decided(tags, flat, [f"{n}.jpg" for n in NAMES[:6]])
+    assert labels.kind == "multi" and labels.class_names == [nfc, "tea", "x"]
+
+
+def test_column_names_are_matched_ignoring_case_and_spaces(flat, tmp_path):
+    # Was: a `Split` column beside `label` silently ignored: every image in train.
+    csv = write(tmp_path / "l.csv", " Label ,PATH,Split\n" + "".join(
+        f"{'cat' if i % 2 else 'dog'},{n}.jpg,{'val' if i < 2 else 'train'}\n" for i, n in enumerate(NAMES)))
+    manifest = convert(flat, tmp_path / "out", csv)
+    assert {k: v.records for k, v in manifest.splits.items()} == {"train": 10, "val": 2}
+    assert manifest.class_names == ["cat", "dog"] and manifest.rejected == []
+    rows = [{"Path": f"{n}.jpg", "SPLIT": "val" if i < 2 else "train", "label": "a"} for i, n in enumerate(NAMES)]
+    rows[3] = {"path": "img03.jpg", "split": "train", "LABEL": "b"}  # another line's spelling of the same keys
+    labels, bad = decided(write(tmp_path / "l.jsonl", "".join(json.dumps(r) + "\n" for r in rows)), flat,
+                          [f"{n}.jpg" for n in NAMES])
+    assert list(bad) == [] and labels.splits["img01.jpg"] == "val" and labels.by_path["img03.jpg"] == 1
+
+
+@pytest.mark.parametrize("header, both", [("path,label,Label", "'label' twice, as 'label' and 'Label'"),
+                                          ("path, split,SPLIT,label", "'split' twice, as 'split' and 'SPLIT'")])
+def test_two_columns_differing_only_in_case_are_one_line(flat, tmp_path, header, both):
+    csv = write(tmp_path / "l.csv", f"{header}\nimg00.jpg,a,b{',c' * (header.count(',') - 2)}\n")
+    with pytest.raises(InputError, match=rf"l\.csv: header names the column {re.escape(both)}") as caught:
+        convert(flat, tmp_path / "out", csv)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_rows_naming_no_input_are_listed_up_to_a_cap_and_counted(flat, tmp_path, cli):
+    # Was: one `rejected` entry per row naming no image: 100,000 rows made a 20.6 MB manifest for 10 images.
+    cap = labels_lib.MAX_LISTED_ROWS
+    rows = [f"{n}.jpg,{i % 2}" for i, n in enumerate(NAMES)] + [f"ghost{i:04d}.jpg,1" for i in range(cap + 250)]
+    rows.insert(3, "img00.jpg,1")  # names an image again: a bad row naming no new input, among the listed
+    rows[7] = "img06.jpg,"  # an empty label: a bad row naming an image, always listed
+    csv = write(tmp_path / "l.csv", "path,label\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    manifest = convert(flat, out, csv)
+    assert manifest.splits["train"].records == 11 and manifest.rejected_unlisted == 251
+    assert len(manifest.rejected) == cap + 1 and "img06.jpg" in {r["path"] for r in manifest.rejected}
+    assert os.path.getsize(out / "dataset.json") < 64_000 and load_manifest(str(out)) == manifest
+    summary = "\n".join(summary_lines(str(out), manifest))
+    assert "rejected: 352 files and labels rows (dataset.json lists 101; 251 more bad rows of the labels" in summary
+    assert "... and 342 more" in summary
+    info = cli("info", out)
+    assert info.exit_code == 0 and "rejected: 352 files and labels rows" in info.output
+    assert cli("verify", out).exit_code == 0
+    raw = read_manifest(out)
+    for lie, match in ((-1, "must be at least 0"), ("5", "must be an integer")):
+        (out / "dataset.json").write_text(json.dumps({**raw, "rejected_unlisted": lie}))
+        with pytest.raises(ManifestError, match=rf"field rejected_unlisted: {match}"):
+            load_manifest(str(out))
+    del raw["rejected_unlisted"]  # a manifest written before the cap still loads
+    (out / "dataset.json").write_text(json.dumps(raw))
+    assert load_manifest(str(out)).rejected_unlisted == 0
+
+
+def test_an_append_records_the_bad_rows_of_its_own_labels_file_only(tmp_path):
+    # Was: each append kept every bad row of the labels files before it: listed rows piled up with each append.
+    src, out = tmp_path / "src", tmp_path / "out"
+    flat_jpegs(src, NAMES[:3])
+    ghosts = "".join(f"ghost{i}.jpg,a\n" for i in range(3))
+    first = write(tmp_path / "first.csv", "path,label\nimg00.jpg,a\nimg01.jpg,b\nimg02.jpg,\n" + ghosts)
+    assert len(convert(src, out, first).rejected) == 4
+    flat_jpegs(src, ["new"])
+    second = write(tmp_path / "second.csv", "path,label\nimg00.jpg,a\nimg01.jpg,b\nimg02.jpg,\nnew.jpg,b\n"
+                   "other.jpg,a\n")
+    appended = convert_images(str(src), str(out), ConvertOptions(image=ImageOptions(labels_file=second), seed=None),
+                              workers=0, progress=False, append=True)
+    assert appended.splits["train"].records == 3
+    assert sorted(r["path"] for r in appended.rejected) == ["img02.jpg", "other.jpg,a"]
+    assert appended.rejected_unlisted == 0
+
+
+def test_json_lines_nested_too_deep_or_too_long_is_one_bad_row(flat, tmp_path):
+    # Was: a line of 100,000 '[' a 63-line RecursionError traceback.
+    deep = "[" * 100_000
+    lines = ['{"path": "img00.jpg", "label": "a"}', deep, '{"path": "img01.jpg", "label": "' + "b" * 300_000 + '"}',
+             '{"path": "img02.jpg", "label": NaN}', '{"path": "img03.jpg", "label": "b", "Label": "c"}',
+             '{"path": "img04.jpg", "label": "b"}']
+    path = write(tmp_path / "l.jsonl", "\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=r"l\.jsonl: row 2: is nested too deep for a row \(got '\[\[\[") as caught:
+        convert(flat, tmp_path / "fail", path, on_error="fail")
+    assert "\n" not in str(caught.value)
+    labels, bad = decided(path, flat, [f"{n}.jpg" for n in NAMES])
+    assert labels.by_path == {"img00.jpg": 0, "img04.jpg": 1}
+    assert [(p.row, p.problem.split(";")[0]) for p in bad] == [
+        (2, "is nested too deep for a row"), (3, "is over 131,072 characters"),
+        (4, "is not JSON (NaN is no JSON number)"), (5, "has other keys than the first line")]
+    with pytest.raises(InputError, match=r"d\.jsonl: line 1 is nested too deep for a row; start with an object"):
+        decided(write(tmp_path / "d.jsonl", deep + "\n"), flat, [])
+
+
+def test_one_huge_line_takes_no_more_memory_than_a_row(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "huge.jsonl"  # one line of 64 MiB and no line end: what it takes is bounded by a row
+    with open(path, "w") as f:
+        f.write('{"path": "a.jpg", "label": "a"}\n{"path": "b.jpg", "label": "')
+        f.write("x" * (64 << 20))
+    child = (
+        "import resource, sys\n"
+        "from tfshard.ingest import labels\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "with labels.open_rows(sys.argv[1]) as rows:\n"
+        "    found, bad = labels.decide(rows, '.', ['a.jpg', 'b.jpg'])\n"
+        "grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024\n"
+        "print(found.by_path, [(p.row, p.problem[:30]) for p in bad], grown)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.startswith("{'a.jpg': 0} [(2, 'is over 131,072 characters; sh')] ")
+    assert int(done.stdout.split()[-1]) < 8 << 20  # was several times the line's 64 MiB
 
 
 # --- what reads a finished dataset --------------------------------------------------------------------------------

@@ -103,18 +103,25 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
         left_out = "" if unlabelled is None else f", {unlabelled:,} unlabelled (no row in the labels file; left out)"
         lines.append(f"  labels: {labelled:,} {'episodes' if episodes else 'images'} labelled "
                      f"({_label_kind(manifest)}){left_out}")
+        rule = manifest.options.get("label_rule")  # how a labels file's kind was decided (ingest/label_kinds.py)
+        if isinstance(rule, str):
+            lines.append(f"  label kind: {labels} ({rule:.300})")
     rule = _split_rule(manifest)
     if rule is not None:
         lines.append(rule)
     converted = manifest.options.get("converted_images", 0)
     if converted:
         lines.append(f"  converted to JPEG: {converted} (non-JPEG content, CMYK, EXIF rotation, resize...)")
-    if manifest.rejected:
-        lines.append(f"  rejected: {len(manifest.rejected)} files (listed in dataset.json):")
-        for item in manifest.rejected[:10]:
+    listed, unlisted = manifest.rejected, manifest.rejected_unlisted
+    if listed or unlisted:
+        total = len(listed) + unlisted
+        where = "listed in dataset.json" if not unlisted else \
+            f"dataset.json lists {len(listed):,}; {unlisted:,} more bad rows of the labels file are only counted"
+        lines.append(f"  rejected: {total:,} {'files' if not unlisted else 'files and labels rows'} ({where}):")
+        for item in listed[:10]:
             lines.append(f"    {item['path']}: {item['reason']}")
-        if len(manifest.rejected) > 10:
-            lines.append(f"    ... and {len(manifest.rejected) - 10} more")
+        if total > 10:
+            lines.append(f"    ... and {total - 10:,} more")
     ignored = manifest.ignored
     if any(ignored.values()):
         kind = "non-image" if manifest.kind == "images" else "non-.npy/.npz"
