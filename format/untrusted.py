@@ -50,6 +50,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 SHA256 = _SHA256  # for the format modules that check their own files (format/inputs.py)
 
 _REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
+REWRITE = _REWRITE  # the fix every problem found here ends with (tools/image_checks.py words it for verify)
 
 
 def parse_json(text: str | bytes, source: str) -> Any:

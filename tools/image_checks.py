@@ -21,6 +21,7 @@ import hashlib
 import numpy as np
 
 from ..format import manifest as manifest_lib
+from ..format import untrusted
 from ..format.inputs import load_inputs
 from ..format.manifest import is_count
 from ..format.names import INPUTS_NAME
@@ -51,6 +52,14 @@ def _shown(sums: PixelSums) -> str:
     return f"count {sums.count}, sums {list(sums.sums)}, squares {list(sums.squares)}"
 
 
+def _with_fix(message: str) -> str:
+    """A problem of ``inputs.json`` as verify words it: with verify's fix for the dataset in place of the loader's
+    (or added), but for a format this tfshard does not read, which an upgrade fixes."""
+    if message.endswith(untrusted.REWRITE):
+        return f"{message[:-len(untrusted.REWRITE)]}{REWRITE}"
+    return message if "upgrade tfshard" in message else f"{message}; {REWRITE}"
+
+
 def _same_label(listed, held) -> bool:
     """An input's label in ``inputs.json`` (a class name, a list of them, or a list of floats) against its record's
     (the same forms; value labels as the record's float32 values)."""
@@ -76,7 +85,7 @@ class ImageChecks:
         try:
             self.inputs = load_inputs(out, manifest)
         except ValueError as e:  # not valid (names the field), of another dataset, not a regular file, too large
-            self.problems.append(f"{str(e).rsplit('; ', 1)[0]}; {REWRITE}")  # verify's one fix, for every problem
+            self.problems.append(_with_fix(str(e)))
         if self.inputs is None and manifest.appends and not self.problems:
             self.problems.append(f"{self.inputs_path}: missing, though dataset.json records {len(manifest.appends)} "
                                  f"append(s), which keep it; {REWRITE}")
