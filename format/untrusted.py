@@ -399,9 +399,10 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       raw: the parsed JSON.
       source: the file named in error messages.
       consistency: also check the fields against each other: each split's ``records`` and ``bytes`` are the sums
-        of its shards', its ``class_counts`` name exactly the ``class_names`` and sum to its ``records``. Readers
-        need them; ``verify`` (which weighs them against the shards themselves, to name the field that lies) and
-        ``--overwrite`` (which only needs the file list) pass False.
+        of its shards', its ``class_counts`` name exactly the ``class_names`` and sum to its ``records``, and its
+        statistics are ones a conversion can write (``format/statistics.py``). Readers need them; ``verify`` (which
+        weighs them against the shards themselves, to name the field that lies) and ``--overwrite`` (which only
+        needs the file list) pass False.
 
     Raises:
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
