@@ -27,6 +27,7 @@ from typing import Any
 from .dataset import read_small_file
 from .manifest import FORMAT_VERSION, MAX_MANIFEST_BYTES, Manifest, check_format_version, is_count, is_finite_number
 from .names import INPUTS_NAME, SPLIT_NAME
+from .statistics import pixel_sums_problem
 from .storage import gfile, join
 from .untrusted import SHA256, Checker, parse_json
 
@@ -104,6 +105,9 @@ def _pixel_sums(check: Checker, raw: Any, manifest: Manifest) -> None:
             values = check.sequence(entry[key], f"{at}.{key}")
             if len(values) != 3 or not all(is_count(v, 0, top) for v in values):
                 check.fail(f"{at}.{key}", f"must be 3 integers in [0, {top}] (8-bit pixels)", values)
+        problem = pixel_sums_problem(count, entry["sums"], entry["squares"])
+        if problem is not None:
+            check.fail(f"{at}.squares", f"must be possible beside its sums ({problem})", entry["squares"])
 
 
 def inputs_from_dict(raw: Any, source: str, manifest: Manifest) -> Inputs:

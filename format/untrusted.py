@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from . import statistics
 from .appends import check_appends
 from .duplicates import check_duplicates
 from .manifest import (
@@ -34,13 +35,22 @@ from .manifest import (
     is_finite_number,
 )
 from .names import MANIFEST_NAME, SPLIT_NAME, is_shard_name, shard_file_name, shard_generation
-from .records import DATA_PREFIX, IMAGE_LABEL_KINDS, LABEL_FEATURES, LABEL_KEY, image_features_of, same_keys
+from .records import (
+    DATA_PREFIX,
+    IMAGE_LABEL_KINDS,
+    LABEL_FEATURES,
+    LABEL_KEY,
+    data_features,
+    image_features_of,
+    same_keys,
+)
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 SHA256 = _SHA256  # for the format modules that check their own files (format/inputs.py)
 
 _REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
+REWRITE = _REWRITE  # the fix every problem found here ends with (tools/image_checks.py words it for verify)
 
 
 def parse_json(text: str | bytes, source: str) -> Any:
@@ -231,8 +241,52 @@ def _check_shard_names(check: _Checker, where: str, split: str, files: list[str]
                        f"must be shard {index} of {counts[generation]}{of} of split {split!r} ({expected})", files[i])
 
 
+def _pixel_statistics(check: _Checker, where: str, raw: dict, consistency: bool) -> None:
+    """``pixel_mean`` and ``pixel_std``: null (not measured), or three finite numbers each; with ``consistency``,
+    both or neither, and values a conversion can write (``format/statistics.py``: what ``readers.normalization``
+    divides by)."""
+    for field in ("pixel_mean", "pixel_std"):
+        values = raw.get(field)
+        if values is not None and (len(check.sequence(values, f"{where}.{field}")) != 3
+                                   or not all(map(is_finite_number, values))):
+            check.fail(f"{where}.{field}", "must be null or 3 finite numbers (R, G, B)", values)
+    mean, std = raw.get("pixel_mean"), raw.get("pixel_std")
+    if not consistency or (mean is None and std is None):
+        return
+    if mean is None or std is None:
+        check.fail(f"{where}.pixel_mean", "must be null exactly when pixel_std is (both measured, or neither)", mean)
+    for field, problem, value in statistics.pixel_problems(mean, std):
+        check.fail(f"{where}.{field}", problem, value)
+
+
+def _feature_statistics(check: _Checker, where: str, raw: dict, features: dict, consistency: bool) -> None:
+    """``feature_mean`` and ``feature_std``: null, or per feature null or a list of finite numbers or nulls; with
+    ``consistency``, the same features in both, each a feature of the table, with values a conversion can write
+    for its dtype and shape (``format/statistics.py``)."""
+    for field in ("feature_mean", "feature_std"):
+        if raw.get(field) is not None:
+            for feature, values in check.mapping(raw[field], f"{where}.{field}").items():
+                check.numbers(values, f"{where}.{field}[{feature!r}]")
+    mean, std = raw.get("feature_mean") or {}, raw.get("feature_std") or {}
+    if not consistency:
+        return
+    schema = data_features(features)
+    for field, listed in (("feature_mean", mean), ("feature_std", std)):
+        unknown = sorted(set(listed) - set(schema), key=str)
+        if unknown:
+            check.fail(f"{where}.{field}", f"must name only features of the table ({sorted(schema)!r:.80})", unknown)
+    if set(mean) != set(std):
+        check.fail(f"{where}.feature_std", f"must name the features feature_mean names ({sorted(mean)!r:.80})",
+                   sorted(std))
+    for name in sorted(mean):
+        spec = schema[name]
+        for field, problem, value in statistics.feature_problems(name, spec["dtype"], spec["shape"], mean[name],
+                                                                 std[name]):
+            check.fail(f"{where}.{field}", problem, value)
+
+
 def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kind: str, class_names: list[str],
-                     consistency: bool = True, labels: str | None = None) -> SplitInfo:
+                     consistency: bool = True, labels: str | None = None, features: dict | None = None) -> SplitInfo:
     where = f"splits[{name!r}]"
     split_type = SPLIT_TYPES[kind]
     own = {f.name for f in dataclasses.fields(split_type)}
@@ -250,8 +304,7 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
     if kind == "images":
         counts = check.mapping(raw.get("class_counts", {}), f"{where}.class_counts")
         _class_counts(check, f"{where}.class_counts", counts, class_names, raw["records"], consistency, labels)
-        check.numbers(raw.get("pixel_mean"), f"{where}.pixel_mean")
-        check.numbers(raw.get("pixel_std"), f"{where}.pixel_std")
+        _pixel_statistics(check, where, raw, consistency)
         return ImageSplitInfo(**fields, class_counts=raw.get("class_counts", {}), pixel_mean=raw.get("pixel_mean"),
                               pixel_std=raw.get("pixel_std"))
     episodes = _episodes_from(check, raw.get("episodes"), f"{where}.episodes", len(parsed), labels,
@@ -259,10 +312,7 @@ def _split_from_dict(check: _Checker, name: str, raw: Any, compression: Any, kin
     if len(episodes) > raw["records"]:
         check.fail(f"{where}.episodes", f"lists more episodes than the split's {raw['records']} records",
                    len(episodes))
-    for field in ("feature_mean", "feature_std"):
-        if raw.get(field) is not None:
-            for feature, values in check.mapping(raw[field], f"{where}.{field}").items():
-                check.numbers(values, f"{where}.{field}[{feature!r}]")
+    _feature_statistics(check, where, raw, features, consistency)
     return EpisodeSplitInfo(**fields, episodes=episodes, feature_mean=raw.get("feature_mean"),
                             feature_std=raw.get("feature_std"))
 
@@ -349,9 +399,10 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
       raw: the parsed JSON.
       source: the file named in error messages.
       consistency: also check the fields against each other: each split's ``records`` and ``bytes`` are the sums
-        of its shards', its ``class_counts`` name exactly the ``class_names`` and sum to its ``records``. Readers
-        need them; ``verify`` (which weighs them against the shards themselves, to name the field that lies) and
-        ``--overwrite`` (which only needs the file list) pass False.
+        of its shards', its ``class_counts`` name exactly the ``class_names`` and sum to its ``records``, and its
+        statistics are ones a conversion can write (``format/statistics.py``). Readers need them; ``verify`` (which
+        weighs them against the shards themselves, to name the field that lies) and ``--overwrite`` (which only
+        needs the file list) pass False.
 
     Raises:
       ManifestError: the first field that is wrong, named with its path, e.g. ``splits['train'].shards[0].file``.
@@ -394,7 +445,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
         if not SPLIT_NAME.match(name):
             check.fail("splits", "split names must be letters, digits or _", name)
         splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"], raw["class_names"],
-                                        consistency, labels)
+                                        consistency, labels, raw["features"])
     if raw.get("appends") and raw["kind"] != "images":
         check.fail("appends", f"must be empty for a {raw['kind']} dataset (image datasets only)", raw["appends"])
     check_appends(check, raw.get("appends", []), raw["class_names"],

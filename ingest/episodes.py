@@ -19,6 +19,7 @@ import zipfile
 import numpy as np
 
 from ..format.manifest import EPISODE_DTYPES
+from ..format.statistics import FEATURE_DIGITS, STATISTICS_KINDS
 from ..format.storage import open_regular
 from . import npy
 from .errors import InputError
@@ -140,7 +141,7 @@ class FeatureSums:
         std = [max(q / self.count - m * m, 0.0) ** 0.5 for q, m in zip(self.squares, mean)]
 
         def canonical(v: float) -> float | None:  # None (JSON null) where NaN/inf were kept or float64 overflowed
-            return float(f"{v:.7g}") if np.isfinite(v) else None
+            return float(f"{v:.{FEATURE_DIGITS}g}") if np.isfinite(v) else None
 
         return [canonical(m) for m in mean], [canonical(v) for v in std]
 
@@ -368,7 +369,7 @@ def prepare_episode(source: EpisodeSource, schema: Schema, options: EpisodeOptio
         for name, spec in schema.items():
             block = np.ascontiguousarray(arrays[name][start:stop], dtype=np.dtype(spec.dtype))  # little-endian
             finite = block.dtype.kind not in "fc"
-            if block.dtype.kind in "biuf":
+            if block.dtype.kind in STATISTICS_KINDS:
                 block_sums, finite = feature_sums(block)
                 sums[name] = sums.get(name, FeatureSums()) + block_sums
             if options.on_nan != "keep" and not finite:  # look for the value only when the sums say there is one

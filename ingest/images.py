@@ -26,6 +26,7 @@ import numpy as np
 import simplejpeg
 from PIL import Image, ImageOps
 
+from ..format.statistics import PIXEL_DECIMALS
 from ..format.storage import NotRegularFileError, open_regular
 from .scan import Rejection, SourceFile
 
@@ -107,7 +108,7 @@ class PixelSums:
             return None, None
         mean = [s / self.count for s in self.sums]
         var = [max(q / self.count - m * m, 0.0) for q, m in zip(self.squares, mean)]
-        return [round(m / 255, 6) for m in mean], [round(v**0.5 / 255, 6) for v in var]
+        return [round(m / 255, PIXEL_DECIMALS) for m in mean], [round(v**0.5 / 255, PIXEL_DECIMALS) for v in var]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,16 +302,33 @@ def _passthrough(source: SourceFile, data: bytes, image: Image.Image,
         return Rejection(source.relpath,
                          "truncated image data (no end-of-image marker); re-download or re-export the file")
     width, height = image.size  # before draft(), which shrinks size
-    pixels = PixelSums()
-    if options.validate:
-        scaled = _decode_jpeg_scaled(data, image.mode)
-        if scaled is None:
-            image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; every entropy-coded byte is still decoded
-            image.load()
-            pixels = PixelSums.of(image)
-        else:
-            pixels = PixelSums.of(Image.fromarray(scaled[..., 0] if scaled.shape[-1] == 1 else scaled))
+    pixels = passthrough_pixel_sums(data, image) if options.validate else PixelSums()
     return PreparedImage(source, data, height, width, _channels(image), None, pixels)
+
+
+def passthrough_pixel_sums(data: bytes, image: Image.Image | None = None) -> PixelSums:
+    """The pixel sums a JPEG kept byte for byte adds to its split: those of its 1/8-scale decode (TurboJPEG's, or
+    PIL's ``draft`` where TurboJPEG declines the file). ``tfshard verify`` recomputes them from the records' bytes.
+
+    Args:
+      data: the JPEG's bytes.
+      image: ``data`` opened by PIL, not yet loaded (opened here when None).
+
+    Raises:
+      OSError, ValueError: ``data`` is not an RGB or grey JPEG (what is kept as it is), or does not decode
+        (libjpeg warned about cut-short or garbled data).
+    """
+    if image is None:
+        with _own_pixel_cap():
+            image = Image.open(io.BytesIO(data))
+    if image.format not in _JPEG_FORMATS or image.mode not in ("RGB", "L"):  # else no 1/8 decode bounds its memory
+        raise ValueError(f"not an RGB or grey JPEG (got {image.format} {image.mode})")
+    scaled = _decode_jpeg_scaled(data, image.mode)
+    if scaled is None:
+        image.draft(image.mode, (1, 1))  # 1/8-scale IDCT; every entropy-coded byte is still decoded
+        image.load()
+        return PixelSums.of(image)
+    return PixelSums.of(Image.fromarray(scaled[..., 0] if scaled.shape[-1] == 1 else scaled))
 
 
 def _convert(source: SourceFile, data: bytes, image: Image.Image, reason: str, options: ImageOptions) -> PreparedImage:

@@ -22,6 +22,7 @@ from typing import Any
 from ..format.inputs import InputRecord
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import LABEL_NAME, episode_features, image_features_of
+from ..format.statistics import pixel_sums_problem
 from ..format.untrusted import label_problem
 from . import duplicates
 from . import labels as labels_lib
@@ -228,10 +229,9 @@ class ImageJob:
         pixels = stats.pixels
         _count(pixels.count)
         sums, squares = _numbers(pixels.sums, 3), _numbers(pixels.squares, 3)
-        # 8-bit pixels: 0 <= sum <= 255·count, 0 <= squares <= 255²·count, and sum² <= count·squares.
-        if not all(0 <= t <= 255 * pixels.count and 0 <= q <= 255 * 255 * pixels.count and t * t <= pixels.count * q
-                   for t, q in zip(sums, squares)):
-            raise ValueError("pixel sums out of range for 8-bit pixels")
+        problem = pixel_sums_problem(pixels.count, sums, squares)
+        if problem is not None:
+            raise ValueError(f"pixel sums out of range for 8-bit pixels ({problem})")
         return stats
 
     def count(self, item: ImageItemStats, stats: ImageShardStats) -> None:

@@ -22,6 +22,11 @@ import numpy as np
 from ..format.records import data_features
 from . import files as files_lib
 
+# A std at most this share of its mean is constant to float32 (its eps is 1.2e-7): rounding noise, as the sums of a
+# constant float feature leave (measured: up to 2.2e-7 of the mean over 3M steps), not a spread to scale up.
+_CONSTANT = 8 * float(np.finfo(np.float32).eps)
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def normalization(path: str, split: str = "train", *, dtype: str = "float32",
                   features: str | Sequence[str] | None = None):
@@ -40,11 +45,13 @@ def normalization(path: str, split: str = "train", *, dtype: str = "float32",
     Returns:
       Images: a layer mapping ``[B, H, W, 3]`` images to ``(x - mean) / std`` per channel, as float32.
       Episodes: a layer mapping ``[B, L, *shape]`` windows of a feature to ``(x - mean) / std`` per trailing
-      element (a zero std counts as 1e-6), or a dict of them.
+      element, or a dict of them. A channel or element constant in the split (a std of 0, or within float32
+      rounding of its mean) is only centred, ``x - mean``: never divided by a tiny std.
 
     Raises:
       ValueError: an images dataset converted with ``--no-validate`` (no statistics were measured); an unknown
-        feature; a feature without statistics (complex, or NaN/inf kept at conversion); ``features`` for images.
+        feature; a feature without statistics (complex, or NaN/inf kept at conversion), or whose statistics
+        float32 cannot hold; ``features`` for images.
     """
     import keras
 
@@ -64,9 +71,29 @@ def normalization(path: str, split: str = "train", *, dtype: str = "float32",
         raise ValueError(f"{path}: split {split!r} has no pixel statistics (converted with --no-validate); "
                          "convert again with validation, or build keras.layers.Normalization yourself")
     scale = 255.0 if dtype == "uint8" else 1.0
-    mean = np.asarray(info.pixel_mean, np.float32) * scale
-    std = np.maximum(np.asarray(info.pixel_std, np.float32) * scale, 1e-6)
-    return keras.layers.Normalization(axis=-1, mean=mean, variance=std * std)
+    mean, variance = _moments(path, f"split {split!r}'s pixels", np.asarray(info.pixel_mean) * scale,
+                              np.asarray(info.pixel_std) * scale)
+    return keras.layers.Normalization(axis=-1, mean=mean, variance=variance)
+
+
+def _moments(path: str, what: str, mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 mean and variance a ``keras.layers.Normalization`` is built from, for the manifest's mean and
+    std (float64). A constant element (a std of 0, or one float32 cannot tell from the rounding of its mean) gets
+    a variance of 1: it is centred, not scaled, as scikit-learn's ``StandardScaler`` does, where keras would divide
+    by its epsilon (1e-7) and turn any value off the constant into millions.
+
+    Raises:
+      ValueError: a mean, or a variance, beyond float32 (a float64 feature of huge values): no float32 layer
+        holds it.
+    """
+    constant = std <= _CONSTANT * np.abs(mean)
+    fits = (np.abs(mean) <= _FLOAT32_MAX) & (np.where(constant, 0.0, std) <= np.sqrt(_FLOAT32_MAX))
+    if not fits.all():
+        i = int(np.flatnonzero(~fits)[0])
+        raise ValueError(f"{path}: {what} have mean {float(mean.flat[i])!r} and std {float(std.flat[i])!r} at element "
+                         f"{i}, beyond the float32 a keras Normalization layer holds; scale the feature first, or "
+                         "normalise it yourself")
+    return mean.astype(np.float32), np.where(constant, 1.0, std * std).astype(np.float32)
 
 
 def _episode_normalization(keras, dataset, info, split: str, features):
@@ -84,10 +111,11 @@ def _episode_normalization(keras, dataset, info, split: str, features):
         if mean is None or std is None or None in mean or None in std or len(mean) != max(1, int(np.prod(shape))):
             raise ValueError(f"{dataset.path}: split {split!r} has no statistics for feature {name!r} (complex "
                              "values, or NaN/inf kept at conversion); build keras.layers.Normalization yourself")
-        mean = np.asarray(mean, np.float32).reshape(shape)
-        std = np.maximum(np.asarray(std, np.float32).reshape(shape), 1e-6)
+        mean, variance = _moments(dataset.path, f"split {split!r}'s feature {name!r}",
+                                  np.asarray(mean, np.float64).reshape(shape),
+                                  np.asarray(std, np.float64).reshape(shape))
         # One statistic per trailing element: the axes after [B, L]; a scalar feature has one for all.
         axis = tuple(range(-len(shape), 0)) if shape else None
-        layers[name] = keras.layers.Normalization(axis=axis, mean=mean, variance=std * std, name=f"normalize_{name}")
+        layers[name] = keras.layers.Normalization(axis=axis, mean=mean, variance=variance, name=f"normalize_{name}")
     single = isinstance(features, str) or (features is None and len(schema) == 1)
     return layers[names[0]] if single else layers

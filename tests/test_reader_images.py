@@ -459,6 +459,23 @@ def test_normalization_layer_uses_the_manifest_statistics(dataset, dtype):
     np.testing.assert_allclose(out[0, 0, 1], 1.0, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype, step", [("uint8", 10.0), ("float32", 0.1)])
+def test_normalization_centres_a_constant_channel_instead_of_dividing_by_a_tiny_std(tmp_path, dtype, step):
+    """Grey images: every channel is constant (std 0). The layer maps the grey to 0 and a value off it by its
+    distance, as scikit-learn's StandardScaler does, where a floor of 1e-6 under the std made it ~1e5."""
+    for i in range(4):
+        folder = tmp_path / "src" / f"c{i % 2}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.new("L", (16, 16), 128).save(folder / f"{i}.jpg", quality=95)
+    out = str(tmp_path / "out")
+    convert_images(str(tmp_path / "src"), out, ConvertOptions(num_shards=1), workers=0, progress=False)
+    split = readers.info(out).manifest.splits["train"]
+    assert split.pixel_std == [0.0, 0.0, 0.0], split.pixel_std
+    grey = np.asarray(split.pixel_mean, np.float32) * (255.0 if dtype == "uint8" else 1.0)
+    out_values = np.asarray(readers.normalization(out, dtype=dtype)(np.stack([grey, grey + step])[None, None]))
+    np.testing.assert_allclose(out_values[0, 0], [[0.0] * 3, [step] * 3], atol=1e-4)
+
+
 def test_normalization_of_an_episodes_dataset_is_per_feature_and_refuses_image_options(tmp_path):
     save_episodes(tmp_path / "src", {"a.npy": np.arange(10, dtype=np.float32).reshape(5, 2)})
     convert_episode_tree(tmp_path / "src", tmp_path / "out")

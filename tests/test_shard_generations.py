@@ -7,6 +7,7 @@ on the names and manifest layout alone; tests/test_append.py makes them with --a
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -17,6 +18,7 @@ from tfshard.format.dataset import load_manifest
 from tfshard.format.manifest import ManifestError, is_output_name, is_shard_name
 from tfshard.format.names import index_file_name, shard_file_name, shard_generation
 from tfshard.ingest import ConvertOptions, convert_images
+from tfshard.ingest.images import PixelSums
 from tfshard.ingest.plan import plan_split
 from tfshard.ingest.renumber import plan_renumbering
 from tfshard.tools.verify import verify
@@ -57,10 +59,12 @@ def test_renumbering_keeps_a_shards_generation():
 
 @pytest.fixture
 def two_generations(tmp_path):
-    """A dataset of generation 0 (2 shards) plus generation 1 (2 shards) of other images, joined by hand."""
+    """A dataset of generation 0 (2 shards) plus generation 1 (2 shards) of other images, joined by hand: shards,
+    totals, class counts, pixel statistics and inputs.json, as an append joins them."""
     first, second = tmp_path / "first", tmp_path / "second"
     make_tree(first, per_class=4, seed=0)
-    make_tree(second, per_class=3, seed=100)
+    for rel in make_tree(second, per_class=3, seed=100):  # other names: one input is never in two records
+        os.rename(second / rel, second / rel.replace("/", "/g1-"))
     out, other = str(tmp_path / "out"), str(tmp_path / "other")
     convert_images(str(first), out, ConvertOptions(num_shards=2), workers=0, progress=False)
     convert_images(str(second), other, ConvertOptions(num_shards=2), workers=0, progress=False)
@@ -73,6 +77,16 @@ def two_generations(tmp_path):
     split["records"] += added["records"]
     split["bytes"] += added["bytes"]
     split["class_counts"] = {k: v + added["class_counts"][k] for k, v in split["class_counts"].items()}
+    inputs, extra_inputs = (json.loads(open(os.path.join(o, "inputs.json")).read()) for o in (out, other))
+    sums, extra_sums = inputs["pixel_sums"]["train"], extra_inputs["pixel_sums"]["train"]
+    sums["count"] += extra_sums["count"]
+    for key in ("sums", "squares"):
+        sums[key] = [a + b for a, b in zip(sums[key], extra_sums[key])]
+    inputs["inputs"] += extra_inputs["inputs"]
+    with open(os.path.join(out, "inputs.json"), "w") as f:
+        json.dump(inputs, f)
+    split["pixel_mean"], split["pixel_std"] = PixelSums(sums["count"], tuple(sums["sums"]),
+                                                        tuple(sums["squares"])).mean_std()
     write_manifest(out, raw)
     return out, split
 

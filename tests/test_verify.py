@@ -16,8 +16,9 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
-from helpers import files_under, make_tree, read_manifest, read_records, write_manifest
+from helpers import files_under, make_tree, read_manifest, read_records, write_jpeg, write_manifest
 from tfshard.ingest import ConvertOptions, VerifyError, convert_images, verify
 
 CLASSES = ("ant", "bee", "cat")
@@ -308,6 +309,49 @@ def test_unfinished_conversion_says_rerunning_the_same_command_finishes_it(image
     for command in ("verify", "info"):
         result = cli(command, out)
         assert result.exit_code == 1 and result.stderr == f"error: {expected}\n", result.output
+
+
+def _mixed_tree(src: str) -> None:
+    """JPEGs kept as they are (RGB and grey), and images re-encoded at conversion (a PNG, a CMYK JPEG)."""
+    from PIL import Image
+
+    make_tree(src, classes=("a", "b"), per_class=3)
+    write_jpeg(os.path.join(src, "a", "grey.jpg"), 7, mode="L")
+    rng = np.random.default_rng(1)
+    Image.fromarray(rng.integers(0, 256, (12, 20, 3), np.uint8)).save(os.path.join(src, "a", "png.jpg"), "PNG")
+    Image.fromarray(rng.integers(0, 256, (9, 9, 4), np.uint8), "CMYK").save(os.path.join(src, "b", "cmyk.jpg"))
+
+
+@pytest.mark.parametrize("validate", [True, False])
+def test_kept_and_reencoded_images_verify_and_sums_they_cannot_give_are_named(tmp_path, validate):
+    """Kept JPEGs' sums are recomputed exactly; a re-encoded image's were of pixels no record keeps, so the
+    split's sums are weighed as the kept ones' exact sums plus what 8-bit pixels of the re-encoded ones' exact
+    count can give. Without validation only the re-encoded images were measured, and so it verifies too."""
+    from tfshard.ingest import ImageOptions
+
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    _mixed_tree(src)
+    manifest = convert_images(src, out, ConvertOptions(num_shards=2, image=ImageOptions(validate=validate)),
+                              workers=0, progress=False)
+    assert manifest.options["converted_images"] == 2 and manifest.splits["train"].pixel_mean is not None
+    verify(out)
+    inputs = os.path.join(out, "inputs.json")
+    with open(inputs) as f:
+        raw = json.load(f)
+    sums = raw["pixel_sums"]["train"]
+    sums["sums"][0] = sums["squares"][0] = 0  # a black red channel: possible pixels, but not beside the kept JPEGs
+    with open(inputs, "w") as f:
+        json.dump(raw, f)
+    with pytest.raises(VerifyError) as caught:
+        verify(out)
+    if validate:
+        expected = (r"inputs\.json: field pixel_sums\['train'\]: .*, which its records cannot give: beside the exact "
+                    r"count \d+, .* of its kept JPEGs, that leaves count 321, sums \[-\d+, .* for the 321 pixels of "
+                    r"its 2 re-encoded images")
+    else:  # no sums of kept JPEGs to weigh them against, but the manifest's statistics must still follow them
+        expected = (r"dataset\.json: field splits\['train'\]\.pixel_mean: \[0\.\d+, .*\], inputs\.json's exact "
+                    r"pixel sums give \[0\.0, ")
+    assert any(re.search(expected, p) for p in caught.value.problems), caught.value.problems
 
 
 def test_ignored_files_in_the_manifest_are_checked_and_optional(dataset):

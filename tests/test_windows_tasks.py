@@ -130,6 +130,24 @@ def test_normalization_of_episode_features_uses_the_manifest_statistics(tmp_path
         readers.normalization(out, features="nope")
 
 
+def test_normalization_centres_a_feature_constant_to_float32_and_refuses_statistics_beyond_it(tmp_path):
+    """A constant float feature's sums leave a std of rounding noise (~1e-8 of its mean): it is centred, not divided
+    by it (which made 0.2 into 1e5). Statistics no float32 layer holds (a float64 feature around 1e100) are an
+    error naming the feature, not a layer of NaNs."""
+    save_episodes(tmp_path / "src", {f"e{i}.npz": {"flat": np.full((1500, 1), 0.1, np.float32),
+                                                    "huge": np.full((1500, 1), 1e100 * (i + 1), np.float64)}
+                                     for i in range(2)})
+    convert_episode_tree(tmp_path / "src", tmp_path / "out")
+    out = str(tmp_path / "out")
+    split = readers.info(out).manifest.splits["train"]
+    assert 0 < split.feature_std["flat"][0] < 1e-6 * 0.1, split.feature_std  # rounding noise, not 0
+    layer = readers.normalization(out, features="flat")
+    np.testing.assert_allclose(layer(np.asarray([[[0.1], [0.2]]], np.float32)).numpy(), [[[0.0], [0.1]]], atol=1e-6)
+    with pytest.raises(ValueError, match=r"split 'train''s feature 'huge' have mean 1\.5e\+100 and std 5e\+99 at "
+                                         r"element 0, beyond the float32 a keras Normalization layer holds"):
+        readers.normalization(out, features="huge")
+
+
 # --- converted episode labels, read back in every mode --------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -29,11 +30,14 @@ from ..format.records import (
     parse_spec,
     same_keys,
 )
+from ..format.statistics import STATISTICS_KINDS, feature_problems
 from ..ingest.episodes import FeatureSums, feature_sums
 from .report import short_tf_error
 
 LABEL, _TEXT = "image/class/label", "image/class/text"
-_IMAGE_BATCH = 256  # image records parse to a label and a name: batching only saves Python steps
+ENCODED, FILENAME, HEIGHT, WIDTH = "image/encoded", "image/filename", "image/height", "image/width"
+_CONTENT = (ENCODED, FILENAME, HEIGHT, WIDTH)  # what tools/image_checks.py weighs of each image record
+_IMAGE_BATCH = 16  # image records parse with their JPEG bytes: a batch holds 16 of them at most
 REWRITE = "rerun the conversion with --overwrite to rewrite it"
 _LIES = "the manifest does not describe this shard's records; rerun the conversion with --overwrite"
 # Statistics are summed again in the converter's order (chunks into episodes, episodes into shards, shards into
@@ -65,7 +69,7 @@ def _first_unparseable(path: str, compression: str | None, spec: dict, start: in
     return start, "no longer fails"
 
 
-def _text(value: bytes) -> str:
+def record_text(value: bytes) -> str:
     return value.decode("utf-8", "surrogateescape")  # as ingest/examples.py encodes names: non-UTF-8 ones round-trip
 
 
@@ -103,9 +107,11 @@ class Tally:
     records: int = 0
     bytes: int = 0
     sums: dict[str, FeatureSums] = dataclasses.field(default_factory=dict)
+    split: str = ""
+    images: Any = None  # an image dataset's ImageChecks (tools/image_checks.py): each record is added to it
 
 
-def _first(found: dict, key: str, value) -> None:
+def first_finding(found: dict, key: str, value) -> None:
     """Counts a finding of kind ``key``, keeping the first one's details: one problem per kind per shard."""
     found.setdefault(key, [0, value])[0] += 1
 
@@ -119,7 +125,7 @@ def _multi_label_summary(classes: int):
         ordered = tf.reduce_all(indices[1:] > indices[:-1])
         kept = tf.cast(tf.boolean_mask(indices, (indices >= 0) & (indices < classes)), tf.int32)
         hot = tf.math.bincount(kept, minlength=classes, maxlength=classes, dtype=tf.int64)
-        return {"hot": hot, "valid": in_range & ordered, _TEXT: parsed[_TEXT]}
+        return {"hot": hot, "valid": in_range & ordered, _TEXT: parsed[_TEXT], **{k: parsed[k] for k in _CONTENT}}
     return summary
 
 
@@ -128,30 +134,34 @@ def _image_parse(manifest) -> tuple[dict, object]:
     labels = manifest.labels
     features = image_features_of(labels, manifest.label_columns)
     if labels == "multi":
-        return parse_spec(features, (MULTI_LABEL_KEY, _TEXT)), _multi_label_summary(len(manifest.class_names))
+        return (parse_spec(features, (MULTI_LABEL_KEY, _TEXT, *_CONTENT)),
+                _multi_label_summary(len(manifest.class_names)))
     if labels == "value":
-        return parse_spec(features, (VALUE_KEY,)), None
-    return parse_spec(features, (LABEL, _TEXT)), None
+        return parse_spec(features, (VALUE_KEY, *_CONTENT)), None
+    return parse_spec(features, (LABEL, _TEXT, *_CONTENT)), None
 
 
-def _other_label_problems(parsed: _Parsed, path: str, manifest, tally: Tally) -> list[str]:
+def _other_label_problems(parsed: _Parsed, path: str, manifest, tally: Tally, add) -> list[str]:
     """Multi-label records: in-range, increasing class indices named by their class text (counted per class);
     value records: finite values (the converter refuses NaN and inf)."""
     found: dict[str, list] = {}
     names = manifest.class_names
     for index, record in enumerate(parsed):
         if manifest.labels == "value":
+            add(index, record, record[VALUE_KEY])
             if not np.isfinite(record[VALUE_KEY]).all():
-                _first(found, "value", (index, record[VALUE_KEY].tolist()))
+                first_finding(found, "value", (index, record[VALUE_KEY].tolist()))
             continue
-        hot, text = record["hot"], _text(record[_TEXT])
+        hot, text = record["hot"], record_text(record[_TEXT])
         if not record["valid"]:
-            _first(found, "range", (index, text))
+            add(index, record, None)
+            first_finding(found, "range", (index, text))
             continue
+        add(index, record, [names[i] for i in np.flatnonzero(hot)])
         for i in np.flatnonzero(hot):
             tally.labels[i] += 1
         if ";".join(names[i] for i in np.flatnonzero(hot)) != text:
-            _first(found, "text", (index, text))
+            first_finding(found, "text", (index, text))
     problems = []
     if "value" in found:
         count, (index, values) = found["value"]
@@ -170,19 +180,25 @@ def _other_label_problems(parsed: _Parsed, path: str, manifest, tally: Tally) ->
 
 
 def _image_problems(parsed: _Parsed, path: str, manifest, tally: Tally) -> list[str]:
-    """Each record's label must index ``class_names`` and name the record's own class text; labels are counted."""
+    """Each record's label must index ``class_names`` and name the record's own class text; labels are counted.
+    Each record, with its label, is also added to ``tally.images`` (pixel sums, inputs.json)."""
+    content = tally.images.shard(path, tally.split) if tally.images is not None else None
+    add = content.add if content is not None else lambda index, record, label: None
     if manifest.labels in ("multi", "value"):
-        return _other_label_problems(parsed, path, manifest, tally)
+        problems = _other_label_problems(parsed, path, manifest, tally, add)
+        return problems + (content.problems(parsed.count) if content is not None else [])
     class_names = manifest.class_names
     found: dict[str, list] = {}
     for index, record in enumerate(parsed):
-        label, text = int(record[LABEL]), _text(record[_TEXT])
+        label, text = int(record[LABEL]), record_text(record[_TEXT])
         if not 0 <= label < len(class_names):
-            _first(found, "range", (index, label, text))
+            add(index, record, None)
+            first_finding(found, "range", (index, label, text))
             continue
+        add(index, record, class_names[label])
         tally.labels[label] += 1
         if class_names[label] != text:
-            _first(found, "text", (index, label, text))
+            first_finding(found, "text", (index, label, text))
     problems = []
     if "range" in found:
         count, (index, label, text) = found["range"]
@@ -194,7 +210,7 @@ def _image_problems(parsed: _Parsed, path: str, manifest, tally: Tally) -> list[
         problems.append(f"{path}: {count} of {parsed.count} records hold an {_TEXT} that is not class_names[label] "
                         f"(first: record {index}, label {label} says {text!r}, class_names[{label}] is "
                         f"{class_names[label]!r}); {_LIES}")
-    return problems
+    return problems + (content.problems(parsed.count) if content is not None else [])
 
 
 def _step_bytes(features: dict) -> dict[str, int]:
@@ -238,9 +254,9 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
         if label_problem is not None and episode_id not in mislabelled:  # once per episode
             mislabelled.add(episode_id)
             problems.append(f"{path}: {name} {label_problem}; {_LIES}")
-        if _text(record["episode/source"]) != entry.source and episode_id not in misnamed:  # once per episode
+        if record_text(record["episode/source"]) != entry.source and episode_id not in misnamed:  # once per episode
             misnamed.add(episode_id)
-            problems.append(f"{path}: {name} comes from {_text(record['episode/source'])!r} in its records, "
+            problems.append(f"{path}: {name} comes from {record_text(record['episode/source'])!r} in its records, "
                             f"the manifest says {entry.source!r}; {_LIES}")
         if start < 0 or steps < 1 or start + steps > length or covered.get(episode_id, 0) != start:
             problems.append(f"{path}: {name} chunk {chunk} covers steps "
@@ -257,7 +273,7 @@ def _episode_problems(parsed: _Parsed, path: str, shard_index: int, split: manif
                 tally.intact = False  # its statistics cannot be weighed
                 continue
             dtype = np.dtype(specs[feature]["dtype"])
-            if dtype.kind in "biuf":  # the kinds the converter keeps statistics of
+            if dtype.kind in STATISTICS_KINDS:
                 sums, _ = feature_sums(np.frombuffer(data, dtype).reshape(steps, *specs[feature]["shape"]))
                 add(episode_sums, {feature: sums})
         covered[episode_id] = start + steps
@@ -327,45 +343,56 @@ def read_shard(path: str, shard: manifest_lib.ShardInfo, shard_index: int, split
 
 
 def _stats_differ(mean, std, their_mean, their_std) -> bool:
-    """Recomputed statistics contradict the manifest's beyond its rounding."""
-    if their_mean is None or their_std is None:
-        return False  # not finite when written (NaN/inf kept): nothing to weigh
-    if mean is None or std is None:
-        return True  # not finite now
-    scale = max(math.hypot(mean, std), math.hypot(their_mean, their_std))
-    return any(abs(a - b) > _STATS_RTOL * max(abs(a), abs(b)) + _STATS_ATOL * scale
-               for a, b in ((mean, their_mean), (std, their_std)))
+    """Recomputed statistics contradict the manifest's beyond its rounding; None (not finite: NaN/inf kept, or
+    float64 overflow) must be None on both sides."""
+    pairs = ((mean, their_mean), (std, their_std))
+    if any((a is None) != (b is None) for a, b in pairs):
+        return True
+    scale = max(math.hypot(mean or 0.0, std or 0.0), math.hypot(their_mean or 0.0, their_std or 0.0))
+    return any(a is not None and abs(a - b) > _STATS_RTOL * max(abs(a), abs(b)) + _STATS_ATOL * scale
+               for a, b in pairs)
 
 
 def _statistics_problems(where: str, split: manifest_lib.EpisodeSplitInfo, features: dict, tally: Tally) -> list[str]:
     """Each feature's per-element mean and std, recomputed from its record bytes decoded with the manifest's dtype
-    and shape, against the manifest's: a dtype of the same item size keeps every byte count right, not these."""
-    if split.feature_mean is None or split.feature_std is None or not split.records:
-        return []  # no statistics kept (or nothing to keep them of)
+    and shape, against the manifest's: a dtype of the same item size keeps every byte count right, not these.
+    Where the records could not be weighed (a damaged shard), or agree within the rounding, statistics no
+    conversion writes are still named (``format/statistics.py``: what readers.normalization would divide by)."""
+    means, stds = split.feature_mean or {}, split.feature_std or {}
+    schema = data_features(features)
     problems = []
-    for name, spec in sorted(data_features(features).items()):
+    for field, listed in (("feature_mean", means), ("feature_std", stds)):
+        unknown = sorted(set(listed) - set(schema), key=str)
+        if unknown:
+            problems.append(f"{where}.{field}: lists statistics of {unknown!r:.80}, which the features table does "
+                            f"not declare; {REWRITE}")
+    for name, spec in sorted(schema.items()):
+        flagged = len(problems)
         feature = f"features[{DATA_PREFIX + name!r}]"
         at = f"{where}.feature_mean[{name!r}]"
-        their_mean, their_std = split.feature_mean.get(name), split.feature_std.get(name)
-        if np.dtype(spec["dtype"]).kind not in "biuf":
+        their_mean, their_std = means.get(name), stds.get(name)
+        width = math.prod(spec["shape"])
+        if np.dtype(spec["dtype"]).kind not in STATISTICS_KINDS:
             if their_mean is not None or their_std is not None:
                 problems.append(f"{at}: lists statistics of {feature}, whose dtype {spec['dtype']!r} tfshard keeps "
                                 f"none of; the dtype or the statistics are wrong: {REWRITE}")
-            continue
-        width = math.prod(spec["shape"])
-        if their_mean is None or their_std is None or len(their_mean) != width or len(their_std) != width:
+        elif split.records and (their_mean is None or their_std is None or len(their_mean) != width
+                                or len(their_std) != width):
             shown = None if their_mean is None else len(their_mean)
             problems.append(f"{at}: must list {width} element(s) for {feature} of shape {spec['shape']} "
                             f"(got {shown!r}); {REWRITE}")
-            continue
-        mean, std = tally.sums.get(name, FeatureSums()).mean_std()
-        differ = [i for i in range(width) if _stats_differ(mean[i], std[i], their_mean[i], their_std[i])]
-        if differ:
-            i = differ[0]
-            problems.append(f"{at}: the records of {feature}, read as its dtype {spec['dtype']!r}, have mean "
-                            f"{mean[i]!r} and std {std[i]!r} at element {i}, the manifest says {their_mean[i]!r} and "
-                            f"{their_std[i]!r} ({len(differ)} of {width} element(s) differ); the dtype or the "
-                            f"statistics are wrong: {REWRITE}")
+        elif split.records and tally.intact:
+            mean, std = tally.sums.get(name, FeatureSums()).mean_std()
+            differ = [i for i in range(width) if _stats_differ(mean[i], std[i], their_mean[i], their_std[i])]
+            if differ:
+                i = differ[0]
+                problems.append(f"{at}: the records of {feature}, read as its dtype {spec['dtype']!r}, have mean "
+                                f"{mean[i]!r} and std {std[i]!r} at element {i}, the manifest says {their_mean[i]!r} "
+                                f"and {their_std[i]!r} ({len(differ)} of {width} element(s) differ); the dtype or the "
+                                f"statistics are wrong: {REWRITE}")
+        if len(problems) == flagged:
+            problems += [f"{where}.{field}: {problem} (got {value!r:.80}); {REWRITE}" for field, problem, value
+                         in feature_problems(name, spec["dtype"], spec["shape"], their_mean, their_std)]
     return problems
 
 
@@ -401,6 +428,8 @@ def split_problems(manifest_path: str, name: str, split, manifest, tally: Tally)
     if manifest.kind == "images" and set(split.class_counts) != set(names):
         problems.append(f"{where}.class_counts: names {sorted(split.class_counts)!r:.100}, class_names are "
                         f"{names!r:.100}; {REWRITE}")
+    if manifest.kind == "episodes":
+        problems += _statistics_problems(where, split, manifest.features, tally)
     if not tally.intact:
         return problems
     for total, held in (("records", tally.records), ("bytes", tally.bytes)):
@@ -415,6 +444,4 @@ def split_problems(manifest_path: str, name: str, split, manifest, tally: Tally)
             hold = {n: h for n, (_, h) in wrong.items()}
             problems.append(f"{where}.class_counts: say {says!r:.100}, the records' labels hold {hold!r:.100}; "
                             f"{REWRITE}")
-    if manifest.kind == "episodes":
-        problems += _statistics_problems(where, split, manifest.features, tally)
     return problems

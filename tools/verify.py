@@ -5,7 +5,8 @@ load (so every shard path is a plain file name inside OUT), only regular files
 are opened, and no file is read past the size the manifest gives it. Each shard
 is read once (``tools/record_checks.py``): that one pass checks the CRCs, counts
 the records and weighs what the readers take from the manifest (class names,
-totals, dtypes) against what the records hold.
+totals, dtypes, every statistic) against what the records hold, and for images
+``inputs.json`` too (``tools/image_checks.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
+from .image_checks import ImageChecks
 from .record_checks import REWRITE, Tally, labels_problems, read_shard, split_problems
 from .tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
 
@@ -31,8 +33,10 @@ class VerifyError(ValueError):
 def verify(out: str) -> manifest_lib.Manifest:
     """Checks every shard of ``out`` against its manifest: presence, size, sha256, record CRCs and counts; each
     image record's label and class text against ``class_names``; each episode chunk's id, source, length, steps
-    and bytes, and its label against the episode's; and each split's totals, class counts and feature statistics
-    against what its records hold.
+    and bytes, and its label against the episode's; and each split's totals, class counts, pixel or feature
+    statistics against what its records hold. An image dataset's ``inputs.json`` is checked against the records
+    too: every written input one record of its split with its label (and, kept as it is, its size and sha256),
+    and its exact pixel sums those the records give.
 
     Returns:
       The manifest, when everything matches.
@@ -46,10 +50,11 @@ def verify(out: str) -> manifest_lib.Manifest:
     manifest = load_manifest(out, consistency=False)  # its fields against each other: weighed against the records
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     problems = labels_problems(manifest_path, manifest)
+    images = ImageChecks(out, manifest) if manifest.kind == "images" else None
     listed = set()
     fix = REWRITE
     for name, split in manifest.splits.items():
-        tally = Tally(labels=[0] * len(manifest.class_names))
+        tally = Tally(labels=[0] * len(manifest.class_names), split=name, images=images)
         for shard_index, shard in enumerate(split.shards):
             listed.add(shard.file)
             path = join(out, shard.file)
@@ -89,11 +94,15 @@ def verify(out: str) -> manifest_lib.Manifest:
                 if index_size > 64 * (shard.records + 1) or file_sha256(index_path)[0] != shard.index_sha256:
                     problems.append(f"{index_path}: index file does not match the manifest's sha256; {fix}")
         problems += split_problems(manifest_path, name, split, manifest, tally)
+        if images is not None:
+            problems += images.split_problems(name, split, tally.intact)
     for name in sorted(tf.io.gfile.listdir(out)):
         if manifest_lib.SHARD_NAME.match(name) and name not in listed:
             problems.append(
                 f"{join(out, name)}: unexpected shard (not in the manifest); remove it or rerun with --overwrite"
             )
+    if images is not None:
+        problems += images.finish()
     problems += _tfds_problems(out, manifest)
     if problems:
         raise VerifyError(f"{out}: {len(problems)} problem(s): " + " | ".join(problems), problems)
