@@ -31,14 +31,19 @@ episode longer than the chunk size is several records, and TFDS yields those chu
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
 
-from ..format.dataset import load_manifest
+from ..format import untrusted
+from ..format.dataset import load_manifest, read_small_file
+from ..format.manifest import SPLIT_TYPES, ShardInfo
 from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name, shard_generation
 from ..format.records import (
     DATA_PREFIX,
@@ -51,7 +56,8 @@ from ..format.records import (
     image_features_of,
 )
 from ..format.storage import is_url, join
-from .errors import TfdsMetadataError
+from .errors import InputError, TfdsMetadataError
+from .plan import ShardSpec
 
 SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.tfrecord
 _TEMP_FOLDER = TEMP_PREFIX + "tfds"
@@ -282,14 +288,14 @@ def tfds_info(out: str, manifest):
     return info
 
 
-def write_tfds_info(out: str, manifest, info) -> list[str]:
-    """Writes ``info`` (``tfds_info(out, manifest)``) next to ``dataset.json``; returns the files written.
-
-    The caller holds OUT's lock. The files are written into a temporary folder inside OUT and each is moved
-    into place, so no partial file sits under a final name; the rest of OUT is never touched.
+@contextlib.contextmanager
+def _staged(out: str, manifest, info) -> Iterator[tuple[str, list[str]]]:
+    """``info`` written into ``OUT/.tmp-tfds`` and read back by TFDS itself: yields the folder and the files in it;
+    the folder goes on leaving the block.
 
     Raises:
-      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it; nothing is moved into OUT.
+      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it.
+      RuntimeError: tensorflow-datasets wrote a file tfshard does not know.
     """
     tfds = _tfds()
     temp = _fresh_temp_folder(out)
@@ -307,16 +313,70 @@ def write_tfds_info(out: str, manifest, info) -> list[str]:
         if unexpected:
             raise RuntimeError(f"{out}: tensorflow-datasets wrote {unexpected[0]!r}, a file tfshard does not know; "
                                "nothing was moved into OUT")
-        for name in written:
-            tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
+        yield temp, written
     finally:
         _remove_temp_folder(temp)
+
+
+def write_tfds_info(out: str, manifest, info) -> list[str]:
+    """Writes ``info`` (``tfds_info(out, manifest)``) next to ``dataset.json``; returns the files written.
+
+    The caller holds OUT's lock. The files are written into a temporary folder inside OUT and each is moved
+    into place, so no partial file sits under a final name; the rest of OUT is never touched.
+
+    Raises:
+      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it; nothing is moved into OUT.
+    """
+    with _staged(out, manifest, info) as (temp, written):
+        for name in written:
+            tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
     return written
 
 
-def write_tfds_after_conversion(out: str) -> list[str]:
+def check_tfds_up_front(out: str, manifest, specs: list[ShardSpec]) -> None:
+    """A conversion's or an append's ``tfds=True``, before any shard is written: the metadata of ``manifest`` with
+    the planned shards ``specs`` added (their records as planned) is built and read back by TFDS as
+    ``write_tfds_info`` would, in the temporary folder; nothing is moved into OUT. What the shards' own bytes
+    cannot change (gzip, class names, episode dtypes, split names) is all TFDS can refuse.
+
+    Raises:
+      InputError: what TFDS could not hold, with the fix; nothing was converted.
+      ImportError: tensorflow-datasets is not installed.
+    """
+    splits = dict(manifest.splits)
+    for spec in specs:
+        shard = ShardInfo(spec.file_name, spec.num_records, 0, "0" * 64)
+        split = splits.get(spec.split) or SPLIT_TYPES[manifest.kind](shards=[], records=0, bytes=0)
+        splits[spec.split] = dataclasses.replace(split, shards=[*split.shards, shard],
+                                                 records=split.records + spec.num_records)
+    planned = dataclasses.replace(manifest, splits=splits)
+    try:
+        with _staged(out, planned, tfds_info(out, planned)):
+            pass
+    except (ValueError, RuntimeError) as e:
+        raise InputError(f"{out}: --tfds refused before anything was written: {str(e).removeprefix(out + ': ')}; or "
+                         "drop --tfds") from e
+
+
+def written_for(out: str, manifest) -> list[str]:
+    """The TFDS metadata files in OUT that ``tfshard tfds`` (or ``--tfds``) wrote for this dataset (its description
+    names the dataset's fingerprint); metadata of anything else is not tfshard's to remove."""
+    try:
+        info = untrusted.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
+        ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))
+    except (OSError, ValueError):
+        return []
+    if not ours:
+        return []
+    present = {n.rstrip("/") for n in tf.io.gfile.listdir(out)}
+    return [name for name in TFDS_FILES if name in present]
+
+
+def write_tfds_after_conversion(out: str, done: str = "the dataset is converted and complete",
+                                 old: str = "the dataset is untouched") -> list[str]:
     """A conversion's ``tfds=True``: the metadata of the ``dataset.json`` just written (or found complete) in
-    ``out``, exactly as ``tfshard tfds OUT`` writes it; the conversion holds OUT's lock.
+    ``out``, exactly as ``tfshard tfds OUT`` writes it; the conversion holds OUT's lock. ``done`` and ``old`` say
+    in the error what was done and what became of the dataset (an append's: the old metadata is gone).
 
     Raises:
       TfdsMetadataError: the metadata could not be written (the cause is chained); the converted dataset is
@@ -328,9 +388,8 @@ def write_tfds_after_conversion(out: str) -> list[str]:
     except (ValueError, RuntimeError, ImportError, OSError, tf.errors.OpError) as e:
         reason = e.message if isinstance(e, tf.errors.OpError) else str(e)
         raise TfdsMetadataError(
-            f"{out}: the dataset is converted and complete, but its TFDS metadata was not written "
-            f"({reason.removeprefix(out + ': ')}); the dataset is untouched: once that is fixed, "
-            f"`tfshard tfds {out}` writes the metadata"
+            f"{out}: {done}, but its TFDS metadata was not written ({reason.removeprefix(out + ': ')}); {old}: once "
+            f"that is fixed, `tfshard tfds {out}` writes the metadata"
         ) from e
     log.info("%s: wrote TFDS metadata (%s)", out, ", ".join(written))
     return written

@@ -92,7 +92,8 @@ def verify(out: str) -> manifest_lib.Manifest:
     for name in sorted(tf.io.gfile.listdir(out)):
         if manifest_lib.SHARD_NAME.match(name) and name not in listed:
             problems.append(
-                f"{join(out, name)}: unexpected shard (not in the manifest); remove it or rerun with --overwrite"
+                f"{join(out, name)}: unexpected shard (not in the manifest); remove the file, or if an --append was "
+                "interrupted writing it, run that --append again to finish it"
             )
     problems += _tfds_problems(out, manifest)
     if problems:
