@@ -14,7 +14,10 @@ fingerprints before any shard is written; once every shard is committed, the new
 state folder, then ``dataset.json`` is replaced (atomically), then ``inputs.json``, then the state folder goes.
 So ``dataset.json`` only ever lists committed shards. A rerun of the same command resumes; one that finds the
 manifest already replaced only puts the staged inputs file in place; an unfinished append of other inputs
-(SRC changed in between) has its unlisted shards removed and starts again.
+(SRC changed in between) has its unlisted shards removed (on the proof of their commit records,
+``ingest/proof.py``) and starts again. Everything that can refuse an append is checked before it writes anything,
+so a refused append leaves OUT as it found it. With ``--tfds`` the metadata follows the manifest: what TFDS could
+refuse is checked before any shard is written, and the old metadata goes before ``dataset.json`` is replaced.
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
             # so a crash from here on leaves an unfinished conversion, never a manifest that lies.
             log.warning("%s: %d file(s) missing or resized since the conversion finished (e.g. %s); converting again",
                         out, len(damaged), damaged[0])
-            _replace(out, old, planned)
+            _replace(out, old, planned, tfds=False)  # the same dataset again: its TFDS metadata stays true
             return None
         if not overwrite:
             raise OutputExistsError(f"{out}: output folder holds a dataset made from other inputs or options; pass "
@@ -166,7 +166,7 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
     return None
 
 
-def _old_files(out: str, old: manifest_lib.Manifest | None) -> list[Recorded]:
+def _old_files(out: str, old: manifest_lib.Manifest | None, tfds: bool = True) -> list[Recorded]:
     """The records of every file of the dataset in OUT (``old``; the manifest first, so a run killed while removing
     them leaves an unfinished conversion, never a manifest that lies) and of any unfinished run in the state folder
     (a killed conversion or append): what ``--overwrite`` removes, on proof."""
@@ -176,7 +176,8 @@ def _old_files(out: str, old: manifest_lib.Manifest | None) -> list[Recorded]:
         records.append(as_it_is(out, manifest_lib.MANIFEST_NAME, f"{manifest_path} as tfshard loaded it"))
         records += by_manifest(out, old)
         # TFDS metadata describes the old shards: it goes with them
-        records += [as_it_is(out, name, f"{join(out, name)} as written for it") for name in written_for(out, old)]
+        if tfds:
+            records += [as_it_is(out, name, f"{join(out, name)} as written for it") for name in written_for(out, old)]
         if old.kind == "images" and exists(join(out, INPUTS_NAME)):
             try:  # beside an image dataset's manifest, and valid for it: ours
                 load_inputs(out, old)
@@ -186,10 +187,11 @@ def _old_files(out: str, old: manifest_lib.Manifest | None) -> list[Recorded]:
     return records + list(by_state(out).values())
 
 
-def _replace(out: str, old: manifest_lib.Manifest | None, planned: list[str]) -> None:
-    """--overwrite (or a repair): removes the files of the dataset in OUT and of an unfinished run there, once every
-    one is proved and no planned name is taken by a file none of them is; then a fresh state folder."""
-    records = _old_files(out, old)
+def _replace(out: str, old: manifest_lib.Manifest | None, planned: list[str], tfds: bool = True) -> None:
+    """--overwrite (or a repair): removes the files of the dataset in OUT (its TFDS metadata with ``tfds``) and of an
+    unfinished run there, once every one is proved and no planned name is taken by a file none of them is; then a
+    fresh state folder."""
+    records = _old_files(out, old, tfds)
     refuse_unrecorded(out, planned, {r.name: r for r in records})
     log.info("%s: --overwrite: removing the files of the previous dataset", out)
     remove_proven(out, records)

@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import shutil
 from collections.abc import Iterator
 
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 _INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
 LABELS_FILE = TFDS_FILES[2]  # image.class.label.labels.txt: the class names of image/class/label
 _LABEL = "image/class/label"
+# What tfds_info writes as the description: how TFDS metadata tfshard wrote, for any dataset, is told apart.
+_DESCRIPTION = re.compile(r"tfshard (images|episodes) dataset \(dataset\.json fingerprint [0-9a-f]{64}\)\Z")
 
 
 def label_key(manifest) -> str | None:
@@ -318,15 +321,42 @@ def _staged(out: str, manifest, info) -> Iterator[tuple[str, list[str]]]:
         _remove_temp_folder(temp)
 
 
+def _refuse_theirs(out: str) -> None:
+    """TFDS metadata in OUT is replaced only when tfshard wrote it (its ``dataset_info.json`` describes a tfshard
+    dataset, whichever): another tool's is never replaced.
+
+    Raises:
+      ValueError: naming the file and the fix.
+    """
+    present = [name for name in TFDS_FILES if tf.io.gfile.exists(join(out, name))
+               or (not is_url(out) and os.path.islink(join(out, name)))]
+    if not present:
+        return
+    path = join(out, TFDS_FILES[0])
+    try:
+        info = untrusted.parse_json(read_small_file(path, "TFDS metadata"), path)
+        ours = isinstance(info, dict) and _DESCRIPTION.match(str(info.get("description"))) is not None
+    except (OSError, ValueError):
+        ours = False
+    links = [name for name in present if not is_url(out) and os.path.islink(join(out, name))]
+    if not ours or links:
+        name, got = (links[0], "a symlink") if links else (present[0], "no dataset_info.json of a tfshard dataset")
+        raise ValueError(f"{join(out, name)}: TFDS metadata tfshard did not write (got {got}); it is not replaced: "
+                         "move it out of OUT (or remove it), then write the metadata again")
+
+
 def write_tfds_info(out: str, manifest, info) -> list[str]:
     """Writes ``info`` (``tfds_info(out, manifest)``) next to ``dataset.json``; returns the files written.
 
     The caller holds OUT's lock. The files are written into a temporary folder inside OUT and each is moved
-    into place, so no partial file sits under a final name; the rest of OUT is never touched.
+    into place, so no partial file sits under a final name; the rest of OUT is never touched, and TFDS metadata
+    tfshard did not write is never replaced.
 
     Raises:
-      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it; nothing is moved into OUT.
+      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it, or OUT holds TFDS metadata
+        tfshard did not write; nothing is moved into OUT.
     """
+    _refuse_theirs(out)
     with _staged(out, manifest, info) as (temp, written):
         for name in written:
             tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
@@ -351,6 +381,7 @@ def check_tfds_up_front(out: str, manifest, specs: list[ShardSpec]) -> None:
                                                  records=split.records + spec.num_records)
     planned = dataclasses.replace(manifest, splits=splits)
     try:
+        _refuse_theirs(out)
         with _staged(out, planned, tfds_info(out, planned)):
             pass
     except (ValueError, RuntimeError) as e:

@@ -491,6 +491,34 @@ def test_a_refused_append_leaves_out_exactly_as_it_found_it(base_and_clean, refu
     assert (out / ".tfshard-state").exists() == (refusal != "planted-shard-name")
 
 
+def test_an_append_with_tfds_killed_after_its_manifest_leaves_no_metadata_of_part_of_the_dataset(grown, monkeypatch):
+    """Killed between dataset.json and the new TFDS metadata: TFDS finds no metadata (the old, which it would read as
+    the whole dataset, went before dataset.json was replaced) rather than the old shards only; a rerun writes it."""
+    import tensorflow_datasets as tfds
+    from tfshard.tools.tfds import write_tfds_metadata
+
+    src, out, _ = grown
+    write_tfds_metadata(str(out))
+    real = append_lib.write_text_atomic
+
+    def killed_after_the_manifest(path, text):
+        if path == os.path.join(str(out), INPUTS):
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(append_lib, "write_text_atomic", killed_after_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(str(src), str(out), ConvertOptions(num_shards=2), workers=0, progress=False, append=True,
+                       tfds=True)
+    monkeypatch.undo()
+    assert read_manifest(out)["appends"]
+    with pytest.raises(Exception):  # noqa: B017 (TFDS raises its own errors for a folder with no metadata)
+        tfds.builder_from_directory(str(out))
+    convert_images(str(src), str(out), ConvertOptions(num_shards=2), workers=0, progress=False, append=True, tfds=True)
+    assert len(list(tfds.builder_from_directory(str(out)).as_dataset(split="train+train_g0001"))) == 13
+    verify(str(out))
+
+
 def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_path):
     src, out, _ = grown
     shutil.copytree(out, tmp_path / "local")

@@ -32,11 +32,13 @@ STATE = ".tfshard-state"
 # --- --overwrite into a folder tfshard never wrote ---------------------------------------------------------------
 
 
-def _another_tools_dataset(out: str) -> dict[str, bytes]:
-    """What TFDS (or anyone) leaves in a folder: its metadata and a shard named as tfshard names its first one."""
+def _another_tools_dataset(out: str, shard: bool = True) -> dict[str, bytes]:
+    """What TFDS (or anyone) leaves in a folder: its metadata and (``shard``) a shard named as tfshard names its
+    first one."""
     os.makedirs(out)
-    files = {"features.json": b'{"type": "tfds features"}', "dataset_info.json": b'{"name": "mnist"}',
-             "train-00000-of-00001.tfrecord": b"another tool's records"}
+    files = {"features.json": b'{"type": "tfds features"}', "dataset_info.json": b'{"name": "mnist"}'}
+    if shard:
+        files["train-00000-of-00001.tfrecord"] = b"another tool's records"
     for name, data in files.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
@@ -61,9 +63,7 @@ def test_a_folder_holding_another_tools_dataset_is_refused_and_nothing_in_it_cha
 def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(image_tree, tmp_path):
     src, _ = image_tree
     out = str(tmp_path / "out")
-    theirs = _another_tools_dataset(out)
-    os.remove(os.path.join(out, "train-00000-of-00001.tfrecord"))
-    del theirs["train-00000-of-00001.tfrecord"]
+    theirs = _another_tools_dataset(out, shard=False)
     manifest = convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
     after = files_under(out)
     assert {name: after[name] for name in theirs} == theirs  # their dataset_info.json, features.json kept as they were
@@ -75,6 +75,16 @@ def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(i
     after = files_under(out)
     assert {name: after[name] for name in theirs} == theirs
     assert manifest.splits["train"].shards[0].file not in after
+
+
+def test_tfds_beside_another_tools_tfds_metadata_is_refused_up_front_and_replaces_nothing(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    theirs = _another_tools_dataset(out, shard=False)
+    with pytest.raises(InputError, match=r"dataset_info.json: TFDS metadata tfshard did not write .*; it is not "
+                                         r"replaced: move it out of OUT"):
+        convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True, tfds=True)
+    assert files_under(out) == theirs
 
 
 # --- state files that name a user's file: only a file tfshard can prove it wrote is removed or replaced ----------

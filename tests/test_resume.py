@@ -359,6 +359,28 @@ def test_a_run_stopped_just_after_a_shard_got_its_final_name_left_its_record_and
     verify(out)
 
 
+def test_a_run_stopped_between_a_commit_record_and_its_rename_writes_that_shard_again(image_tree, tmp_path,
+                                                                                       monkeypatch):
+    import tensorflow as tf
+
+    src, _ = image_tree
+    out, clean = str(tmp_path / "out"), str(tmp_path / "clean")
+    convert_images(src, clean, RESUME, workers=0, progress=False)
+    rename = tf.io.gfile.rename
+
+    def killed_at_the_rename(old, new, overwrite=False):
+        raise KeyboardInterrupt  # the record is written, the shard still under its temporary name
+
+    monkeypatch.setattr(tf.io.gfile, "rename", killed_at_the_rename)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(src, out, RESUME, workers=0, progress=False)
+    monkeypatch.setattr(tf.io.gfile, "rename", rename)
+    assert final_shards(out) == [] and sorted(os.listdir(os.path.join(out, STATE))) == ["plan.json",
+                                                                                "train-00000-of-00002.tfrecord.json"]
+    convert_images(src, out, RESUME, workers=0, progress=False)
+    assert_same_tree(snapshot(out), snapshot(clean))
+
+
 def test_finished_dataset_with_leftover_state_folder_is_finished_without_rewrites(interrupted, tmp_path):
     # kill -9 between writing dataset.json and removing the state folder
     src, out, clean = interrupted
