@@ -34,10 +34,9 @@ import tensorflow as tf
 from ..format import appends as appends_lib
 from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
-from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
-from ..format.storage import is_url, join
+from ..format.storage import join
 from .engine import commit_shards, job_fingerprint, plan_job, planned_files
 from .errors import InputError, OutputExistsError
 from .images import PixelSums
@@ -45,7 +44,7 @@ from .jobs import ImageJob
 from .lock import output_lock
 from .options import ConvertOptions
 from .parallel import default_workers
-from .proof import by_state, refusal, remove_proven
+from .proof import by_state, inputs_fingerprint, refusal, remove_proven
 from .resume import RunStatus, refuse_unrecorded
 from .state import APPEND, REMOVING, check_state_folder, exists, read_state, remove_state_folder, state_file
 from .tfds import check_tfds_up_front, write_tfds_after_conversion, written_for
@@ -193,13 +192,7 @@ def _check_replaced_inputs(out: str, raw: dict) -> None:
       OutputExistsError: anything else is there; it is not replaced.
     """
     path = join(out, INPUTS_NAME)
-    if not exists(path):
-        return
-    try:
-        found = untrusted.parse_json(read_small_file(path, "inputs file"), path).get("fingerprint")
-    except (ValueError, OSError, AttributeError):
-        found = None
-    if found not in (raw["base"], raw["target"]) or (not is_url(path) and os.path.islink(path)):
+    if exists(path) and inputs_fingerprint(out) not in (raw["base"], raw["target"]):
         raise refusal(path, "not the inputs file of this dataset before or after its append (no fingerprint of "
                             "either)")
 

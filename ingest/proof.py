@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from ..format import manifest as manifest_lib
 from ..format import untrusted
+from ..format.dataset import read_small_file
 from ..format.names import INPUTS_NAME, STATE_DIR, TEMP_PREFIX, is_shard_name
 from ..format.storage import NotRegularFileError, file_kind, file_sha256, is_url, join, stat_regular
 from .errors import OutputExistsError
@@ -133,6 +134,21 @@ def as_it_is(out: str, name: str, why: str) -> Recorded:
     names its bytes."""
     sha256, size = file_sha256(join(out, name))
     return Recorded(name, sha256, size, why)
+
+
+def inputs_fingerprint(out: str) -> str | None:
+    """The fingerprint ``OUT/inputs.json`` names (the dataset it lists the inputs of), or None when there is no
+    regular file there or it is no inputs file: what proves an inputs file tfshard wrote for that dataset, even
+    beside a manifest whose other fields lie."""
+    path = join(out, INPUTS_NAME)
+    if not is_url(out) and os.path.islink(path):
+        return None
+    try:
+        raw = untrusted.parse_json(read_small_file(path, "inputs file"), path)
+    except (ValueError, OSError):
+        return None
+    found = raw.get("fingerprint") if isinstance(raw, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def by_manifest(out: str, manifest: manifest_lib.Manifest) -> list[Recorded]:

@@ -19,12 +19,21 @@ import tensorflow as tf
 
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
-from ..format.inputs import load_inputs
 from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, index_file_name, is_shard_name
 from ..format.storage import NotRegularFileError, join, stat_regular
 from .errors import OutputExistsError
 from .plan import ShardSpec
-from .proof import Recorded, as_it_is, by_manifest, by_state, finish_pending_removal, present, prove, remove_proven
+from .proof import (
+    Recorded,
+    as_it_is,
+    by_manifest,
+    by_state,
+    finish_pending_removal,
+    inputs_fingerprint,
+    present,
+    prove,
+    remove_proven,
+)
 from .state import (
     APPEND,
     check_state_folder,
@@ -178,12 +187,8 @@ def _old_files(out: str, old: manifest_lib.Manifest | None, tfds: bool = True) -
         # TFDS metadata describes the old shards: it goes with them
         if tfds:
             records += [as_it_is(out, name, f"{join(out, name)} as written for it") for name in written_for(out, old)]
-        if old.kind == "images" and exists(join(out, INPUTS_NAME)):
-            try:  # beside an image dataset's manifest, and valid for it: ours
-                load_inputs(out, old)
-                records.append(as_it_is(out, INPUTS_NAME, f"{join(out, INPUTS_NAME)} as tfshard loaded it"))
-            except (ValueError, OSError) as e:
-                log.warning("%s: not the inputs file of the dataset there (%s); it is not removed", out, e)
+        if inputs_fingerprint(out) == old.fingerprint:  # the inputs file of this very dataset: ours
+            records.append(as_it_is(out, INPUTS_NAME, f"{join(out, INPUTS_NAME)} as tfshard wrote it"))
     return records + list(by_state(out).values())
 
 

@@ -519,6 +519,31 @@ def test_an_append_with_tfds_killed_after_its_manifest_leaves_no_metadata_of_par
     verify(str(out))
 
 
+def test_an_append_killed_while_discarding_an_unfinished_one_finishes_the_discard_on_rerun(base_and_clean,
+                                                                                           monkeypatch):
+    import tensorflow as tf
+
+    src, out, _ = base_and_clean
+    with pytest.raises(InputError, match="zzz.jpg"):
+        _append(src, out, num_shards=2, seed=None, on_error="fail")
+    os.remove(src / "emu" / "zzz.jpg")
+    write_jpeg(src / "emu" / "later.jpg", 500)
+    remove = tf.io.gfile.remove
+
+    def killed_after_the_first_removal(path):
+        remove(path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.io.gfile, "remove", killed_after_the_first_removal)
+    with pytest.raises(KeyboardInterrupt):
+        _append(src, out, num_shards=2, seed=None)
+    monkeypatch.undo()
+    assert (out / ".tfshard-state").exists()  # the commit records stay until the discard is done
+    manifest, _ = _append(src, out, num_shards=2, seed=None)
+    listed = {s.file for split in manifest.splits.values() for s in split.shards}
+    assert {n for n in os.listdir(out) if ".tfrecord" in n} == listed and manifest.appends[0]["records_added"] == 6
+
+
 def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_path):
     src, out, _ = grown
     shutil.copytree(out, tmp_path / "local")
