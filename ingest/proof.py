@@ -6,8 +6,8 @@ are a shard's commit record in the state folder (written before the shard gets i
 killed run leaves has one), the renames of ``renumber.json`` (a renamed shard is proved by its commit record),
 the removal record ``removing.json`` (an ``--overwrite`` in progress), and a finished dataset's ``dataset.json``,
 whose shards and index files it lists with their sha256. Files that identify themselves are proved by their
-content: ``dataset.json`` by loading as a tfshard manifest, ``inputs.json`` by validating against it, TFDS
-metadata by naming its fingerprint.
+content: ``dataset.json`` by loading as a tfshard manifest, ``inputs.json`` and TFDS metadata by naming its
+fingerprint (and ``inputs.json`` in a run's state folder by its staged copy there).
 
 A file at a name tfshard wants that no record proves (a user's ``train-00000-of-00001.tfrecord``, a shard damaged
 since it was recorded, a record that lies) is refused, naming it, before anything is removed or replaced.
