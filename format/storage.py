@@ -134,6 +134,19 @@ def file_sha256(path: str, max_bytes: int | None = None) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
+def create_new(path: str, mode: int = 0o666) -> int:
+    """A new local file at ``path``, open for writing (a file descriptor): whatever was there goes first.
+
+    What a killed run left under a temporary name is unlinked, never written through: opened in place, a hard link
+    planted there would have its other name (a file outside OUT) truncated and overwritten, and a symlink followed.
+    ``O_EXCL`` then refuses anything put there in between.
+    """
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):  # a folder: O_EXCL refuses it
+        os.unlink(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.open(path, flags, mode)
+
+
 def write_atomic(path: str, data: bytes, temp_name: str | None = None) -> None:
     """Writes ``data`` to ``path`` under a temporary name, then renames it: no partial file under the final name.
 
@@ -153,8 +166,7 @@ def write_atomic(path: str, data: bytes, temp_name: str | None = None) -> None:
         handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=f"-{name}", dir=folder)
     else:
         temp = os.path.join(folder, temp_name)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        handle = os.open(temp, flags, 0o644)
+        handle = create_new(temp, 0o644)
     try:
         with os.fdopen(handle, "wb") as f:
             f.write(data)

@@ -14,7 +14,10 @@ fingerprints before any shard is written; once every shard is committed, the new
 state folder, then ``dataset.json`` is replaced (atomically), then ``inputs.json``, then the state folder goes.
 So ``dataset.json`` only ever lists committed shards. A rerun of the same command resumes; one that finds the
 manifest already replaced only puts the staged inputs file in place; an unfinished append of other inputs
-(SRC changed in between) has its unlisted shards removed and starts again.
+(SRC changed in between) has its unlisted shards removed (on the proof of their commit records,
+``ingest/proof.py``) and starts again. Everything that can refuse an append is checked before it writes anything,
+so a refused append leaves OUT as it found it. With ``--tfds`` the metadata follows the manifest: what TFDS could
+refuse is checked before any shard is written, and the old metadata goes before ``dataset.json`` is replaced.
 """
 
 from __future__ import annotations
@@ -41,21 +44,14 @@ from .jobs import ImageJob
 from .lock import output_lock
 from .options import ConvertOptions
 from .parallel import default_workers
-from .resume import (
-    REMOVING,
-    RunStatus,
-    check_state_folder,
-    files_to_remove,
-    read_state,
-    refuse_taken_names,
-    remove_outputs,
-)
-from .tfds import write_tfds_after_conversion
+from .proof import by_state, inputs_fingerprint, refusal, remove_proven
+from .resume import RunStatus, refuse_unrecorded
+from .state import APPEND, REMOVING, check_state_folder, exists, read_state, remove_state_folder, state_file
+from .tfds import check_tfds_up_front, write_tfds_after_conversion, written_for
 from .write import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-APPEND = "append.json"  # in the state folder: {"base", "target"}, the fingerprints before and after the append
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 _RECONVERT = "reconvert the union with `tfshard images SRC OUT --overwrite`"
 # The flags of the options an append must share with the dataset (ConvertOptions.identity's keys).
@@ -164,7 +160,7 @@ def _settle_state(out: str) -> dict | None:
     state = join(out, STATE_DIR)
     if not tf.io.gfile.exists(state):
         return None
-    record = join(state, APPEND)
+    record = state_file(out, APPEND)
     if not tf.io.gfile.exists(record) or tf.io.gfile.exists(join(state, REMOVING)):
         raise OutputExistsError(f"{out}: holds an unfinished conversion ({STATE_DIR}/); rerun the command that "
                                 "started it to finish it, then append")
@@ -175,28 +171,49 @@ def _settle_state(out: str) -> dict | None:
     manifest = load_manifest(out)
     if manifest.fingerprint == raw["target"]:  # killed after its manifest: only the inputs file is left to do
         if inputs_lib.load_inputs(state, manifest) is not None:  # checked before it is put in place
+            _check_replaced_inputs(out, raw)
             write_text_atomic(join(out, INPUTS_NAME),
                               read_small_file(join(state, INPUTS_NAME), "inputs file").decode())
         elif inputs_lib.load_inputs(out, manifest) is None:  # killed while removing the state folder, or tampered
             raise OutputExistsError(f"{state}: an append whose {manifest_lib.MANIFEST_NAME} was written but whose "
                                     f"{INPUTS_NAME} is in neither {out} nor {state}; {_RECONVERT}")
-        tf.io.gfile.rmtree(state)
+        remove_state_folder(out)
         return None
     if manifest.fingerprint != raw["base"]:
         raise OutputExistsError(f"{record}: an append to another dataset than {out}'s; remove {state} and run again")
     return raw
 
 
+def _check_replaced_inputs(out: str, raw: dict) -> None:
+    """The inputs file a finished append's staged one replaces is the dataset's, before or after the append (its
+    fingerprint says so), or nothing.
+
+    Raises:
+      OutputExistsError: anything else is there; it is not replaced.
+    """
+    path = join(out, INPUTS_NAME)
+    if exists(path) and inputs_fingerprint(out) not in (raw["base"], raw["target"]):
+        raise refusal(path, "not the inputs file of this dataset before or after its append (no fingerprint of "
+                            "either)")
+
+
+def _listed(base: manifest_lib.Manifest) -> set[str]:
+    return {n for s in base.splits.values() for sh in s.shards for n in (sh.file, sh.index_file) if n}
+
+
 def _discard(out: str, base: manifest_lib.Manifest) -> None:
-    """An unfinished append of other inputs: its shards, which no manifest lists, are removed."""
-    state = join(out, STATE_DIR)
-    plan = join(state, "plan.json")
-    listed = {n for s in base.splits.values() for sh in s.shards for n in (sh.file, sh.index_file) if n}
-    names = files_to_remove(read_state(plan), plan) if tf.io.gfile.exists(plan) else []
-    gone = [n for n in names if n not in listed and n not in (INPUTS_NAME, manifest_lib.MANIFEST_NAME)]
-    log.warning("%s: an unfinished append of other inputs: removing its %d file(s), in no manifest", out, len(gone))
-    remove_outputs(out, gone)
-    tf.io.gfile.rmtree(state)
+    """An unfinished append of other inputs: its shards, which no manifest lists, are removed on the proof of their
+    commit records (a file of the dataset never: a record naming one proves nothing here). Killed midway, the
+    records are still there for the next run to finish.
+
+    Raises:
+      OutputExistsError: a file that does not match its record; nothing is removed.
+    """
+    listed = _listed(base)
+    gone = [r for r in by_state(out).values() if r.name not in listed and r.name != INPUTS_NAME]
+    log.warning("%s: an unfinished append of other inputs: removing its file(s), in no manifest", out)
+    remove_proven(out, gone, journal=False)
+    remove_state_folder(out)
 
 
 def _diff(src: str, job: ImageJob, inputs: inputs_lib.Inputs) -> tuple[dict, set, list[str], list[str]]:
@@ -295,6 +312,13 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         ordered, specs = plan_job(job, options, generation) if new else ({}, [])
         target = manifest_lib.fingerprint({"base": base.fingerprint, "generation": generation,
                                            "append": job_fingerprint(job, ordered, options)})
+        planned = planned_files(job, specs, options) if new else []
+        # Everything that could refuse the append, before it changes anything: a file at a new shard's name that no
+        # record of an unfinished append proves, and TFDS metadata TFDS could not open.
+        refuse_unrecorded(out, [n for n in planned if n != INPUTS_NAME], by_state(out) if unfinished else {})
+        if tfds and new:
+            check_tfds_up_front(out, dataclasses.replace(base, fingerprint=target, class_names=job.class_names),
+                                specs)
         if unfinished is not None and unfinished["target"] != target:
             _discard(out, base)
         if not new:
@@ -303,30 +327,27 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
             if tfds:
                 write_tfds_after_conversion(out)
             return base
-        manifest, text = _append_locked(out, base, inputs, job, options, ordered, specs, target, found, retried,
-                                        workers=workers, progress=progress, runner=runner, on_status=on_status)
-        state = join(out, STATE_DIR)
-        write_text_atomic(join(state, INPUTS_NAME), text)  # staged: a kill after the manifest finds it here
+        manifest, text = _append_locked(out, base, inputs, job, options, ordered, specs, planned, target, found,
+                                        retried, workers=workers, progress=progress, runner=runner,
+                                        on_status=on_status)
+        write_text_atomic(state_file(out, INPUTS_NAME), text)  # staged: a kill after the manifest finds it here
+        if tfds:  # the old metadata describes the old shards only: it goes before dataset.json lists the new ones
+            for name in written_for(out, base):
+                tf.io.gfile.remove(join(out, name))
         write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
         write_text_atomic(join(out, INPUTS_NAME), text)
-        tf.io.gfile.rmtree(state)
+        remove_state_folder(out)
         if tfds:  # after dataset.json, under the same lock, as a conversion's --tfds
-            write_tfds_after_conversion(out)
+            write_tfds_after_conversion(out, "the append is complete", "the TFDS metadata of the dataset before it, "
+                                        "which TFDS would read as the whole dataset, was removed")
         return manifest
 
 
-def _append_locked(out, base, inputs, job, options, ordered, specs, target, found, retried, *, workers, progress,
-                   runner, on_status) -> tuple[manifest_lib.Manifest, str]:
+def _append_locked(out, base, inputs, job, options, ordered, specs, planned, target, found, retried, *, workers,
+                   progress, runner, on_status) -> tuple[manifest_lib.Manifest, str]:
     """Commits the new shards in the state folder; returns the merged manifest and the new inputs file's text."""
-    state = join(out, STATE_DIR)
-    tf.io.gfile.makedirs(state)
-    write_text_atomic(join(state, APPEND), json.dumps({"base": base.fingerprint, "target": target}))
-    planned = planned_files(job, specs, options)
-    ours = [n for s in base.splits.values() for sh in s.shards for n in (sh.file, sh.index_file) if n]
-    plan = join(state, "plan.json")
-    if tf.io.gfile.exists(plan):  # this very append, killed: its shards are ours to keep
-        ours += files_to_remove(read_state(plan), plan)
-    refuse_taken_names(out, planned, sorted(n.rstrip("/") for n in tf.io.gfile.listdir(out)), ours + [INPUTS_NAME])
+    tf.io.gfile.makedirs(join(out, STATE_DIR))
+    write_text_atomic(state_file(out, APPEND), json.dumps({"base": base.fingerprint, "target": target}))
     read = [r for r in inputs.inputs if r.state != "rejected"]
     existing = {r.sha256: (r.path, r.split) for r in read if r.state == "written"}
     earlier: dict[str, list] = {}

@@ -7,7 +7,7 @@ the same picklable ``prepare`` the local workers run, grouped by shard, put
 back in plan order, and written by the same ``write.write_shard`` — so the records,
 the shard files and the manifest are byte for byte those of a local run. Each
 shard is committed atomically by the worker that writes it (temporary name,
-rename) with its commit record; the driver writes ``dataset.json`` last, once
+commit record, rename); the driver writes ``dataset.json`` last, once
 every shard is committed. A retried bundle just rewrites the same shard.
 
 Requires the ``beam`` extra: from a clone of tfshard, ``pip install -e ".[beam]"``.
@@ -15,6 +15,7 @@ Requires the ``beam`` extra: from a clone of tfshard, ``pip install -e ".[beam]"
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import shlex
@@ -22,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .errors import InputError
-from .resume import record_commit
+from .state import record_commit
 from .write import write_shard
 
 
@@ -44,8 +45,8 @@ class _WriteShard:
         if [position for position, _, _ in ordered] != list(range(spec.num_records)):
             raise RuntimeError(f"{spec.file_name}: got {len(ordered)} of {spec.num_records} inputs; a runner bug")
         pairs = ((item, prepared) for _, item, prepared in ordered)
-        result = write_shard(self.job, self.out, spec, pairs, self.options)
-        record_commit(self.out, spec, result)
+        write_shard(self.job, self.out, spec, pairs, self.options, record=functools.partial(record_commit, self.out,
+                                                                                             spec))
         yield spec.file_name
 
 

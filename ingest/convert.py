@@ -58,7 +58,8 @@ def convert_images(
       out: output folder (local or any ``tf.io.gfile`` URL); created if missing.
       options: what to write; see ``ConvertOptions``.
       workers: worker processes for decoding (default: all usable CPUs; 0 runs in-process).
-      overwrite: replace a dataset in ``out`` that was made from other inputs or options.
+      overwrite: replace a dataset in ``out`` that was made from other inputs or options. Only files tfshard can
+        prove it wrote (their recorded size and sha256) are removed or replaced, never anything else.
       progress: show a tqdm progress bar.
       runner: None writes with local worker processes; ``ingest.beam_runner.BeamRunner(args)``
         writes the shards on Apache Beam (same files; planning, resume and the manifest stay here).
@@ -66,7 +67,8 @@ def convert_images(
         already held this dataset (nothing is converted) or how many committed shards a rerun keeps.
       tfds: also write TFDS metadata beside ``dataset.json`` once it is written (also when ``out`` already
         held this dataset), the files ``tfshard tfds OUT`` writes, so ``tfds.builder_from_directory(out)``
-        opens it. Needs the ``tfds`` extra and uncompressed shards (checked before any work).
+        opens it. Needs the ``tfds`` extra and uncompressed shards (checked before any work); what TFDS could not
+        open is refused before any shard is written.
       append: convert only the images not yet in the dataset in ``out`` into new shards of its next generation,
         leaving every existing shard as it is (``ingest/append.py``); with the dataset's own options, and not with
         ``overwrite``. With ``tfds`` the TFDS metadata is rewritten after it (each appended generation is a TFDS
@@ -81,7 +83,9 @@ def convert_images(
       InputError: bad layout, a bad file with ``on_error="fail"``, or too few images for the shards asked; with
         ``append``, no dataset in ``out``, one without ``inputs.json``, a stratified one, or options, labels or
         held-out splits other than the dataset's (the error names the option).
-      OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
+      OutputExistsError: ``out`` holds something else and ``overwrite`` is False, or a file at a name this run
+        needs (or one ``overwrite`` would remove) that tfshard cannot prove it wrote; nothing is removed then.
+      InputError: ``tfds`` and TFDS could not open the metadata (a class name it cannot hold), before any shard.
       TfdsMetadataError: ``tfds`` and the metadata could not be written (the dataset is converted and
         complete; the message says why, and that ``tfshard tfds OUT`` adds the metadata later).
 
@@ -133,8 +137,7 @@ def convert_episodes(
       FileNotFoundError: ``src`` does not exist.
       InputError: no episodes, a bad episode (or labels row) with ``on_error="fail"``, a NaN with
         ``on_nan="fail"``, a bad labels file, a feature named ``label`` in a labelled dataset.
-      OutputExistsError: ``out`` holds something else and ``overwrite`` is False.
-      TfdsMetadataError: as for ``convert_images``.
+      OutputExistsError, TfdsMetadataError: as for ``convert_images``.
 
     Example:
       m = convert_episodes("runs/", "runs-tfr/")

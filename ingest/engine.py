@@ -15,9 +15,10 @@ when OUT was found complete; the same for every runner, since the manifest is al
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
-import json
+import functools
 import logging
 import os
 import time
@@ -29,7 +30,7 @@ import tqdm
 from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format.dataset import check_output_folder
-from ..format.names import INPUTS_NAME, STATE_DIR, TEMP_PREFIX, index_file_name
+from ..format.names import INPUTS_NAME, TEMP_PREFIX, index_file_name
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
 from . import duplicates
@@ -40,8 +41,9 @@ from .options import ConvertOptions
 from .parallel import default_workers, ordered_map
 from .plan import ShardSpec, plan_split, shuffled_order
 from .renumber import apply_renumbering, check_requested_shards, plan_renumbering, undo_unfinished_renumbering
-from .resume import RunStatus, committed_results, complete_dataset, prepare_output, record_commit
-from .tfds import write_tfds_after_conversion
+from .resume import RunStatus, committed_results, complete_dataset, prepare_output
+from .state import record_commit, remove_state_folder, state_file, write_plan
+from .tfds import check_tfds_up_front, write_tfds_after_conversion
 from .write import ShardResult, remove_if_exists, write_shard, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,8 @@ def _write_shards(
             for spec in todo:
                 pairs = ((item, next(results)) for item in ordered[spec.split][spec.start : spec.stop])
                 screen = None if deduper is None else deduper.screen_for(spec)
-                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen)
+                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen,
+                                        functools.partial(record_commit, out, spec))
         finally:
             results.close()
 
@@ -189,6 +192,8 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
     Raises:
       OutputLockedError: another conversion is writing into ``out``.
       OSError: ``errno.ENOSPC`` when the disk fills up (committed shards are kept for the rerun).
+      InputError: ``tfds`` and TFDS could not open the metadata (a class name it cannot hold, a dtype it cannot
+        decode), found before any shard is written.
       TfdsMetadataError: ``tfds`` and the metadata could not be written; the dataset is complete.
     """
     if SLOW_CRC32C:
@@ -206,9 +211,12 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
         existing = complete_dataset(out, fingerprint)
         if existing is not None:
             return _already_complete(out, existing, on_status or (lambda status: None))
+    created = _missing_folders(out)
     tf.io.gfile.makedirs(out)
     try:
         with output_lock(out):
+            if tfds:  # refused before any shard is written, never found once the dataset is
+                check_tfds_up_front(out, _bare_manifest(job, options, fingerprint), specs)
             manifest = _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers,
                                    overwrite=overwrite, progress=progress, runner=runner,
                                    on_status=on_status or (lambda status: None))
@@ -221,6 +229,27 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
         if e.errno == errno.ENOSPC:
             raise _no_space(out) from e
         raise
+    finally:
+        for folder in created:  # a run refused before writing anything leaves no folder it made
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only ever an empty folder
+
+
+def _missing_folders(out: str) -> list[str]:
+    """The local folders ``makedirs(out)`` is about to create, deepest first."""
+    missing = []
+    folder = os.path.abspath(out)
+    while not is_url(out) and not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing
+
+
+def _bare_manifest(job: Kind, options: ConvertOptions, fingerprint: str) -> manifest_lib.Manifest:
+    """What a run's manifest holds before any shard is written: everything but its splits."""
+    return manifest_lib.Manifest(kind=job.kind, fingerprint=fingerprint, compression=options.compression,
+                                 features=job.features, class_names=job.class_names, splits={}, options={},
+                                 rejected=[], ignored={}, labels=job.labels, label_columns=list(job.label_columns))
 
 
 def _no_space(out: str) -> OSError:
@@ -253,9 +282,11 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
     if done.read is not None:  # before the manifest: a dataset.json is never without its inputs file
         sums = {split: job.pixel_sums([done.results[s.file_name].stats for s in done.specs if s.split == split])
                 for split in manifest.splits}
-        write_text_atomic(join(out, INPUTS_NAME), inputs_lib.to_json(inputs_lib.Inputs(fingerprint, sums, done.read)))
+        text = inputs_lib.to_json(inputs_lib.Inputs(fingerprint, sums, done.read))
+        write_text_atomic(state_file(out, INPUTS_NAME), text)  # staged: what proves the one in OUT to a rerun
+        write_text_atomic(join(out, INPUTS_NAME), text)
     write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
-    tf.io.gfile.rmtree(join(out, STATE_DIR))
+    remove_state_folder(out)
     return manifest
 
 
@@ -283,8 +314,7 @@ def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[st
     rejected (no shard is then committed; a conversion stops with an error).
     """
     undo_unfinished_renumbering(out)  # before plan.json forgets the renamed files' names
-    state = join(out, STATE_DIR)
-    write_text_atomic(join(state, "plan.json"), json.dumps({"fingerprint": fingerprint, "files": planned}))
+    write_plan(out, fingerprint, planned)
     for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
         remove_if_exists(join(out, TEMP_PREFIX + name))
     results = committed_results(out, specs, options.index, job)
@@ -296,8 +326,7 @@ def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[st
     if runner is None:
         deduper = duplicates.Deduper(specs, results, existing) if options.dedupe else None
         for spec, result in _write_shards(job, out, todo, ordered, options, workers, progress, deduper):
-            record_commit(out, spec, result)
-            results[spec.file_name] = result
+            results[spec.file_name] = result  # its commit record was written before its rename
     elif todo:
         runner(job, out, todo, ordered, options)  # commits each shard and its record from the workers
         results = committed_results(out, specs, options.index, job)

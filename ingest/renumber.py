@@ -9,10 +9,11 @@ committed, empty ones are removed and the others renamed to close the gaps
 name, so a rename is all it takes and every sha256 stays.
 
 Crash safety: the renames are recorded first (``renumber.json`` in the state
-folder; ``plan.json`` then lists the new names too, so an ``--overwrite`` of the
-unfinished conversion removes them). A rerun puts the renamed shards back under
-their planned names before anything else, finds every shard committed, and
-renumbers again: the same files as an uninterrupted run.
+folder; with the commit records it proves a renamed shard's bytes under its new
+name, so an ``--overwrite`` of the unfinished conversion removes it). A rerun puts
+the renamed shards back under their planned names before anything else (each only
+on that proof), finds every shard committed, and renumbers again: the same files
+as an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -24,16 +25,15 @@ import logging
 import tensorflow as tf
 
 from ..format import manifest as manifest_lib
-from ..format.names import STATE_DIR, index_file_name, shard_file_name, shard_generation
+from ..format.names import index_file_name, shard_file_name, shard_generation
 from ..format.storage import join
 from .errors import InputError
 from .plan import ShardSpec
-from .resume import read_state, remove_outputs
-from .write import write_text_atomic
+from .proof import by_state, present, prove, refusal
+from .state import RENUMBER, exists, read_renames, state_file, write_plan
+from .write import remove_if_exists, write_text_atomic
 
 log = logging.getLogger(__name__)
-
-RENUMBER = "renumber.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,38 +103,45 @@ def check_requested_shards(src: str, renumbering: Renumbering, specs: list[Shard
         )
 
 
-def _record_path(out: str) -> str:
-    return join(join(out, STATE_DIR), RENUMBER)
-
-
 def apply_renumbering(out: str, renumbering: Renumbering, fingerprint: str, planned: list[str]) -> None:
-    """Removes the empty shards and renames the rest, after recording both (see the module docstring)."""
+    """Removes the empty shards and renames the rest, after recording both (see the module docstring).
+
+    Raises:
+      OutputExistsError: a file is already at a new name (none of this run's: the new names have fewer shards);
+        nothing is removed or renamed.
+    """
     finals = [new for _, new in renumbering.renames]
-    write_text_atomic(join(join(out, STATE_DIR), "plan.json"),
-                      json.dumps({"fingerprint": fingerprint, "files": planned + finals}))
-    write_text_atomic(_record_path(out), json.dumps({"renames": renumbering.renames}))
+    taken = present(out, finals)
+    if taken:
+        raise refusal(join(out, taken[0]), "named like a renumbered shard of this run, which it would replace "
+                                           f"({len(taken)} such file(s))")
+    write_plan(out, fingerprint, planned + finals)
+    write_text_atomic(state_file(out, RENUMBER), json.dumps({"renames": renumbering.renames}))
     log.warning("%s: %d planned shard(s) held only rejected inputs; dropped, and the rest renumbered (e.g. %s)",
                 out, len([n for n in renumbering.dropped if manifest_lib.is_shard_name(n)]),
                 renumbering.renames[0][1] if renumbering.renames else renumbering.dropped[0])
-    remove_outputs(out, renumbering.dropped)
+    for name in renumbering.dropped:  # this run's own shards, just committed and proved by its records
+        remove_if_exists(join(out, name))
     for old, new in renumbering.renames:
         tf.io.gfile.rename(join(out, old), join(out, new), overwrite=False)
 
 
 def undo_unfinished_renumbering(out: str) -> None:
-    """A run killed while renumbering: its renamed shards go back under their planned names (committed, kept)."""
-    path = _record_path(out)
-    if not tf.io.gfile.exists(path):
+    """A run killed while renumbering: its renamed shards go back under their planned names (committed, kept), each
+    only while its commit record proves it.
+
+    Raises:
+      OutputExistsError: a renumbering record that is not one tfshard writes, or a renamed file it does not prove.
+    """
+    if not exists(state_file(out, RENUMBER)):
         return
-    raw = read_state(path)
-    renames = raw.get("renames") if isinstance(raw, dict) else None
-    if not isinstance(renames, list) or not all(
-        isinstance(pair, list) and len(pair) == 2 and all(manifest_lib.is_output_name(n) for n in pair)
-        for pair in renames
-    ):
-        raise InputError(f"{path}: not a renumbering record tfshard wrote; remove {join(out, STATE_DIR)} (or OUT) "
-                         "and run again")
-    for old, new in renames:
-        if tf.io.gfile.exists(join(out, new)) and not tf.io.gfile.exists(join(out, old)):
-            tf.io.gfile.rename(join(out, new), join(out, old), overwrite=False)
-    tf.io.gfile.remove(path)
+    renames = read_renames(out)
+    back = [(old, new) for old, new in renames if present(out, [new]) and not present(out, [old])]
+    recorded = by_state(out)
+    unrecorded = [new for _, new in back if new not in recorded]
+    if unrecorded:
+        raise refusal(join(out, unrecorded[0]), "named like a renumbered shard, but no commit record proves it")
+    prove(out, [recorded[new] for _, new in back])
+    for old, new in back:
+        tf.io.gfile.rename(join(out, new), join(out, old), overwrite=False)
+    tf.io.gfile.remove(state_file(out, RENUMBER))

@@ -31,14 +31,20 @@ episode longer than the chunk size is several records, and TFDS yields those chu
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
+import re
 import shutil
+from collections.abc import Iterator
 
 import numpy as np
 import tensorflow as tf
 
-from ..format.dataset import load_manifest
+from ..format import untrusted
+from ..format.dataset import load_manifest, read_small_file
+from ..format.manifest import SPLIT_TYPES, ShardInfo
 from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name, shard_generation
 from ..format.records import (
     DATA_PREFIX,
@@ -51,7 +57,8 @@ from ..format.records import (
     image_features_of,
 )
 from ..format.storage import is_url, join
-from .errors import TfdsMetadataError
+from .errors import InputError, TfdsMetadataError
+from .plan import ShardSpec
 
 SHARD_TEMPLATE = "{SPLIT}-{SHARD_X_OF_Y}.{FILEFORMAT}"  # train-00000-of-00004.tfrecord
 _TEMP_FOLDER = TEMP_PREFIX + "tfds"
@@ -59,6 +66,8 @@ log = logging.getLogger(__name__)
 _INSTALL = "pip install 'tfshard[tfds]' (from a clone: pip install -e '.[tfds]')"
 LABELS_FILE = TFDS_FILES[2]  # image.class.label.labels.txt: the class names of image/class/label
 _LABEL = "image/class/label"
+# What tfds_info writes as the description: how TFDS metadata tfshard wrote, for any dataset, is told apart.
+_DESCRIPTION = re.compile(r"tfshard (images|episodes) dataset \(dataset\.json fingerprint [0-9a-f]{64}\)\Z")
 
 
 def label_key(manifest) -> str | None:
@@ -282,14 +291,14 @@ def tfds_info(out: str, manifest):
     return info
 
 
-def write_tfds_info(out: str, manifest, info) -> list[str]:
-    """Writes ``info`` (``tfds_info(out, manifest)``) next to ``dataset.json``; returns the files written.
-
-    The caller holds OUT's lock. The files are written into a temporary folder inside OUT and each is moved
-    into place, so no partial file sits under a final name; the rest of OUT is never touched.
+@contextlib.contextmanager
+def _staged(out: str, manifest, info) -> Iterator[tuple[str, list[str]]]:
+    """``info`` written into ``OUT/.tmp-tfds`` and read back by TFDS itself: yields the folder and the files in it;
+    the folder goes on leaving the block.
 
     Raises:
-      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it; nothing is moved into OUT.
+      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it.
+      RuntimeError: tensorflow-datasets wrote a file tfshard does not know.
     """
     tfds = _tfds()
     temp = _fresh_temp_folder(out)
@@ -307,16 +316,98 @@ def write_tfds_info(out: str, manifest, info) -> list[str]:
         if unexpected:
             raise RuntimeError(f"{out}: tensorflow-datasets wrote {unexpected[0]!r}, a file tfshard does not know; "
                                "nothing was moved into OUT")
-        for name in written:
-            tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
+        yield temp, written
     finally:
         _remove_temp_folder(temp)
+
+
+def _refuse_theirs(out: str) -> None:
+    """TFDS metadata in OUT is replaced only when tfshard wrote it (its ``dataset_info.json`` describes a tfshard
+    dataset, whichever): another tool's is never replaced.
+
+    Raises:
+      ValueError: naming the file and the fix.
+    """
+    present = [name for name in TFDS_FILES if tf.io.gfile.exists(join(out, name))
+               or (not is_url(out) and os.path.islink(join(out, name)))]
+    if not present:
+        return
+    path = join(out, TFDS_FILES[0])
+    try:
+        info = untrusted.parse_json(read_small_file(path, "TFDS metadata"), path)
+        ours = isinstance(info, dict) and _DESCRIPTION.match(str(info.get("description"))) is not None
+    except (OSError, ValueError):
+        ours = False
+    links = [name for name in present if not is_url(out) and os.path.islink(join(out, name))]
+    if not ours or links:
+        name, got = (links[0], "a symlink") if links else (present[0], "no dataset_info.json of a tfshard dataset")
+        raise ValueError(f"{join(out, name)}: TFDS metadata tfshard did not write (got {got}); it is not replaced: "
+                         "move it out of OUT (or remove it), then write the metadata again")
+
+
+def write_tfds_info(out: str, manifest, info) -> list[str]:
+    """Writes ``info`` (``tfds_info(out, manifest)``) next to ``dataset.json``; returns the files written.
+
+    The caller holds OUT's lock. The files are written into a temporary folder inside OUT and each is moved
+    into place, so no partial file sits under a final name; the rest of OUT is never touched, and TFDS metadata
+    tfshard did not write is never replaced.
+
+    Raises:
+      ValueError: TFDS reads a class name back otherwise than ``manifest`` has it, or OUT holds TFDS metadata
+        tfshard did not write; nothing is moved into OUT.
+    """
+    _refuse_theirs(out)
+    with _staged(out, manifest, info) as (temp, written):
+        for name in written:
+            tf.io.gfile.rename(join(temp, name), join(out, name), overwrite=True)
     return written
 
 
-def write_tfds_after_conversion(out: str) -> list[str]:
+def check_tfds_up_front(out: str, manifest, specs: list[ShardSpec]) -> None:
+    """A conversion's or an append's ``tfds=True``, before any shard is written: the metadata of ``manifest`` with
+    the planned shards ``specs`` added (their records as planned) is built and read back by TFDS as
+    ``write_tfds_info`` would, in the temporary folder; nothing is moved into OUT. What the shards' own bytes
+    cannot change (gzip, class names, episode dtypes, split names) is all TFDS can refuse.
+
+    Raises:
+      InputError: what TFDS could not hold, with the fix; nothing was converted.
+      ImportError: tensorflow-datasets is not installed.
+    """
+    splits = dict(manifest.splits)
+    for spec in specs:
+        shard = ShardInfo(spec.file_name, spec.num_records, 0, "0" * 64)
+        split = splits.get(spec.split) or SPLIT_TYPES[manifest.kind](shards=[], records=0, bytes=0)
+        splits[spec.split] = dataclasses.replace(split, shards=[*split.shards, shard],
+                                                 records=split.records + spec.num_records)
+    planned = dataclasses.replace(manifest, splits=splits)
+    try:
+        _refuse_theirs(out)
+        with _staged(out, planned, tfds_info(out, planned)):
+            pass
+    except (ValueError, RuntimeError) as e:
+        raise InputError(f"{out}: --tfds refused before anything was written: {str(e).removeprefix(out + ': ')}; or "
+                         "drop --tfds") from e
+
+
+def written_for(out: str, manifest) -> list[str]:
+    """The TFDS metadata files in OUT that ``tfshard tfds`` (or ``--tfds``) wrote for this dataset (its description
+    names the dataset's fingerprint); metadata of anything else is not tfshard's to remove."""
+    try:
+        info = untrusted.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
+        ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))
+    except (OSError, ValueError):
+        return []
+    if not ours:
+        return []
+    present = {n.rstrip("/") for n in tf.io.gfile.listdir(out)}
+    return [name for name in TFDS_FILES if name in present]
+
+
+def write_tfds_after_conversion(out: str, done: str = "the dataset is converted and complete",
+                                 old: str = "the dataset is untouched") -> list[str]:
     """A conversion's ``tfds=True``: the metadata of the ``dataset.json`` just written (or found complete) in
-    ``out``, exactly as ``tfshard tfds OUT`` writes it; the conversion holds OUT's lock.
+    ``out``, exactly as ``tfshard tfds OUT`` writes it; the conversion holds OUT's lock. ``done`` and ``old`` say
+    in the error what was done and what became of the dataset (an append's: the old metadata is gone).
 
     Raises:
       TfdsMetadataError: the metadata could not be written (the cause is chained); the converted dataset is
@@ -328,9 +419,8 @@ def write_tfds_after_conversion(out: str) -> list[str]:
     except (ValueError, RuntimeError, ImportError, OSError, tf.errors.OpError) as e:
         reason = e.message if isinstance(e, tf.errors.OpError) else str(e)
         raise TfdsMetadataError(
-            f"{out}: the dataset is converted and complete, but its TFDS metadata was not written "
-            f"({reason.removeprefix(out + ': ')}); the dataset is untouched: once that is fixed, "
-            f"`tfshard tfds {out}` writes the metadata"
+            f"{out}: {done}, but its TFDS metadata was not written ({reason.removeprefix(out + ': ')}); {old}: once "
+            f"that is fixed, `tfshard tfds {out}` writes the metadata"
         ) from e
     log.info("%s: wrote TFDS metadata (%s)", out, ", ".join(written))
     return written

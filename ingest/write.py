@@ -29,7 +29,7 @@ from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.manifest import ShardInfo
 from ..format.names import TEMP_PREFIX, index_file_name
-from ..format.storage import is_url, join, write_atomic
+from ..format.storage import create_new, is_url, join, write_atomic
 from ..format.tfrecord import gzip_member
 from .errors import InputError
 from .kind import Kind
@@ -126,11 +126,10 @@ class Sha256Thread:
 
 
 def _open_new(path: str):
-    """A fresh file for binary writing; a local path is never followed through a symlink planted under its name."""
+    """A fresh file for binary writing; locally never written through a symlink or hard link planted under its name."""
     if is_url(path):
         return tf.io.gfile.GFile(path, "wb")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    return os.fdopen(os.open(path, flags, 0o666), "wb")
+    return os.fdopen(create_new(path), "wb")
 
 
 class ShardWriter:
@@ -138,6 +137,9 @@ class ShardWriter:
 
     On an exception inside the ``with`` block the temporary file is deleted and
     nothing is renamed. After a clean exit ``info`` describes the committed shard.
+    ``before_rename(info)`` is called once the shard (and its index file) are complete under their temporary
+    names, before either is renamed to its final name: the engine writes the commit record there, so a kill
+    never leaves a file under a final name that no record proves.
 
     Example:
       data, sizes = format.tfrecord.frame_records([[example_bytes]])
@@ -153,7 +155,8 @@ class ShardWriter:
         "offset size" line per record); uncompressed shards only.
     """
 
-    def __init__(self, folder: str, file_name: str, compression: str | None = None, index: bool = False):
+    def __init__(self, folder: str, file_name: str, compression: str | None = None, index: bool = False,
+                 before_rename: Callable[[ShardInfo], None] | None = None):
         if index and compression is not None:
             raise ValueError(
                 f"{file_name}: an index needs uncompressed shards (got compression={compression!r}); "
@@ -165,6 +168,7 @@ class ShardWriter:
         self.temp_path = join(folder, TEMP_PREFIX + file_name)
         self.compression = compression
         self.index_name = index_file_name(file_name) if index else None
+        self._before_rename = before_rename
         self.records = 0
         self.bytes = 0
         self.info: ShardInfo | None = None
@@ -203,13 +207,26 @@ class ShardWriter:
         if exc_type is not None:
             remove_if_exists(self.temp_path)
             return
-        index_sha256 = None
-        if self.index_name is not None:
-            lines = "".join(self._index_lines)
-            write_text_atomic(join(self.folder, self.index_name), lines)
-            index_sha256 = hashlib.sha256(lines.encode()).hexdigest()
-        tf.io.gfile.rename(self.temp_path, self.path, overwrite=True)
-        self.info = ShardInfo(self.file_name, self.records, self.bytes, sha256, self.index_name, index_sha256)
+        index_sha256 = index_temp = None
+        try:
+            if self.index_name is not None:
+                data = "".join(self._index_lines).encode()
+                index_temp = join(self.folder, TEMP_PREFIX + self.index_name)
+                with _open_new(index_temp) as f:
+                    f.write(data)
+                index_sha256 = hashlib.sha256(data).hexdigest()
+            info = ShardInfo(self.file_name, self.records, self.bytes, sha256, self.index_name, index_sha256)
+            if self._before_rename is not None:
+                self._before_rename(info)  # the commit record: every file under a final name has one
+            if index_temp is not None:
+                tf.io.gfile.rename(index_temp, join(self.folder, self.index_name), overwrite=True)
+            tf.io.gfile.rename(self.temp_path, self.path, overwrite=True)
+        except BaseException:
+            for path in (self.temp_path, index_temp):
+                if path is not None:
+                    remove_if_exists(path)
+            raise
+        self.info = info
 
 
 @dataclasses.dataclass
@@ -236,15 +253,22 @@ class ShardResult:
 
 
 def write_shard(job: Kind, out: str, spec: ShardSpec, prepared: Iterable[tuple[Any, Any]], options: ConvertOptions,
-                on_item: Callable[[Any], None] = lambda item: None, screen: Callable | None = None) -> ShardResult:
+                on_item: Callable[[Any], None] = lambda item: None, screen: Callable | None = None,
+                record: Callable[[ShardResult], None] | None = None) -> ShardResult:
     """Writes one planned shard from its ``(item, EncodedItem | Rejection)`` pairs in plan order; commits it atomically.
 
     The one place records reach a shard, for the local process pool and the Beam runner alike: the workers
     made and framed the records, so this appends their bytes and adds up their statistics. ``screen(item stats,
     shard stats)``, when given, may turn a prepared input into a chosen ``Rejection`` (``--dedupe``'s copies).
+    ``record(result)`` is called before the shard is renamed to its final name (the commit record, ``ingest/state.py``).
     """
     stats, rejected = job.new_stats(), []
-    with ShardWriter(out, spec.file_name, options.compression, options.index) as writer:
+
+    def before_rename(info: ShardInfo) -> None:
+        if record is not None:
+            record(ShardResult(info, stats, rejected))
+
+    with ShardWriter(out, spec.file_name, options.compression, options.index, before_rename) as writer:
         for item, result in prepared:
             if screen is not None and not isinstance(result, Rejection):
                 result = screen(result.stats, stats) or result

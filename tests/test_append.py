@@ -450,6 +450,100 @@ def test_an_unfinished_append_of_other_inputs_is_discarded_and_the_new_one_done(
     assert manifest.appends[0]["records_added"] == 6 and verify(str(out)).splits["train"].records == 14
 
 
+def test_overwrite_removes_what_an_interrupted_append_committed_and_the_next_append_works(base_and_clean, cli):
+    """The stopped append's shard is in no manifest, but its commit record proves it: --overwrite removes it with the
+    dataset, so nothing is left over for the next append to trip on; verify names the leftover with a fix that works."""
+    src, out, _ = base_and_clean
+    with pytest.raises(InputError, match="zzz.jpg"):
+        _append(src, out, num_shards=2, seed=None, on_error="fail")
+    leftover = out / "train-g0001-00000-of-00002.tfrecord"
+    assert leftover.exists()
+    result = cli("verify", out)
+    assert result.exit_code == 1 and f"{leftover}: unexpected shard" in result.stderr
+    assert "remove the file, or if an --append was interrupted writing it, run that --append again" in result.stderr
+    os.remove(src / "emu" / "zzz.jpg")
+    convert_images(str(src), str(out), ConvertOptions(num_shards=2, seed=1), workers=0, progress=False,
+                   overwrite=True)
+    assert not leftover.exists() and not (out / ".tfshard-state").exists()
+    for i in range(2):
+        write_jpeg(src / "dog" / f"late-{i}.jpg", 600 + i)
+    manifest, status = _append(src, out, num_shards=2, seed=1)
+    assert status.append.new_inputs == 2 and manifest.appends[0]["records_added"] == 2
+    assert verify(str(out)).splits["train"].records == 15
+
+
+@pytest.mark.parametrize("refusal", ["planted-shard-name", "other-options-beside-an-unfinished-append"])
+def test_a_refused_append_leaves_out_exactly_as_it_found_it(base_and_clean, refusal):
+    src, out, _ = base_and_clean
+    options = dict(num_shards=2, seed=None)
+    if refusal == "planted-shard-name":
+        (out / "train-g0001-00000-of-00002.tfrecord").write_text("mine")
+        problem = r"tfshard did not write .*train-g0001-00000-of-00002.*move those files out of OUT"
+    else:
+        with pytest.raises(InputError, match="zzz.jpg"):
+            _append(src, out, on_error="fail", **options)
+        options["num_shards"] = 3
+        problem = r"option num_shards \(--num-shards\) is 3"
+    before = snapshot(out)
+    with pytest.raises(InputError, match=problem):
+        _append(src, out, **options)
+    assert_same_tree(snapshot(out), before)
+    assert (out / ".tfshard-state").exists() == (refusal != "planted-shard-name")
+
+
+def test_an_append_with_tfds_killed_after_its_manifest_leaves_no_metadata_of_part_of_the_dataset(grown, monkeypatch):
+    """Killed between dataset.json and the new TFDS metadata: TFDS finds no metadata (the old, which it would read as
+    the whole dataset, went before dataset.json was replaced) rather than the old shards only; a rerun writes it."""
+    import tensorflow_datasets as tfds
+    from tfshard.tools.tfds import write_tfds_metadata
+
+    src, out, _ = grown
+    write_tfds_metadata(str(out))
+    real = append_lib.write_text_atomic
+
+    def killed_after_the_manifest(path, text):
+        if path == os.path.join(str(out), INPUTS):
+            raise KeyboardInterrupt
+        real(path, text)
+
+    monkeypatch.setattr(append_lib, "write_text_atomic", killed_after_the_manifest)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(str(src), str(out), ConvertOptions(num_shards=2), workers=0, progress=False, append=True,
+                       tfds=True)
+    monkeypatch.undo()
+    assert read_manifest(out)["appends"]
+    with pytest.raises(Exception):  # noqa: B017 (TFDS raises its own errors for a folder with no metadata)
+        tfds.builder_from_directory(str(out))
+    convert_images(str(src), str(out), ConvertOptions(num_shards=2), workers=0, progress=False, append=True, tfds=True)
+    assert len(list(tfds.builder_from_directory(str(out)).as_dataset(split="train+train_g0001"))) == 13
+    verify(str(out))
+
+
+def test_an_append_killed_while_discarding_an_unfinished_one_finishes_the_discard_on_rerun(base_and_clean,
+                                                                                           monkeypatch):
+    import tensorflow as tf
+
+    src, out, _ = base_and_clean
+    with pytest.raises(InputError, match="zzz.jpg"):
+        _append(src, out, num_shards=2, seed=None, on_error="fail")
+    os.remove(src / "emu" / "zzz.jpg")
+    write_jpeg(src / "emu" / "later.jpg", 500)
+    remove = tf.io.gfile.remove
+
+    def killed_after_the_first_removal(path):
+        remove(path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tf.io.gfile, "remove", killed_after_the_first_removal)
+    with pytest.raises(KeyboardInterrupt):
+        _append(src, out, num_shards=2, seed=None)
+    monkeypatch.undo()
+    assert (out / ".tfshard-state").exists()  # the commit records stay until the discard is done
+    manifest, _ = _append(src, out, num_shards=2, seed=None)
+    listed = {s.file for split in manifest.splits.values() for s in split.shards}
+    assert {n for n in os.listdir(out) if ".tfrecord" in n} == listed and manifest.appends[0]["records_added"] == 6
+
+
 def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_path):
     src, out, _ = grown
     shutil.copytree(out, tmp_path / "local")
@@ -489,3 +583,20 @@ def read_labels_of(out) -> list[int]:
 
     ds = readers.images(str(out), batch_size=64, image_size=8, training=False)
     return [int(v) for _, labels in ds for v in labels.numpy()]
+
+
+def test_append_with_tfds_of_a_class_tfds_cannot_hold_is_refused_before_anything_changes(grown):
+    """The new class's name would be read back stripped by TFDS: refused before any new shard is committed, so the
+    dataset, its TFDS metadata (still the whole dataset) and OUT are as they were, and no state folder is left."""
+    from tfshard.tools.tfds import write_tfds_metadata
+
+    src, out, _ = grown
+    write_tfds_metadata(str(out))
+    make_tree(src, classes=("yak ",), per_class=2, seed=300)
+    before = snapshot(out)
+    with pytest.raises(InputError, match=r"--tfds refused before anything was written: TFDS cannot hold class name "
+                                         r"'yak\\x20'.*or drop --tfds"):
+        convert_images(str(src), str(out), ConvertOptions(num_shards=2), workers=0, progress=False, append=True,
+                       tfds=True)
+    assert_same_tree(snapshot(out), before)
+    verify(str(out))

@@ -32,11 +32,13 @@ STATE = ".tfshard-state"
 # --- --overwrite into a folder tfshard never wrote ---------------------------------------------------------------
 
 
-def _another_tools_dataset(out: str) -> dict[str, bytes]:
-    """What TFDS (or anyone) leaves in a folder: its metadata and a shard named as tfshard names its first one."""
+def _another_tools_dataset(out: str, shard: bool = True) -> dict[str, bytes]:
+    """What TFDS (or anyone) leaves in a folder: its metadata and (``shard``) a shard named as tfshard names its
+    first one."""
     os.makedirs(out)
-    files = {"features.json": b'{"type": "tfds features"}', "dataset_info.json": b'{"name": "mnist"}',
-             "train-00000-of-00001.tfrecord": b"another tool's records"}
+    files = {"features.json": b'{"type": "tfds features"}', "dataset_info.json": b'{"name": "mnist"}'}
+    if shard:
+        files["train-00000-of-00001.tfrecord"] = b"another tool's records"
     for name, data in files.items():
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
@@ -61,9 +63,7 @@ def test_a_folder_holding_another_tools_dataset_is_refused_and_nothing_in_it_cha
 def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(image_tree, tmp_path):
     src, _ = image_tree
     out = str(tmp_path / "out")
-    theirs = _another_tools_dataset(out)
-    os.remove(os.path.join(out, "train-00000-of-00001.tfrecord"))
-    del theirs["train-00000-of-00001.tfrecord"]
+    theirs = _another_tools_dataset(out, shard=False)
     manifest = convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
     after = files_under(out)
     assert {name: after[name] for name in theirs} == theirs  # their dataset_info.json, features.json kept as they were
@@ -75,6 +75,97 @@ def test_overwrite_beside_unrelated_files_writes_only_names_that_did_not_exist(i
     after = files_under(out)
     assert {name: after[name] for name in theirs} == theirs
     assert manifest.splits["train"].shards[0].file not in after
+
+
+def test_tfds_beside_another_tools_tfds_metadata_is_refused_up_front_and_replaces_nothing(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    theirs = _another_tools_dataset(out, shard=False)
+    with pytest.raises(InputError, match=r"dataset_info.json: TFDS metadata tfshard did not write .*; it is not "
+                                         r"replaced: move it out of OUT"):
+        convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True, tfds=True)
+    assert files_under(out) == theirs
+
+
+# --- state files that name a user's file: only a file tfshard can prove it wrote is removed or replaced ----------
+
+MINE = b"a user's own records, named as tfshard names a shard"
+
+
+def _state(out: str, files: dict) -> None:
+    """A state folder holding ``files`` ({name: JSON value}), as an edited or copied one would."""
+    os.makedirs(os.path.join(out, STATE), exist_ok=True)
+    for name, value in files.items():
+        with open(os.path.join(out, STATE, name), "w") as f:
+            json.dump(value, f)
+
+
+def _mine(out: str, *names: str) -> dict[str, bytes]:
+    os.makedirs(out, exist_ok=True)
+    for name in names:
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(MINE)
+    return {name: MINE for name in names}
+
+
+def _the_real_plan(src: str, tmp_path) -> tuple[str, dict]:
+    """The fingerprint of RESUME's conversion of ``src`` and its first shard's manifest entry (a clean run's)."""
+    clean = convert_images(src, str(tmp_path / "clean"), RESUME, workers=0, progress=False)
+    shard = clean.splits["train"].shards[0]
+    return clean.fingerprint, {"file": shard.file, "records": shard.records, "bytes": shard.bytes,
+                               "sha256": shard.sha256}
+
+
+RESUME = ConvertOptions(num_shards=2, seed=None)
+PLANNED = "train-00000-of-00002.tfrecord"  # a name RESUME writes
+OTHER = "train-00000-of-00001.tfrecord"  # a shard name RESUME does not write
+
+
+@pytest.mark.parametrize("case", ["overwrite-other-plan", "resume-same-plan", "resume-forged-commit-record"])
+def test_a_state_file_naming_a_users_file_never_gets_it_removed_or_replaced(image_tree, tmp_path, case):
+    """plan.json names files but proves nothing; a commit record proves only the bytes it records. The user's files
+    named like shards stay as they are, and the run is refused naming the one it would have replaced."""
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    fingerprint, entry = _the_real_plan(src, tmp_path)
+    theirs = _mine(out, PLANNED, OTHER)
+    plan = {"fingerprint": "0" * 64 if case == "overwrite-other-plan" else fingerprint, "files": [PLANNED, OTHER]}
+    _state(out, {"plan.json": plan})
+    if case == "resume-forged-commit-record":  # a real record, of the real shard, beside the user's file
+        _state(out, {PLANNED + ".json": {"info": entry, "stats": {}, "rejected": []}})
+    expected = "does not match its commit record" if case == "resume-forged-commit-record" else "tfshard did not write"
+    with pytest.raises(OutputExistsError, match=rf"{re.escape(PLANNED)}.*{expected}|{expected}.*{re.escape(PLANNED)}"):
+        convert_images(src, out, RESUME, workers=0, progress=False, overwrite=case.startswith("overwrite"))
+    after = files_under(out)
+    assert {name: after.get(name) for name in theirs} == theirs
+
+
+def test_overwrite_of_an_unfinished_conversion_whose_plan_names_a_users_file_writes_beside_it(image_tree, tmp_path):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    theirs = _mine(out, OTHER)
+    _state(out, {"plan.json": {"fingerprint": "0" * 64, "files": [OTHER, "dataset.json"]}})
+    convert_images(src, out, RESUME, workers=0, progress=False, overwrite=True)
+    assert files_under(out)[OTHER] == theirs[OTHER]
+    assert readers.info(out).num_records("train") == len(image_tree[1])
+
+
+@pytest.mark.parametrize("entry", [OTHER, {"name": OTHER, "bytes": len(MINE), "sha256": "ab" * 32, "limit": None}],
+                         ids=["names-only", "other-bytes"])
+def test_a_removal_record_naming_a_users_file_never_gets_it_removed(image_tree, tmp_path, cli, entry):
+    """removing.json (an --overwrite in progress) is finished by any run, so it names each file's size and sha256,
+    and a file that does not match is refused, naming it, before anything is removed."""
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    convert_images(src, out, RESUME, workers=0, progress=False)
+    theirs = _mine(out, OTHER)
+    _state(out, {"removing.json": {"files": ["dataset.json", entry] if isinstance(entry, str) else [entry]}})
+    before = files_under(out)
+    result = cli("images", src, out, "--num-shards", "2", "--no-shuffle", "--workers", "0", "--quiet")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert ("removing.json: entry 0 is not a file tfshard recorded" if isinstance(entry, str)
+            else f"{OTHER}: does not match the removal record") in result.stderr
+    assert files_under(out) == before and files_under(out)[OTHER] == theirs[OTHER]
 
 
 # --- planned shards whose every input was rejected ----------------------------------------------------------------

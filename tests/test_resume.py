@@ -155,13 +155,17 @@ def test_kill_then_rerun_ends_byte_identical_to_an_uninterrupted_run(kill_source
         assert point != "after-manifest"
     state = os.path.join(out, STATE)
     recorded = {n[: -len(".json")] for n in os.listdir(state)} if os.path.isdir(state) else set()
-    # A shard with a commit record is kept by the rerun; one without (killed between rename and record) is rewritten.
-    keep = [n for n in at_kill if n in recorded or point == "after-manifest"]
-    tampered = None
+    # The commit record is written before the rename: every shard under its final name has one (after the manifest,
+    # the state folder may be half removed, and the manifest proves them).
+    keep = list(at_kill)
+    assert point == "after-manifest" or set(keep) <= recorded, f"shards without a commit record: {keep}, {recorded}"
     if tamper:
         assert keep, "no committed shard with a record to tamper with"
-        tampered = keep.pop(0)
-        flip_middle_byte(os.path.join(out, tampered))
+        tampered = os.path.join(out, keep.pop(0))
+        flip_middle_byte(tampered)
+        refused = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 1 and f"{tampered}: does not match its commit record" in refused.stderr
+        os.remove(tampered)  # what the message says to do with a damaged shard
     before = stats(out)
 
     rerun = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
@@ -171,9 +175,6 @@ def test_kill_then_rerun_ends_byte_identical_to_an_uninterrupted_run(kill_source
     after = stats(out)
     for name in keep:
         assert after[name] == before[name], f"{name}: committed shard was rewritten instead of kept"
-    if tampered is not None:
-        assert after[tampered][0] != before[tampered][0], f"{tampered}: changed shard was kept"
-        assert f"{tampered}: does not match its commit record" in rerun.stderr
 
 
 def _listing(folder: str) -> list[str]:
@@ -305,7 +306,9 @@ def test_leftover_temp_files_are_removed_on_next_run(interrupted):
 
 
 @pytest.mark.parametrize("change", ["flip-byte", "truncate", "append", "swap-for-other-shard"])
-def test_changed_committed_shard_is_detected_and_rewritten(interrupted, caplog, change):
+def test_changed_committed_shard_is_refused_naming_it_then_rewritten_once_removed(interrupted, change):
+    """A committed shard that no longer matches its commit record may be a damaged shard or a user's file put there:
+    tfshard cannot tell them apart, so it replaces neither; removed, it is written again."""
     src, out, clean = interrupted
     path = os.path.join(out, "train-00000-of-00002.tfrecord")
     if change == "flip-byte":
@@ -319,12 +322,63 @@ def test_changed_committed_shard_is_detected_and_rewritten(interrupted, caplog, 
     else:  # valid records, wrong ones: only the hash tells
         with open(path, "wb") as f:
             f.write(clean["train-00001-of-00002.tfrecord"])
-    before = stats(out)
-    with caplog.at_level("WARNING", logger="tfshard.ingest.convert"):
+    files = snapshot(out)
+    with pytest.raises(OutputExistsError, match=re.escape(path) + r": does not match its commit record .*\(got .*\); "
+                                                               r".*move that file out of OUT, or remove it") as caught:
         convert_images(src, out, RESUME, workers=0, progress=False)
+    assert "\n" not in str(caught.value)
+    assert_same_tree(snapshot(out), files)  # replaced by nothing, removed by nothing
+    os.remove(path)
+    convert_images(src, out, RESUME, workers=0, progress=False)
     assert_same_tree(snapshot(out), clean)
-    assert stats(out)[os.path.basename(path)][0] != before[os.path.basename(path)][0]
-    assert f"{path}: does not match its commit record" in caplog.text
+
+
+def test_a_run_stopped_just_after_a_shard_got_its_final_name_left_its_record_and_the_rerun_keeps_it(
+        image_tree, tmp_path, monkeypatch):
+    """The commit record is written before the rename: a kill right after it (simulated by an interrupt there)
+    leaves no file under a final name that the rerun could not prove, so the rerun keeps the shard as it is."""
+    from tfshard.ingest import write as write_lib
+
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    real_exit = write_lib.ShardWriter.__exit__
+
+    def renamed_then_killed(self, *exc):
+        real_exit(self, *exc)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(write_lib.ShardWriter, "__exit__", renamed_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(src, out, RESUME, workers=0, progress=False)
+    monkeypatch.undo()
+    shard = "train-00000-of-00002.tfrecord"
+    assert final_shards(out) == [shard] and os.path.exists(os.path.join(out, STATE, shard + ".json"))
+    before = stats(out)
+    convert_images(src, out, RESUME, workers=0, progress=False)
+    assert stats(out)[shard] == before[shard], "the committed shard was written again"
+    verify(out)
+
+
+def test_a_run_stopped_between_a_commit_record_and_its_rename_writes_that_shard_again(image_tree, tmp_path,
+                                                                                       monkeypatch):
+    import tensorflow as tf
+
+    src, _ = image_tree
+    out, clean = str(tmp_path / "out"), str(tmp_path / "clean")
+    convert_images(src, clean, RESUME, workers=0, progress=False)
+    rename = tf.io.gfile.rename
+
+    def killed_at_the_rename(old, new, overwrite=False):
+        raise KeyboardInterrupt  # the record is written, the shard still under its temporary name
+
+    monkeypatch.setattr(tf.io.gfile, "rename", killed_at_the_rename)
+    with pytest.raises(KeyboardInterrupt):
+        convert_images(src, out, RESUME, workers=0, progress=False)
+    monkeypatch.setattr(tf.io.gfile, "rename", rename)
+    assert final_shards(out) == [] and sorted(os.listdir(os.path.join(out, STATE))) == ["plan.json",
+                                                                                "train-00000-of-00002.tfrecord.json"]
+    convert_images(src, out, RESUME, workers=0, progress=False)
+    assert_same_tree(snapshot(out), snapshot(clean))
 
 
 def test_finished_dataset_with_leftover_state_folder_is_finished_without_rewrites(interrupted, tmp_path):
@@ -396,12 +450,14 @@ def test_cli_interrupt_is_one_line_and_exit_130_then_the_same_command_resumes(im
     src, _ = image_tree
     out = str(tmp_path / "out")
     commit = convert_lib.record_commit
+    commits = []
 
-    def commit_then_ctrl_c(*args):
-        commit(*args)
-        raise KeyboardInterrupt  # what Ctrl-C raises, right after the first shard is committed
+    def ctrl_c_at_the_second_commit(*args):
+        if commits:
+            raise KeyboardInterrupt  # what Ctrl-C raises, once the first shard is committed
+        commits.append(commit(*args))
 
-    monkeypatch.setattr(convert_lib, "record_commit", commit_then_ctrl_c)
+    monkeypatch.setattr(convert_lib, "record_commit", ctrl_c_at_the_second_commit)
     result = cli("images", src, out, *RESUME_ARGS, "--quiet")  # no progress bar on stderr
     assert result.exit_code == 130, result.output
     assert result.stderr == f"{out}: interrupted; run the same command again to resume (committed shards are kept)\n"

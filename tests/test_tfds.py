@@ -25,7 +25,7 @@ from tfshard.format.names import TFDS_FILES, is_output_name
 from tfshard.ingest import (
     ConvertOptions,
     EpisodeOptions,
-    TfdsMetadataError,
+    InputError,
     VerifyError,
     convert_episodes,
     convert_images,
@@ -221,16 +221,25 @@ def test_episodes_with_tfds_open_in_tfds_on_both_runners(tmp_path, cli):
     assert _tfds_files(beam) == written  # the Beam runner's manifest is the engine's: the same metadata follows it
 
 
-def test_tfds_that_cannot_be_written_leaves_the_dataset_converted_and_says_how_to_retry(tmp_path, cli):
+def test_tfds_that_tfds_could_not_open_is_refused_before_any_shard_is_written(tmp_path, cli):
+    """A dtype TFDS cannot decode, a class name its labels file cannot hold: refused up front, naming why, and OUT
+    is as it was (here: not there at all); never found once the dataset is written."""
     save_episodes(tmp_path / "u32", {"e.npz": {"count": np.zeros(5, np.uint32), "x": np.ones((5, 2), np.float32)}})
     out = tmp_path / "out"
     where = re.escape(str(out))
-    with pytest.raises(TfdsMetadataError, match=rf"{where}: the dataset is converted and complete, but its TFDS "
-                                                rf"metadata was not written \(feature 'count': .* uint32.*`tfshard "
-                                                rf"tfds {where}` writes the metadata"):
+    with pytest.raises(InputError, match=rf"{where}: --tfds refused before anything was written: feature 'count': "
+                                         r".* uint32.*; or drop --tfds"):
         convert_episodes(str(tmp_path / "u32"), str(out), workers=0, progress=False, tfds=True)
-    verify(str(out))
-    assert sorted(os.listdir(out)) == ["dataset.json", "train-00000-of-00001.tfrecord"]  # no lock, state or temp
+    assert not os.path.exists(out)
+    make_tree(str(tmp_path / "padded"), classes=("cat", "dog "), per_class=2)
+    result = cli("images", tmp_path / "padded", out, "--workers", "0", "--tfds")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "TFDS cannot hold class name 'dog\\x20'" in result.stderr and "or drop --tfds" in result.stderr
+    assert not os.path.exists(out)
+    os.makedirs(out)
+    (out / "notes.txt").write_text("mine")
+    assert cli("images", tmp_path / "padded", out, "--workers", "0", "--tfds", "--overwrite").exit_code == 1
+    assert sorted(os.listdir(out)) == ["notes.txt"]  # no lock, state, temporary folder or shard left
 
     src = tmp_path / "images"
     make_tree(str(src), per_class=2)

@@ -150,13 +150,15 @@ def test_hashing_thread_matches_hashlib_whatever_the_sizes_and_backlog():
     assert hasher.hexdigest() == hashlib.sha256(b"".join(chunks)).hexdigest()
 
 
-def test_a_symlink_planted_under_the_temporary_name_is_not_followed(tmp_path):
+@pytest.mark.parametrize("plant", [os.symlink, os.link], ids=["symlink", "hard-link"])
+def test_a_link_planted_under_the_temporary_name_is_replaced_never_written_through(tmp_path, plant):
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     out = tmp_path / "out"
     out.mkdir()
-    os.symlink(victim, out / ".tmp-train-00000-of-00001.tfrecord")
-    with pytest.raises(OSError):
-        with ShardWriter(str(out), "train-00000-of-00001.tfrecord") as writer:
-            writer.append(*frame_records([[b"abc"]]))
-    assert victim.read_text() == "keep me"
+    plant(victim, out / ".tmp-train-00000-of-00001.tfrecord")
+    with ShardWriter(str(out), "train-00000-of-00001.tfrecord") as writer:
+        writer.append(*frame_records([[b"abc"]]))
+    assert victim.read_text() == "keep me" and os.stat(victim).st_nlink == 1
+    assert sorted(os.listdir(out)) == ["train-00000-of-00001.tfrecord"]
+    assert not os.path.islink(out / "train-00000-of-00001.tfrecord")

@@ -20,6 +20,7 @@ The rows are grouped by the shape of their expectation:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -839,7 +840,11 @@ def test_cache_filled_from_a_damaged_shard_is_not_served_after_the_repair(world,
     assert 0 < len(damaged) < 12
     before = snapshot(w.root, skip=("out", "cache"))
 
-    ok(w.cli("images", w.src, w.out, "--num-shards", "3", "--workers", "0", "--quiet", *repair))
+    # A shard whose bytes are not the manifest's may be a user's file as well as a damaged shard: refused, naming it.
+    command = ("images", w.src, w.out, "--num-shards", "3", "--workers", "0", "--quiet", *repair)
+    assert_cli_error(run_cli(w.cli, command), [path, "does not match", "remove it"])
+    os.remove(path)  # what the message says to do with a damaged shard
+    ok(w.cli(*command))
 
     whole = pixels(w.out, ignore_errors=True)
     assert len(whole) == 12
@@ -1145,7 +1150,9 @@ def test_tampered_commit_record_only_means_its_shard_is_written_again(world, tam
     world.images()  # 2 classes x 6 images, 3 shards
     clean = world.manifest()
     state = os.path.join(world.out, STATE)
-    os.remove(os.path.join(world.out, MANIFEST))  # an unfinished conversion, its commit records in place
+    # an unfinished conversion that committed its first shard: that shard and its commit record in place
+    for name in [MANIFEST, "inputs.json"] + [s["file"] for s in clean["splits"]["train"]["shards"][1:]]:
+        os.remove(os.path.join(world.out, name))
     os.makedirs(state)
     shard = clean["splits"]["train"]["shards"][0]
     split = clean["splits"]["train"]
@@ -1174,6 +1181,45 @@ def test_removal_journal_through_a_symlink_is_refused(world):
     ran = run_cli(world.cli, ["images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet"])
     assert_cli_error(ran, ["removing.json", "symlink"])
     assert os.path.exists(os.path.join(world.out, MANIFEST))  # nothing was removed on its word
+    assert_untouched(before, snapshot(world.root, skip=("out",)))
+
+
+# --- a third attack: links planted in the state folder and at temporary names (removal on proof only) ---------------
+
+
+def _plant(world: World, plant: str) -> list[str]:
+    """Plants a link to the victim in OUT's state folder or at a temporary name; returns the command to run."""
+    state = os.path.join(world.out, STATE)
+    precious = os.path.join(world.victim, "precious.txt")
+    os.makedirs(state, exist_ok=True)
+    if plant == "symlink-to-a-folder-inside-the-state-folder":
+        os.symlink(world.victim, os.path.join(state, "sub"))  # the state folder's removal must not follow it
+    elif plant == "hard-link-at-a-state-files-temporary-name":  # beside no dataset: the state folder is reused
+        shutil.rmtree(world.out)
+        os.makedirs(state)
+        os.link(precious, os.path.join(state, ".tmp-plan.json"))  # written in place, it would overwrite the victim
+        return ["images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet"]
+    elif plant == "hard-link-at-a-shards-temporary-name":
+        os.link(precious, os.path.join(world.out, ".tmp-train-00000-of-00003.tfrecord"))
+    else:  # a removal record naming a hard link to the victim, with the victim's real size and sha256
+        link = os.path.join(world.out, "train-00000-of-00009.tfrecord")
+        os.link(precious, link)
+        sha256, size = hashlib.sha256(open(precious, "rb").read()).hexdigest(), os.path.getsize(precious)
+        with open(os.path.join(state, "removing.json"), "w") as f:
+            json.dump({"files": [{"name": os.path.basename(link), "bytes": size, "sha256": sha256, "limit": None}]}, f)
+    return ["images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet", "--overwrite"]
+
+
+@pytest.mark.parametrize("plant", ["symlink-to-a-folder-inside-the-state-folder",
+                                   "hard-link-at-a-state-files-temporary-name", "hard-link-at-a-shards-temporary-name",
+                                   "removal-record-of-a-hard-link-to-a-users-file"])
+def test_a_link_planted_in_out_is_never_followed_or_written_through(world, plant):
+    world.images()
+    args = _plant(world, plant)
+    before = snapshot(world.root, skip=("out",))
+    ok(world.cli(*args))
+    ok(world.cli("verify", world.out))
+    assert not os.path.lexists(os.path.join(world.out, STATE))
     assert_untouched(before, snapshot(world.root, skip=("out",)))
 
 

@@ -481,15 +481,17 @@ def test_shards_read_by_tf_data_and_by_tfrecord_package(dataset):
 
 
 def test_following_verifys_advice_repairs_the_dataset(pristine, dataset, cli):
-    # verify says "rerun the conversion with --overwrite to rewrite it": doing just that must fix the shard.
+    # verify says "remove it and rerun the conversion with --overwrite to rewrite it": doing just that must fix the
+    # shard (--overwrite alone refuses it: a file whose bytes are not the manifest's may be a user's).
     src = pristine[0]
     out, _ = dataset
     good = files_under(out)
     path = os.path.join(out, shard_name(0))
     with open(path, "r+b") as f:
         f.truncate(100)
-    with pytest.raises(VerifyError, match="rerun the conversion with --overwrite"):
+    with pytest.raises(VerifyError, match="remove it and rerun the conversion with --overwrite"):
         verify(out)
+    os.remove(path)
     result = cli("images", src, out, "--num-shards", NUM_SHARDS, "--workers", "0", "--quiet", "--overwrite")
     assert result.exit_code == 0, result.output
     verify(out)

@@ -53,6 +53,7 @@ def verify(out: str) -> manifest_lib.Manifest:
     images = ImageChecks(out, manifest) if manifest.kind == "images" else None
     listed = set()
     fix = REWRITE
+    unproven = f"remove it and {fix}"  # a file whose bytes are not the manifest's: --overwrite does not remove it
     for name, split in manifest.splits.items():
         tally = Tally(labels=[0] * len(manifest.class_names), split=name, images=images)
         for shard_index, shard in enumerate(split.shards):
@@ -72,13 +73,13 @@ def verify(out: str) -> manifest_lib.Manifest:
             tally.bytes += size
             tally.intact = tally.intact and size == shard.bytes and sha256 == shard.sha256
             if size < shard.bytes:
-                problems.append(f"{path}: truncated shard ({size} bytes, manifest says {shard.bytes}); {fix}")
+                problems.append(f"{path}: truncated shard ({size} bytes, manifest says {shard.bytes}); {unproven}")
             elif size > shard.bytes:  # not read further: its length is unknown and could be anything
-                problems.append(f"{path}: shard is longer than the manifest says (> {shard.bytes} bytes); {fix}")
+                problems.append(f"{path}: shard is longer than the manifest says (> {shard.bytes} bytes); {unproven}")
                 continue
             elif sha256 != shard.sha256:
                 problems.append(f"{path}: corrupted shard (sha256 {sha256[:12]}… != manifest "
-                                f"{shard.sha256[:12]}…); {fix}")
+                                f"{shard.sha256[:12]}…); {unproven}")
             problems += read_shard(path, shard, shard_index, split, manifest, tally)
             if shard.index_file is not None:
                 listed.add(shard.index_file)
@@ -92,14 +93,15 @@ def verify(out: str) -> manifest_lib.Manifest:
                     problems.append(f"{e}; remove it and {fix}")
                     continue
                 if index_size > 64 * (shard.records + 1) or file_sha256(index_path)[0] != shard.index_sha256:
-                    problems.append(f"{index_path}: index file does not match the manifest's sha256; {fix}")
+                    problems.append(f"{index_path}: index file does not match the manifest's sha256; {unproven}")
         problems += split_problems(manifest_path, name, split, manifest, tally)
         if images is not None:
             problems += images.split_problems(name, split, tally.intact)
     for name in sorted(tf.io.gfile.listdir(out)):
         if manifest_lib.SHARD_NAME.match(name) and name not in listed:
             problems.append(
-                f"{join(out, name)}: unexpected shard (not in the manifest); remove it or rerun with --overwrite"
+                f"{join(out, name)}: unexpected shard (not in the manifest); remove the file, or if an --append was "
+                "interrupted writing it, run that --append again to finish it"
             )
     if images is not None:
         problems += images.finish()
