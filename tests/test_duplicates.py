@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,7 @@ from helpers import assert_same_tree, edit_manifest, image_features, make_tree, 
 from tfshard.format.dataset import load_manifest
 from tfshard.format.duplicates import MAX_LISTED_DUPLICATES, summarize
 from tfshard.format.manifest import ManifestError
-from tfshard.ingest import ConvertOptions, InputError, convert_episodes, convert_images
+from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, convert_episodes, convert_images
 from tfshard.ingest.beam_runner import BeamRunner
 from tfshard.ingest.duplicates import write_order
 
@@ -238,10 +239,13 @@ def interrupted_dedupe(duplicated, tmp_path):
 @pytest.mark.parametrize("tamper", [None, "val-00001-of-00002.tfrecord", "train-00000-of-00002.tfrecord"])
 def test_interrupted_dedupe_resumes_byte_identical(interrupted_dedupe, tamper):
     src, out, clean = interrupted_dedupe
-    if tamper is not None:  # a changed committed shard is rewritten after later ones were committed
-        with open(os.path.join(out, tamper), "r+b") as f:
+    if tamper is not None:  # a changed committed shard is refused, never removed; once the user removes it, it is
+        with open(os.path.join(out, tamper), "r+b") as f:  # written again, after later shards were committed
             f.seek(20)
             f.write(b"\xff")
+        with pytest.raises(OutputExistsError, match=rf"{re.escape(tamper)}: does not match its commit record"):
+            convert_images(src, out, RESUME, workers=0, progress=False)
+        os.remove(os.path.join(out, tamper))
     convert_images(src, out, RESUME, workers=0, progress=False)
     assert_same_tree(snapshot(out), clean)
 
