@@ -562,3 +562,34 @@ def test_a_live_process_renews_its_pins(remote, tmp_path):
         time.sleep(0.05)
     store.unpin(remote[0].sha256)
     assert os.listdir(os.path.join(directory, "pins")) == []
+
+
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                (signal.SIGINT, 130, "interrupted")])
+def test_tfshard_cache_stops_at_once_while_another_process_holds_the_shard_locks(photos, tmp_path, signum, code, said):
+    """Another live process holds every shard's lock (downloading them, as far as anyone can tell): ``tfshard cache``
+    waits for it, then SIGTERM or Ctrl-C stops it at once (not after its fetches' 10-minute waits), its one line
+    said, nothing of it left in the folder."""
+    directory = str(tmp_path / "c")
+    holder = _holding_child(directory, [s.sha256 for s in shared.manifest_shards(photos)])
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cache = subprocess.Popen([sys.executable, "-m", "tfshard", "cache", photos, directory, "--limit", "1MB"],
+                             cwd=os.path.dirname(os.path.dirname(CHILD)), env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        pins = os.path.join(directory, "pins")
+        deadline = time.monotonic() + 120
+        while not [name for name in os.listdir(pins) if f".{cache.pid}." in name]:  # it waits on the locks now
+            assert cache.poll() is None, cache.communicate()
+            assert time.monotonic() < deadline, "tfshard cache never started its fetches"
+            time.sleep(0.05)
+        cache.send_signal(signum)
+        _, stderr = cache.communicate(timeout=TIMEOUT_S)
+    finally:
+        if cache.poll() is None:
+            cache.kill()
+            cache.wait()
+        _kill(holder)
+    assert cache.returncode == code, stderr
+    assert stderr.strip().splitlines() == [f"{photos}: cache: {said}"]
+    assert os.listdir(pins) == [] and os.listdir(os.path.join(directory, "parts")) == []
