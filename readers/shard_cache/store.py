@@ -99,7 +99,9 @@ class ShardStore:
 
     ``fetch(shard)`` returns the path of a verified local copy (downloading it first if need be), or None when the
     shard is to be read remotely (no room: every copy is pinned by a live reader; or the download failed or did not
-    match, ``attempts`` times). ``pin``/``unpin`` keep a copy from eviction while a reader uses it.
+    match, ``attempts`` times). ``pin``/``unpin`` keep a copy from eviction while a reader uses it. ``wait_s``
+    bounds each wait for another process (its download of the same shard; its hold of the folder lock);
+    ``pin_lease_s``: how long a pin of another host counts unless renewed (``pins.py``).
 
     Example:
       store = ShardStore("/mnt/ssd/tfshard-cache", 200 * 10**9)
