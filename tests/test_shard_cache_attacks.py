@@ -593,3 +593,22 @@ def test_tfshard_cache_stops_at_once_while_another_process_holds_the_shard_locks
     assert cache.returncode == code, stderr
     assert stderr.strip().splitlines() == [f"{photos}: cache: {said}"]
     assert os.listdir(pins) == [] and os.listdir(os.path.join(directory, "parts")) == []
+
+
+def test_a_worker_reads_hold_runs_out_when_its_read_never_starts(remote, tmp_path):
+    """A service worker's fetch whose read never has a first record (its iterator dropped first): its pin goes when
+    its hold runs out; a wait after that fetches the copy again, pinned anew (``holds.py``)."""
+    from tfshard.readers.shard_cache.holds import ReadHolds
+
+    store, holds = ShardStore(str(tmp_path / "c"), shared.LIMIT), ReadHolds(hold_s=0.2)
+    shard = remote[0]
+    found = holds.fetch(store, "job", shard)
+    assert found == store.path(shard.sha256) and len(os.listdir(tmp_path / "c" / "pins")) == 1
+    deadline = time.monotonic() + TIMEOUT_S
+    while holds.held() or os.listdir(tmp_path / "c" / "pins"):
+        assert time.monotonic() < deadline, "the hold never ran out"
+        time.sleep(0.05)
+    assert holds.waited(store, "job", shard, found) == found and holds.held() == 1  # pinned again for its read
+    holds.release("job", shard.sha256)
+    holds.release("job", shard.sha256)  # a second release of one read lets go of nothing more
+    assert holds.held() == 0 and os.listdir(tmp_path / "c" / "pins") == []
