@@ -403,10 +403,10 @@ def cache_shards(
 ) -> None:
     """Fill a shard cache ahead of a job: download, verify (sha256, size) and keep the shards on local disk."""
     try:
-        _load_tensorflow()
-        from .tools.cache import fill_shard_cache
+        with console.sigterm_as_interrupt():  # from the start: loading TensorFlow takes seconds
+            _load_tensorflow()
+            from .tools.cache import fill_shard_cache
 
-        with console.sigterm_as_interrupt():
             report = fill_shard_cache(out, directory, limit, splits=split or None, fetches=fetches,
                                       progress=sys.stderr.isatty())
     except _errors() as e:

@@ -6,6 +6,8 @@
                                                                   the copies it got
     python shard_cache_child.py slow DIR LIMIT SHA:SIZE:PATH      the same, slower, printing "ready" first (to be
                                                                   killed while it writes the part file)
+    python shard_cache_child.py hold DIR LIMIT NAME...             holds the locks NAME (a sha256, or "folder") as a
+                                                                  downloader does, prints "ready", then sleeps
 
 The store is plain Python (``readers/shard_cache/store.py``), so this loads it without ``tfshard.readers``, whose
 import loads TensorFlow (seconds per child on a small machine).
@@ -13,6 +15,7 @@ import loads TensorFlow (seconds per child on a small machine).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 import time
@@ -65,6 +68,13 @@ def main(mode: str, directory: str, limit: str, *args: str) -> None:
         store = ShardStore(directory, int(limit), open_remote=lambda path: Trickle(path, 0.05))
         print("ready", flush=True)
         store.fetch(_shards(args)[0])
+    elif mode == "hold":
+        ShardStore(directory, int(limit))  # makes the folder's own folders
+        held = [os.open(os.path.join(directory, "locks", f"{name}.lock"), os.O_RDWR | os.O_CREAT) for name in args]
+        for fd in held:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        print("ready", flush=True)
+        time.sleep(600)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
 

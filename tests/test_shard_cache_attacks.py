@@ -7,6 +7,7 @@ import concurrent.futures
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -430,3 +431,184 @@ def test_a_copy_another_live_process_pins_is_never_evicted_and_a_killed_ones_pin
     shared.fetched(store, remote[6])
     assert kept.sha256 not in shared.copies(directory)  # the dead process's pin was dropped, then its copy evicted
     assert os.listdir(os.path.join(directory, "pins")) == []
+
+
+# --- lying neighbours, stops and leaks (issue 30) -----------------------------------------------------------------
+
+
+def _liar(photos, root, shard_index: int = 0) -> str:
+    """A copy of the dataset ``photos`` whose manifest gives shard ``shard_index``'s sha256 another size."""
+    liar = str(root / "liar")
+    shutil.copytree(photos, liar)
+
+    def change(raw):
+        raw["splits"]["train"]["shards"][shard_index]["bytes"] += 7
+        raw["splits"]["train"]["bytes"] += 7  # consistent in itself: only the shard's file says otherwise
+
+    edit_manifest(liar, change)
+    return liar
+
+
+@pytest.mark.parametrize("reader", ["a live reader", "none"])
+def test_a_manifest_giving_a_copys_sha256_another_size_never_removes_it(photos, expected, tmp_path, reader, caplog):
+    """``tfshard cache`` of a second dataset whose manifest gives a cached shard's sha256 with another size: the
+    verified copy stays, pinned by a live reader of the first dataset or not, and that reader's epochs go on."""
+    directory = str(tmp_path / "c")
+    first = shared.images(photos, shard_cache=directory, shard_cache_limit=shared.LIMIT)
+    got = shared.epochs(first, 1)
+    if reader == "none":
+        del first
+    shard = shared.manifest_shards(photos)[0]
+    copy = ShardStore(directory, shared.LIMIT).path(shard.sha256)
+    inode = os.stat(copy).st_ino
+    with caplog.at_level(logging.WARNING, logger=STORE_LOG):
+        report = fill_shard_cache(_liar(photos, tmp_path), directory, shared.LIMIT, progress=False)
+    assert os.stat(copy).st_ino == inode and _sha(copy) == shard.sha256  # the same verified copy, never removed
+    assert report.cached == 5 and report.not_cached[0].endswith("train-00000-of-00006.tfrecord")
+    assert "the manifest is wrong (the copy is kept" in caplog.text
+    if reader != "none":
+        store = ShardStore(directory, shared.LIMIT)
+        downloaded = store.downloaded_bytes
+        got += shared.epochs(first, 1)
+        shared.assert_same_epochs(got, expected)
+        assert store.downloaded_bytes == downloaded  # its second epoch read its copies: nothing downloaded again
+
+
+def test_a_folder_lock_held_too_long_is_an_error_naming_it_never_a_hang(remote, tmp_path):
+    directory = str(tmp_path / "c")
+    child = _holding_child(directory, ["folder"])
+    try:
+        store = ShardStore(directory, shared.LIMIT, wait_s=0.5)
+        lock = os.path.join(store.directory, "locks", "folder.lock")
+        with pytest.raises(TimeoutError, match=rf"{lock}: another process has held the shard cache's folder lock for "
+                                               r"over 0 s .*; find it with `fuser"):
+            _within(TIMEOUT_S, store.fetch, remote[0])
+    finally:
+        _kill(child)
+    assert os.listdir(os.path.join(directory, "pins")) == []
+    assert shared.fetched(store, remote[0]) == store.path(remote[0].sha256)  # free again: it goes on
+
+
+def _holding_child(directory, names) -> subprocess.Popen:
+    """A live process holding the locks ``names`` (sha256s, or "folder") of ``directory``, as a downloader does."""
+    child = subprocess.Popen([sys.executable, CHILD, "hold", str(directory), str(shared.LIMIT), *names],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def test_lock_files_are_removed_and_never_let_two_fetches_download_one_shard(remote, tmp_path):
+    """Each fetch is a store of its own (its own lock descriptors, as another process has), eight at once on one
+    shard, many times: exactly one downloads it, and no shard's lock file is left (nor one an older version left)."""
+    directory = str(tmp_path / "c")
+    stale = os.path.join(ShardStore(directory, shared.LIMIT).directory, "locks", f"{remote[-1].sha256}.lock")
+    open(stale, "w").close()
+    for trial, shard in enumerate(remote[:6]):
+        stores = [ShardStore(directory, shared.LIMIT) for _ in range(8)]
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            found = list(pool.map(ShardStore.fetch, stores, [shard] * len(stores)))
+        assert found == [stores[0].path(shard.sha256)] * 8, f"trial {trial}"
+        assert sum(store.downloaded_bytes for store in stores) == shard.size, f"trial {trial}: downloaded twice"
+        for store in stores:
+            store.unpin(shard.sha256)
+    assert os.listdir(os.path.join(directory, "locks")) == ["folder.lock"]
+
+
+def test_a_fill_that_fails_lets_go_of_every_copy_it_pinned(photos, tmp_path):
+    """A fetch fails (a planted lock) while the others have pinned their copies: the fill's error is raised, and no
+    pin of this process is left behind (a long-lived process calling fill_shard_cache again would keep them)."""
+    directory = str(tmp_path / "c")
+    shards = shared.manifest_shards(photos)
+    store = ShardStore(directory, shared.LIMIT)
+    os.symlink(tmp_path / "outside", os.path.join(store.directory, "locks", f"{shards[0].sha256}.lock"))
+    with pytest.raises(ValueError, match="a symlink, not a lock file; remove it"):
+        _within(TIMEOUT_S, lambda: fill_shard_cache(photos, directory, shared.LIMIT, fetches=1, progress=False))
+    assert os.listdir(os.path.join(directory, "pins")) == []
+
+
+def _foreign_pin(directory, sha256: str, age_s: float) -> str:
+    """A pin file of a process on another host, last renewed ``age_s`` seconds ago."""
+    path = os.path.join(directory, "pins", f"{sha256}.4242.123456.{host_tag('another-host.example')}")
+    open(path, "w").close()
+    when = time.time() - age_s
+    os.utime(path, (when, when))
+    return path
+
+
+def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path):
+    """This host cannot see whether another host's process runs: its pin holds while it was renewed within the
+    lease (an hour), and one not renewed for three hours is a dead process's."""
+    directory = str(tmp_path / "c")
+    store = ShardStore(directory, 2000)
+    shared.fetched(store, remote[0])
+    shared.fetched(store, remote[1])
+    dead, live = _foreign_pin(directory, remote[0].sha256, 3 * 3600), _foreign_pin(directory, remote[1].sha256, 60)
+    shared.fetched(store, remote[2])
+    shared.fetched(store, remote[3])
+    assert shared.copies(directory) == {remote[1].sha256, remote[3].sha256}
+    assert not os.path.exists(dead) and os.path.exists(live)
+
+
+def test_a_live_process_renews_its_pins(remote, tmp_path):
+    """Each quarter lease, a process sets its pins' mtimes to now, so other hosts never take them for dead."""
+    directory = str(tmp_path / "c")
+    store = ShardStore(directory, shared.LIMIT, pin_lease_s=0.4)
+    assert store.fetch(remote[0]) is not None
+    (pin,) = [os.path.join(directory, "pins", name) for name in os.listdir(os.path.join(directory, "pins"))]
+    os.utime(pin, (0, 0))
+    deadline = time.monotonic() + TIMEOUT_S
+    while os.stat(pin).st_mtime < time.time() - 3600:
+        assert time.monotonic() < deadline, "the pin was never renewed"
+        time.sleep(0.05)
+    store.unpin(remote[0].sha256)
+    assert os.listdir(os.path.join(directory, "pins")) == []
+
+
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGTERM, 143, "terminated (SIGTERM)"),
+                                                (signal.SIGINT, 130, "interrupted")])
+def test_tfshard_cache_stops_at_once_while_another_process_holds_the_shard_locks(photos, tmp_path, signum, code, said):
+    """Another live process holds every shard's lock (downloading them, as far as anyone can tell): ``tfshard cache``
+    waits for it, then SIGTERM or Ctrl-C stops it at once (not after its fetches' 10-minute waits), its one line
+    said, nothing of it left in the folder."""
+    directory = str(tmp_path / "c")
+    holder = _holding_child(directory, [s.sha256 for s in shared.manifest_shards(photos)])
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    cache = subprocess.Popen([sys.executable, "-m", "tfshard", "cache", photos, directory, "--limit", "1MB"],
+                             cwd=os.path.dirname(os.path.dirname(CHILD)), env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        pins = os.path.join(directory, "pins")
+        deadline = time.monotonic() + 120
+        while not [name for name in os.listdir(pins) if f".{cache.pid}." in name]:  # it waits on the locks now
+            assert cache.poll() is None, cache.communicate()
+            assert time.monotonic() < deadline, "tfshard cache never started its fetches"
+            time.sleep(0.05)
+        cache.send_signal(signum)
+        _, stderr = cache.communicate(timeout=TIMEOUT_S)
+    finally:
+        if cache.poll() is None:
+            cache.kill()
+            cache.wait()
+        _kill(holder)
+    assert cache.returncode == code, stderr
+    assert stderr.strip().splitlines() == [f"{photos}: cache: {said}"]
+    assert os.listdir(pins) == [] and os.listdir(os.path.join(directory, "parts")) == []
+
+
+def test_a_worker_reads_hold_runs_out_when_its_read_never_starts(remote, tmp_path):
+    """A service worker's fetch whose read never has a first record (its iterator dropped first): its pin goes when
+    its hold runs out; a wait after that fetches the copy again, pinned anew (``holds.py``)."""
+    from tfshard.readers.shard_cache.holds import ReadHolds
+
+    store, holds = ShardStore(str(tmp_path / "c"), shared.LIMIT), ReadHolds(hold_s=0.2)
+    shard = remote[0]
+    found = holds.fetch(store, "job", shard)
+    assert found == store.path(shard.sha256) and len(os.listdir(tmp_path / "c" / "pins")) == 1
+    deadline = time.monotonic() + TIMEOUT_S
+    while holds.held() or os.listdir(tmp_path / "c" / "pins"):
+        assert time.monotonic() < deadline, "the hold never ran out"
+        time.sleep(0.05)
+    assert holds.waited(store, "job", shard, found) == found and holds.held() == 1  # pinned again for its read
+    holds.release("job", shard.sha256)
+    holds.release("job", shard.sha256)  # a second release of one read lets go of nothing more
+    assert holds.held() == 0 and os.listdir(tmp_path / "c" / "pins") == []

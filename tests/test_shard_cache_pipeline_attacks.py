@@ -288,3 +288,45 @@ def test_two_pipelines_zipped_over_one_folder_read_the_uncached_stream_and_downl
     shared.assert_same_epochs(got, want)
     sizes = sum(s.size for s in shared.manifest_shards(photos))
     assert pipeline.store_for(directory, shared.LIMIT).downloaded_bytes == sizes
+
+
+# --- a tf.data service worker's reads -------------------------------------------------------------------------------
+
+
+def _worker_process(dispatcher_target: str) -> subprocess.Popen:
+    """``tfshard service worker`` in a process of its own (a graph shipped to it runs the cache's ops there, with no
+    pipeline object of its own), serving once it says so."""
+    address = dispatcher_target.removeprefix("grpc://")
+    worker = subprocess.Popen([sys.executable, "-m", "tfshard", "service", "worker", "--dispatcher", address, "--port",
+                               "0", "--worker-address", "localhost:%port%"], cwd=os.path.dirname(HERE),
+                              env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, stdout=subprocess.PIPE, text=True)
+    line = worker.stdout.readline()
+    assert line.startswith("worker: serving at"), line
+    return worker
+
+
+def test_reads_a_service_worker_abandons_mid_shard_leave_no_pin(tmp_path):
+    """The client stops after one batch: the worker's reads end mid-shard (its task is dropped), with no last record
+    to let their pins go by; each was let go at its first record."""
+    from helpers import convert_image_tree, make_tree
+    from tfshard.readers import service as service_lib
+
+    make_tree(str(tmp_path / "src"), per_class=400, size=(64, 64))
+    convert_image_tree(tmp_path / "src", tmp_path / "out", num_shards=6)
+    directory = str(tmp_path / "c")
+    dispatcher = service_lib.start_dispatcher(0)
+    worker = _worker_process(dispatcher.target)
+    try:
+        ds = readers.images(str(tmp_path / "out"), batch_size=1, image_size=(64, 64), training=False,
+                            service=dispatcher.target, shard_cache=directory, shard_cache_limit=10**8)
+        iterator = iter(ds)
+        next(iterator)
+        del iterator, ds
+        deadline = time.monotonic() + TIMEOUT_S
+        while [name for name in _pins(directory) if f".{worker.pid}." in name]:
+            assert time.monotonic() < deadline, f"the worker's pins were never let go: {_pins(directory)}"
+            time.sleep(0.1)
+    finally:
+        worker.kill()
+        worker.wait()
+        dispatcher.stop()

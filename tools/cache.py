@@ -5,21 +5,29 @@ checked (sha256 and size, once), a missing or bad one is downloaded under a rese
 renamed. Shards are fetched in manifest order, and the copies this fill makes stay pinned until it ends, so with a
 limit below the dataset it stops caching at the limit instead of evicting its own copies; copies of other
 datasets no live reader pins are evicted least recently used first.
+
+Ctrl-C, SIGTERM or a fetch's error stops it within moments: every wait and download of the fetches looks at a stop
+event in short slices, queued shards are not started, and the copies it pinned are let go (a fetch thread stuck in
+a remote read past ``STOP_WAIT_S`` is left behind: a daemon, it ends with the process, and the next fetch of its
+shard removes what it left).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
+import queue
+import threading
+import time
 
 from tqdm import tqdm
 
 from ..format.dataset import load_manifest
 from ..format.storage import join, prefer_small_gcs_blocks
 from ..readers.shard_cache.pipeline import ShardCache
-from ..readers.shard_cache.store import Shard
+from ..readers.shard_cache.store import Shard, ShardStore, Stopped
 
 DEFAULT_FETCHES = 8
+STOP_WAIT_S = 5.0  # for the fetch threads to end once stopped, before the command ends without them
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,17 +83,83 @@ def fill_shard_cache(path: str, directory: str, limit=None, *, splits=None, fetc
         cache.check_room(largest.size, largest.remote, "--limit")
     store, limit = cache.store, cache.limit
     before = store.downloaded_bytes
-    cached, not_cached = [], []
     bar = tqdm(total=sum(s.size for s in shards), unit="B", unit_scale=True, desc="caching shards",
                disable=not progress)
+    fill = _Fill(store, shards, max(1, fetches))
     try:
-        with concurrent.futures.ThreadPoolExecutor(max(1, fetches)) as pool:
-            for shard, found in zip(shards, pool.map(store.fetch, shards)):
-                (cached if found else not_cached).append(shard)
-                bar.update(shard.size)
+        found = fill.run(bar.update)
     finally:
+        fill.close()
         bar.close()
-        for shard in cached:
-            store.unpin(shard.sha256)
+    cached = [shard for shard, path in zip(shards, found) if path is not None]
     return FillReport(store.directory, limit, len(cached), sum(s.size for s in cached),
-                      store.downloaded_bytes - before, [s.remote for s in not_cached])
+                      store.downloaded_bytes - before, [s.remote for s, path in zip(shards, found) if path is None])
+
+
+class _Fill:
+    """``shards`` fetched into ``store`` on ``threads`` daemon threads, in manifest order, each copy pinned until
+    ``close``; ``close`` stops them (queued shards never start) and lets every pin go, however the fill ended."""
+
+    def __init__(self, store: ShardStore, shards: list[Shard], threads: int):
+        self.store, self.shards, self.stop = store, shards, threading.Event()
+        self._next = iter(range(len(shards)))
+        self._lock = threading.Lock()
+        self._found: dict[int, str | None] = {}  # shard index -> its pinned copy, or None (read remotely)
+        self._closed = False
+        self._done: queue.SimpleQueue = queue.SimpleQueue()  # (index, error or None) of each fetch that ended
+        self._threads = [threading.Thread(target=self._work, name=f"tfshard-cache-fill-{i + 1}", daemon=True)
+                         for i in range(min(threads, len(shards)))]
+
+    def run(self, done) -> list[str | None]:
+        """Each shard's copy (None: not cached), once all are fetched; ``done(size)`` after each. Raises the first
+        fetch's error; Ctrl-C (or SIGTERM as ``KeyboardInterrupt``) raises between two short waits."""
+        for thread in self._threads:
+            thread.start()
+        for _ in self.shards:
+            while True:
+                try:
+                    index, error = self._done.get(timeout=0.1)  # short: a signal's handler runs between two
+                    break
+                except queue.Empty:
+                    continue
+            if error is not None:
+                raise error
+            done(self.shards[index].size)
+        with self._lock:
+            return [self._found[i] for i in range(len(self.shards))]
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            with self._lock:
+                index = next(self._next, None)
+            if index is None:
+                return
+            shard = self.shards[index]
+            try:
+                path = self.store.fetch(shard, self.stop)
+            except Stopped:
+                return
+            except BaseException as e:  # noqa: BLE001 (raised by run, in the caller's thread)
+                self.stop.set()  # the fill fails: the other fetches stop too
+                self._done.put((index, e))
+                return
+            with self._lock:
+                if self._closed:  # finished after close let the pins go: this one goes too
+                    if path is not None:
+                        self.store.unpin(shard.sha256)
+                    return
+                self._found[index] = path
+            self._done.put((index, None))
+
+    def close(self) -> None:
+        """Stops the fetches, waits up to ``STOP_WAIT_S`` for their threads, and unpins every copy they got."""
+        self.stop.set()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for thread in self._threads:
+            if thread.ident is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            self._closed = True
+            for index, path in self._found.items():
+                if path is not None:
+                    self.store.unpin(self.shards[index].sha256)

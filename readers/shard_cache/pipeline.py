@@ -13,11 +13,14 @@ graph, not a Python closure, and each worker caches in the folder of that name o
 
 Pins: a pipeline built in this process keeps every copy it has fetched pinned while it lives (a copy an open
 reader uses is never evicted; with a limit below the pipeline's shards, the copies it holds stay, and the rest are
-read remotely each epoch instead of evicting one another); on a service worker a copy is pinned while it is read.
+read remotely each epoch instead of evicting one another), and its fetches stop when it is gone (``store.py``'s
+stop: one queued then does not download). On a service worker a copy is pinned from its fetch until its read has
+its first record, or for ``holds.READ_HOLD_S`` at most, however the read ends (``holds.py``).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import os
@@ -32,6 +35,7 @@ from tensorflow.python.ops import script_ops  # the registry of Python ops, to r
 
 from ...format.sizes import parse_size
 from .ahead import MAX_THREADS, FetchPool, UnknownTicket
+from .holds import ReadHolds
 from .store import CacheFolderError, Shard, ShardStore, checked_directory, held_bytes
 
 log = logging.getLogger(__name__)
@@ -129,11 +133,12 @@ class CacheSession:
         self.shards = [Shard(s.info.sha256, s.info.bytes, s.path) for s in shards]
         self.held: set[str] = set()
         self._lock = threading.Lock()
+        self.stop = threading.Event()  # set when the pipeline is gone: its fetches still queued download nothing
         _sessions[self.id] = self
-        weakref.finalize(self, _release_all, cache.store, self.held, self.id)
+        weakref.finalize(self, _release_all, cache.store, self.held, self.id, self.stop)
 
     def fetch(self, shard: Shard) -> str | None:
-        found = self.cache.store.fetch(shard)
+        found = self.cache.store.fetch(shard, self.stop)
         if found is not None:
             with self._lock:
                 if shard.sha256 in self.held:
@@ -171,9 +176,9 @@ class CacheSession:
         return files.map(start).prefetch(max(1, ahead)).map(wait)
 
     def read(self, index, path, local, open_local, read_remote) -> tf.data.Dataset:
-        """The records of one shard: ``open_local(path)`` of its verified copy (then released, if it was pinned
-        for the read: on a service worker, or after the pipeline's session is gone), or ``read_remote(index,
-        path)``.
+        """The records of one shard: ``open_local(path)`` of its verified copy (released at its first record, if it
+        was pinned for the read: on a service worker, or after the pipeline's session is gone; ``holds.py``), or
+        ``read_remote(index, path)``.
 
         A ``tf.cond`` between the two datasets, so each file builds and iterates only its own: with both behind
         filters and concatenated, every record of a local copy went through the unused remote reader's stages
@@ -183,16 +188,26 @@ class CacheSession:
             sha = tf.gather(tf.constant([s.sha256 for s in self.shards]), index)
             key, directory = tf.constant(self.id), tf.constant(self.cache.directory)
             limit = tf.constant(self.cache.limit, tf.int64)
-            released = tf.data.Dataset.from_tensors(sha).map(  # records are scalar strings; this one adds none
-                lambda s: tf.ensure_shape(tf.raw_ops.EagerPyFunc(input=[key, directory, limit, s], token=RELEASE,
-                                                                 Tout=[tf.string])[0], [])).filter(lambda _: False)
-            return open_local(path).concatenate(released)
+
+            def released_at_first(position, record):  # the copy is open then: its pin is no longer needed
+                def release():
+                    done = tf.raw_ops.EagerPyFunc(input=[key, directory, limit, sha], token=RELEASE, Tout=[tf.string])
+                    with tf.control_dependencies(done):
+                        return tf.identity(record)
+
+                return tf.cond(tf.equal(position, 0), release, lambda: record)
+
+            return open_local(path).enumerate().map(released_at_first)
 
         return tf.cond(local, cached, lambda: read_remote(index, path))
 
 
-def _release_all(store: ShardStore, held: set[str], key: str) -> None:
+def _release_all(store: ShardStore, held: set[str], key: str, stop: threading.Event) -> None:
+    stop.set()
     with _registry_lock:
+        _gone[key] = None
+        while len(_gone) > _GONE_KEPT:
+            _gone.popitem(last=False)
         pool = _pools.pop(key, None)
     if pool is not None:
         pool.close()
@@ -212,6 +227,11 @@ _pools: dict[str, FetchPool] = {}  # session key -> the threads of its pipeline'
 
 
 _SHARED = "shared"  # the pool of fetches whose pipeline was not built here (a service worker's): one per process
+_holds = ReadHolds()  # the pins of those fetches, each let go at its read's first record or when its hold runs out
+# Keys of pipelines built here and gone since (an iterator keeps its dataset, so theirs are being torn down): an op
+# of theirs still running fetches nothing.
+_gone: collections.OrderedDict[str, None] = collections.OrderedDict()
+_GONE_KEPT = 4096
 
 
 def _pool_for(key: str, threads: int) -> FetchPool:
@@ -226,28 +246,36 @@ def _pool_for(key: str, threads: int) -> FetchPool:
 
 
 def _fetcher(key, directory, limit, sha, size, remote):
-    """``(session key, shard, its fetch)`` of the ops' inputs."""
+    """``(session key, shard, its fetch, the store of a hold)`` of the ops' inputs; the store is None for a pipeline
+    built here (its session holds the pins)."""
     key = _text(key)
     session = _sessions.get(key)
     shard = Shard(_text(sha), int(size), _text(remote))
     if session is not None:
-        return key, shard, session.fetch
-    # A service worker (or a pipeline already gone): the copy stays pinned while it is read.
-    return key, shard, store_for(_text(directory), int(limit)).fetch
+        return key, shard, session.fetch, None
+    # A service worker (or a pipeline already gone): the copy is held for its read (holds.py).
+    store = store_for(_text(directory), int(limit))
+    return key, shard, lambda s: _holds.fetch(store, key, s), store
 
 
 def _start(threads, *shard_inputs):
-    key, shard, fetch = _fetcher(*shard_inputs)
+    key, shard, fetch, _ = _fetcher(*shard_inputs)
+    if key in _gone:
+        return np.int64(0)  # no ticket: its wait (if any) reads remotely
     return np.int64(_pool_for(key, int(threads)).start(key, shard.sha256, lambda: fetch(shard)))
 
 
 def _wait(ticket, *shard_inputs):
-    key, shard, fetch = _fetcher(*shard_inputs)
+    key, shard, fetch, held_in = _fetcher(*shard_inputs)
+    if key in _gone:
+        return shard.remote.encode(), np.bool_(False)
     pool = _pools.get(key) or _pools.get(_SHARED)
     try:
         if pool is None:
             raise UnknownTicket(f"no fetches of {key!r} here")
         found = pool.result(int(ticket), key, shard.sha256)
+        if held_in is not None:
+            found = _holds.waited(held_in, key, shard, found)
     except UnknownTicket:  # restored from a checkpoint, or its pipeline is gone: fetched now
         found = fetch(shard)
     return (found or shard.remote).encode(), np.bool_(found is not None)
@@ -255,7 +283,7 @@ def _wait(ticket, *shard_inputs):
 
 def _release(key, directory, limit, sha):
     if _sessions.get(_text(key)) is None:
-        store_for(_text(directory), int(limit)).unpin(_text(sha))
+        _holds.release(_text(key), _text(sha))
     return b""
 
 

@@ -8,35 +8,40 @@ Layout of the cache folder ``DIR`` (every name is ours; anything else in it is l
 * ``parts/<sha256>.part``: a download in progress. It is created at the shard's full size before the first byte
   arrives (the *reservation*), so the folder never holds more than the limit, temporary files included.
 * ``locks/<sha256>.lock``: one process downloads a shard at a time; ``locks/folder.lock`` guards reservations,
-  evictions and pins. Both are ``flock`` locks, which the kernel drops when their process dies, so a killed
-  downloader never blocks anyone: the next one finds its part file stale and starts over.
-* ``pins/<sha256>.<pid>.<start>.<host>``: a live reader uses the copy; an evictor skips it. A pin of a process
-  that is gone (``format/owners.py``: pid and start time, as the reader cache's owner records) is removed.
+  evictions and pins. Both are ``flock`` locks (``locks.py``), which the kernel drops when their process dies, so
+  a killed downloader never blocks anyone: the next one finds its part file stale and starts over. A shard's lock
+  file is removed when its download is over. Every wait is bounded (``wait_s``) and ends at once on a stop.
+* ``pins/<sha256>.<pid>.<start>.<host>``: a live reader uses the copy; an evictor skips it (``pins.py``: a pin of
+  a process that is gone, or of another host not renewed within its lease, is removed).
 
 Nothing is trusted: a symlink, FIFO, folder or a file of the wrong size or content under a shard's name is never
-read; it is logged and replaced. A copy is hashed once per process (or again when its identity changes), and read
-only through a name that held a verified regular file when it was checked.
+read; it is logged and replaced. A copy whose bytes do hash to its name is never removed because a manifest gives
+its sha256 another size: that manifest is wrong, and its shard is read remotely. A copy is hashed once per process
+(or again when its identity changes), and read only through a name that held a verified regular file when it was
+checked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import errno
-import fcntl
 import hashlib
 import logging
 import os
 import re
 import shutil
-import socket
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ...format.owners import process_start
 from ...format.storage import file_kind, open_for_reading
+from .locks import CacheBusyError, CacheFolderError, Stopped, check_stop, flock, pause, remove_if_free
+from .pins import PIN_LEASE_S, folder_pins, live_pins
+from .pins import host_tag as _host_tag  # noqa: F401 (the tests name a pin of this host with it)
+
+__all__ = ["CacheBusyError", "CacheFolderError", "Shard", "ShardStore", "Stopped", "checked_directory", "held_bytes"]
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +49,11 @@ SHARDS, PARTS, LOCKS, PINS = "shards", "parts", "locks", "pins"
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _SHARD_NAME = re.compile(r"^([0-9a-f]{64})\.tfrecord$")
 _PART_NAME = re.compile(r"^([0-9a-f]{64})\.part$")
-_PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})$")
+_LOCK_NAME = re.compile(r"^([0-9a-f]{64})\.lock$")
 _CHUNK = 2**20  # per read of a download: each in flight holds ~2 chunks (TF's string, Python's bytes)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 DEFAULT_ATTEMPTS = 3
-DEFAULT_WAIT_S = 600.0  # for another process's download of the same shard, before reading it remotely
-_process_pins: dict[str, tuple[threading.Lock, dict[str, int]]] = {}  # folder -> its pins in this process
-_process_pins_lock = threading.Lock()
+DEFAULT_WAIT_S = 600.0  # for another process's download of the same shard, or its hold of the folder lock
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,21 +63,6 @@ class Shard:
     sha256: str
     size: int
     remote: str
-
-
-class CacheFolderError(ValueError):
-    """The cache folder cannot be used: a URL, a symlink, not a folder, or not writable."""
-
-
-def _host_tag(host: str | None = None) -> str:
-    return hashlib.sha256((host or socket.gethostname()).encode()).hexdigest()[:8]
-
-
-def _is_gone(pid: int, start: str, host_tag: str) -> bool:
-    """Whether the process a pin names has ended (one of another host is assumed to run)."""
-    if host_tag != _host_tag():
-        return False
-    return process_start(pid) != start
 
 
 def checked_directory(directory: str) -> str:
@@ -106,41 +94,14 @@ def _check_folder(path: str) -> None:
                                "Remove it, or pass another shard_cache folder")
 
 
-@contextmanager
-def _flock(path: str, *, blocking: bool = True, wait_s: float | None = None) -> Iterator[bool]:
-    """Holds an exclusive ``flock`` on ``path`` (created if missing, never through a symlink) while the block runs;
-    yields False when it could not be had (not blocking, or ``wait_s`` passed)."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | _NOFOLLOW, 0o644)
-    except OSError as e:  # a symlink (ELOOP) or a folder planted under the lock's name
-        if e.errno not in (errno.ELOOP, errno.EISDIR):
-            raise
-        what = "a symlink" if e.errno == errno.ELOOP else "a folder"
-        raise CacheFolderError(f"{path}: {what}, not a lock file; remove it") from e
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CacheFolderError(f"{path}: {file_kind(os.fstat(fd).st_mode)}, not a lock file; remove it")
-        deadline = None if wait_s is None else time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking and deadline is None else fcntl.LOCK_NB))
-                break
-            except BlockingIOError:
-                if not blocking or (deadline is not None and time.monotonic() > deadline):
-                    yield False
-                    return
-                time.sleep(0.02)
-        yield True
-    finally:
-        os.close(fd)  # drops the lock
-
-
 class ShardStore:
     """The cache folder ``directory``, holding at most ``limit`` bytes of shard copies and downloads.
 
     ``fetch(shard)`` returns the path of a verified local copy (downloading it first if need be), or None when the
     shard is to be read remotely (no room: every copy is pinned by a live reader; or the download failed or did not
-    match, ``attempts`` times). ``pin``/``unpin`` keep a copy from eviction while a reader uses it.
+    match, ``attempts`` times). ``pin``/``unpin`` keep a copy from eviction while a reader uses it. ``wait_s``
+    bounds each wait for another process (its download of the same shard; its hold of the folder lock);
+    ``pin_lease_s``: how long a pin of another host counts unless renewed (``pins.py``).
 
     Example:
       store = ShardStore("/mnt/ssd/tfshard-cache", 200 * 10**9)
@@ -148,17 +109,17 @@ class ShardStore:
     """
 
     def __init__(self, directory: str, limit: int, *, attempts: int = DEFAULT_ATTEMPTS,
-                 wait_s: float = DEFAULT_WAIT_S, open_remote: Callable = open_for_reading):
+                 wait_s: float = DEFAULT_WAIT_S, pin_lease_s: float = PIN_LEASE_S,
+                 open_remote: Callable = open_for_reading):
         self.directory = checked_directory(directory)
         self.limit, self.attempts, self.wait_s, self._open_remote = limit, attempts, wait_s, open_remote
+        self.pin_lease_s = pin_lease_s
         self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
-        # sha256 -> pins this process holds. A pin file names the process, not the store, so every store of the
-        # folder in this process shares the count (readers of other limits have other stores). Reentrant: a dropped
-        # pipeline's finalizer unpins, and the GC may run it inside this lock (on an allocation made holding it).
-        with _process_pins_lock:
-            self._lock, self._pins = _process_pins.setdefault(self.directory, (threading.RLock(), {}))
+        # A pin file names the process, not the store, so every store of the folder in this process shares the
+        # count (readers of other limits have other stores).
+        self._pins = folder_pins(self.directory, pin_lease_s)
+        self._lock = self._pins.lock
         self._mismatched: set[str] = set()  # remote bytes that did not match the manifest: not downloaded again
-        self._me = (os.getpid(), process_start(os.getpid()) or "0", _host_tag())
         self.downloaded_bytes = 0  # by this process, for benchmarks and logs
 
     # --- names ---------------------------------------------------------------------------------------------------
@@ -172,58 +133,38 @@ class ShardStore:
     def _shard_lock(self, sha256: str) -> str:
         return os.path.join(self.directory, LOCKS, f"{sha256}.lock")
 
-    def _pin_path(self, sha256: str) -> str:
-        pid, start, host = self._me
-        return os.path.join(self.directory, PINS, f"{sha256}.{pid}.{start}.{host}")
+    @contextmanager
+    def _folder_lock(self, stop: threading.Event | None = None) -> Iterator[None]:
+        """Holds ``locks/folder.lock``, waiting at most ``wait_s`` for another process (it holds it for moments).
 
-    def _folder_lock(self):
-        return _flock(os.path.join(self.directory, LOCKS, "folder.lock"))
+        Raises:
+          CacheBusyError: another process held it all that time.
+        """
+        path = os.path.join(self.directory, LOCKS, "folder.lock")
+        with flock(path, wait_s=self.wait_s, stop=stop) as locked:
+            if not locked:
+                raise CacheBusyError(
+                    f"{path}: another process has held the shard cache's folder lock for over {self.wait_s:.0f} s "
+                    "(it is held for moments only: that process is stopped, stuck or on a hung disk); find it with "
+                    f"`fuser {path}` and end it, or pass another shard_cache folder")
+            yield
 
     # --- pins ----------------------------------------------------------------------------------------------------
 
-    def pin(self, sha256: str) -> None:
-        """Keeps the copy of ``sha256`` from eviction until ``unpin`` (or this process ends).
+    def pin(self, sha256: str, stop: threading.Event | None = None) -> None:
+        """Keeps the copy of ``sha256`` from eviction until ``unpin`` (or this process ends; ``pins.py``).
 
         The pin file is written on every pin, not only the first: one removed meanwhile (the folder emptied while a
         pipeline holds its copies) is back once the copy is fetched again."""
-        with self._lock:
-            self._pins[sha256] = self._pins.get(sha256, 0) + 1
-        try:
-            with self._folder_lock():  # an evictor holds it while it reads the pins and removes copies
-                fd = os.open(self._pin_path(sha256), os.O_WRONLY | os.O_CREAT | _NOFOLLOW, 0o644)
-                os.close(fd)
-        except BaseException:
-            self.unpin(sha256)  # the pin did not take: its count goes back
-            raise
+        with self._folder_lock(stop):  # an evictor holds it while it reads the pins and removes copies
+            self._pins.add(sha256)
 
     def unpin(self, sha256: str) -> None:
-        with self._lock:
-            count = self._pins.get(sha256, 0) - 1
-            if count > 0:
-                self._pins[sha256] = count
-                return
-            self._pins.pop(sha256, None)
-            if count < 0:
-                return
-        try:
-            os.unlink(self._pin_path(sha256))
-        except FileNotFoundError:
-            pass
+        self._pins.remove(sha256)
 
     def _pinned(self) -> set[str]:
         """The sha256s some live process pins; pins of processes that are gone are removed. Folder lock held."""
-        pinned = set()
-        folder = os.path.join(self.directory, PINS)
-        for name in os.listdir(folder):
-            match = _PIN_NAME.match(name)
-            if match is None:
-                continue
-            sha, pid, start, host = match.groups()
-            if _is_gone(int(pid), start, host):
-                _unlink(os.path.join(folder, name))
-            else:
-                pinned.add(sha)
-        return pinned
+        return live_pins(self.directory, self.pin_lease_s)
 
     # --- what is on disk -----------------------------------------------------------------------------------------
 
@@ -235,19 +176,23 @@ class ShardStore:
         return held_bytes(self.directory)
 
     def _clear_stale_parts(self) -> None:
-        """Removes downloads whose downloader is gone (its shard lock is free). Folder lock held."""
+        """Removes downloads whose downloader is gone (its shard lock is free), and lock files no one holds (one
+        left by an older version, say). Folder lock held."""
         for sha, path, _ in self._entries(PARTS, _PART_NAME):
-            with _flock(self._shard_lock(sha), blocking=False) as free:
+            with flock(self._shard_lock(sha), wait_s=0, remove=True) as free:
                 if free:
                     log.info("%s: removing a partial download left by a process that is gone", path)
                     _unlink(path)
+        for _, path, st in self._entries(LOCKS, _LOCK_NAME):
+            if stat.S_ISREG(st.st_mode):  # anything else under a lock's name is named by the fetch that meets it
+                remove_if_free(path)
 
-    def _reserve(self, shard: Shard) -> int | None:
+    def _reserve(self, shard: Shard, stop: threading.Event | None) -> int | None:
         """Creates the shard's part file at its full size if that fits under the limit, evicting the least recently
         used copies no live reader pins, and returns it open for writing; None when it cannot fit. The caller holds
         the shard's lock."""
         part = self._part(shard.sha256)
-        with self._folder_lock():
+        with self._folder_lock(stop):
             self._clear_stale_parts()
             if _unlink(part):  # the caller holds the shard's lock: a part of it is a dead download's, not counted
                 log.info("%s: removing a partial download left by a process that is gone", part)
@@ -298,14 +243,40 @@ class ShardStore:
         self._verified[shard.sha256] = identity
         return None
 
-    def fetch(self, shard: Shard) -> str | None:
-        """The path of a verified local copy of ``shard``, pinned (``unpin`` when done); None: read it remotely."""
+    def _genuine(self, sha256: str) -> bool:
+        """Whether the copy named ``sha256`` is a regular file whose bytes, all of them, hash to its name (whatever
+        size a manifest gives it). Hashes it unless this process verified it as it is."""
+        path = self.path(sha256)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            return False
+        if self._verified.get(sha256) == _identity(st):
+            return True
+        try:
+            digest, size, identity = _hash_local(path, st.st_size)
+        except (OSError, ValueError):
+            return False
+        if (digest, size) != (sha256, st.st_size):
+            return False
+        self._verified[sha256] = identity
+        return True
+
+    def fetch(self, shard: Shard, stop: threading.Event | None = None) -> str | None:
+        """The path of a verified local copy of ``shard``, pinned (``unpin`` when done); None: read it remotely.
+
+        Every wait (for a lock, between retries) and every download looks at ``stop`` in short slices: once it is
+        set, the fetch raises ``Stopped``, leaving no pin, download or lock behind.
+        """
         if not _SHA.match(shard.sha256):
             raise ValueError(f"{shard.remote}: not a sha256 (got {shard.sha256!r}); the manifest is damaged")
+        check_stop(stop)
         checked_directory(self.directory)  # made again if it was removed while a job runs (a few lstats a shard)
-        self.pin(shard.sha256)  # before the check: an evictor cannot take a copy once it is pinned
+        self.pin(shard.sha256, stop)  # before the check: an evictor cannot take a copy once it is pinned
         try:
-            found = self._fetch_pinned(shard)
+            found = self._fetch_pinned(shard, stop)
         except BaseException:
             self.unpin(shard.sha256)
             raise
@@ -313,13 +284,13 @@ class ShardStore:
             self.unpin(shard.sha256)
         return found
 
-    def _fetch_pinned(self, shard: Shard) -> str | None:
+    def _fetch_pinned(self, shard: Shard, stop: threading.Event | None) -> str | None:
         path = self.path(shard.sha256)
         problem = self.problem(shard)
         if problem is None:
             _touch(path)
             return path
-        with _flock(self._shard_lock(shard.sha256), wait_s=self.wait_s) as locked:
+        with flock(self._shard_lock(shard.sha256), wait_s=self.wait_s, stop=stop, remove=True) as locked:
             if not locked:
                 log.warning("%s: another process has been downloading it for over %.0f s; reading it remotely",
                             shard.remote, self.wait_s)
@@ -331,54 +302,40 @@ class ShardStore:
             if shard.sha256 in self._mismatched:  # warned once: the remote file is not the manifest's
                 return None
             if problem != "missing":
+                if self._genuine(shard.sha256):  # a lying manifest never removes a good copy (others may read it)
+                    log.warning("%s: the manifest gives sha256 %s... %d bytes, but the cached copy %s of that sha256 "
+                                "is verified at %d bytes; the manifest is wrong (the copy is kept, and this shard "
+                                "read remotely); check the dataset with `tfshard verify`", shard.remote,
+                                shard.sha256[:12], shard.size, path, os.lstat(path).st_size)
+                    return None
                 log.warning("%s: the cached copy %s; replacing it", path, problem)
                 _unlink(path)
                 self._verified.pop(shard.sha256, None)
-            part = self._reserve(shard)
+            part = self._reserve(shard, stop)
             if part is None:
                 log.info("%s: the shard cache is full of shards live readers use (limit %d bytes); reading it "
                          "remotely", shard.remote, self.limit)
                 return None
-            return self._download(shard, part)
+            return self._download(shard, part, stop)
 
-    def _download(self, shard: Shard, fd: int) -> str | None:
+    def _download(self, shard: Shard, fd: int, stop: threading.Event | None) -> str | None:
         """Copies the shard into its reserved part file (open as ``fd``, which it closes), checks sha256 and size,
         renames it into place. Shard lock held. Retries ``attempts`` times (not a failed write into the part: a full
         disk fails every retry alike, each after downloading as much again); None (part removed) when no attempt
-        gave the manifest's bytes.
+        gave the manifest's bytes. Stopped (``stop``) or failed otherwise, it removes the part and raises.
 
         Every attempt writes through ``fd``, never through the part's name: a file put in its place meanwhile (a
         hard link to one outside the folder, say) is never written, and is not renamed in as the copy."""
-        part, path = self._part(shard.sha256), self.path(shard.sha256)
-        error, mismatches, tried = None, 0, 0
+        part = self._part(shard.sha256)
         try:
-            for attempt in range(self.attempts):
-                if attempt:
-                    time.sleep(min(2.0, 0.1 * 2**attempt))
-                tried += 1
-                try:
-                    digest, size = self._copy(shard, fd)
-                except _LocalWriteError as e:  # the cache's disk (full, say), not the connection: a retry fails alike
-                    error = f"writing {part}: {type(e.__cause__).__name__}: {e.__cause__}"
-                    break
-                except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
-                    error = f"{type(e).__name__}: {e}"
-                    continue
-                if (digest, size) == (shard.sha256, shard.size):
-                    with self._folder_lock():  # no usage() count sees the copy both as a part and as a copy
-                        os.replace(part, path)
-                    st, ours = os.lstat(path), os.fstat(fd)
-                    if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
-                        self._verified[shard.sha256] = _identity(st)
-                        return path
-                    _unlink(path)
-                    error = f"{part} was replaced by another file while it downloaded"
-                    break
-                error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
-                         f"{shard.sha256[:12]}...")
-                mismatches += 1
+            found, error, tried, mismatches = self._attempts(shard, fd, stop)
+        except BaseException:
+            _unlink(part)
+            raise
         finally:
             os.close(fd)
+        if found is not None:
+            return found
         _unlink(part)
         if mismatches == self.attempts:  # the same wrong bytes every time: a changed file, not a bad connection
             self._mismatched.add(shard.sha256)
@@ -386,13 +343,45 @@ class ShardStore:
                     tried, "" if tried == 1 else "s", error)
         return None
 
-    def _copy(self, shard: Shard, fd: int) -> tuple[str, int]:
+    def _attempts(self, shard: Shard, fd: int, stop: threading.Event | None) -> tuple[str | None, str, int, int]:
+        """``_download``'s attempts: the copy's path (or None), the last error, attempts made, and mismatches."""
+        part, path = self._part(shard.sha256), self.path(shard.sha256)
+        error, mismatches, tried = "", 0, 0
+        for attempt in range(self.attempts):
+            if attempt:
+                pause(min(2.0, 0.1 * 2**attempt), stop)
+            tried += 1
+            try:
+                digest, size = self._copy(shard, fd, stop)
+            except Stopped:
+                raise
+            except _LocalWriteError as e:  # the cache's disk (full, say), not the connection: a retry fails alike
+                return None, f"writing {part}: {type(e.__cause__).__name__}: {e.__cause__}", tried, mismatches
+            except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
+                error = f"{type(e).__name__}: {e}"
+                continue
+            if (digest, size) == (shard.sha256, shard.size):
+                with self._folder_lock(stop):  # no usage() count sees the copy both as a part and as a copy
+                    os.replace(part, path)
+                st, ours = os.lstat(path), os.fstat(fd)
+                if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
+                    self._verified[shard.sha256] = _identity(st)
+                    return path, "", tried, mismatches
+                _unlink(path)
+                return None, f"{part} was replaced by another file while it downloaded", tried, mismatches
+            error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
+                     f"{shard.sha256[:12]}...")
+            mismatches += 1
+        return None, error, tried, mismatches
+
+    def _copy(self, shard: Shard, fd: int, stop: threading.Event | None) -> tuple[str, int]:
         """Reads the remote shard into the part file ``fd`` from its start (at most its size + 1 bytes); returns the
-        sha256 and bytes read."""
+        sha256 and bytes read. Raises ``Stopped`` between two chunks once ``stop`` is set."""
         digest, size = hashlib.sha256(), 0
         os.lseek(fd, 0, os.SEEK_SET)
         with self._open_remote(shard.remote) as source:
             while size <= shard.size:
+                check_stop(stop)
                 chunk = source.read(min(_CHUNK, shard.size + 1 - size))
                 if not chunk:
                     break
