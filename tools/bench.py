@@ -45,9 +45,8 @@ def _batch_size(element) -> int:
 def time_epochs(dataset: tf.data.Dataset, epochs: int) -> Iterator[EpochTiming]:
     """Iterates ``dataset`` ``epochs`` times from Python, as a training loop would, timing each epoch.
 
-    A Ctrl-C or SIGTERM stops it after the batch it arrived in, wherever it was raised: the main thread spends
-    most of an epoch inside TensorFlow's C++, and a stop raised in the Python around it may be swallowed there
-    (an iterator's clean-up), which left ``tfshard bench --epochs 100000`` running on (``format/stops.py``).
+    Under the ``tfshard`` command a Ctrl-C or SIGTERM stops it after the batch it arrived in, even one raised
+    where Python could only print it (an iterator's finalizer between epochs; ``format/stops.py``).
     """
     for epoch in range(1, epochs + 1):
         started, examples, batches = time.perf_counter(), 0, 0
