@@ -251,7 +251,7 @@ def test_a_stop_raised_inside_a_finalizer_still_stops_the_conversion(kill_source
     src, _ = kill_source
     signum, _, code, said = STOPS[stop]
     out = str(tmp_path / "out")
-    first_commit = os.path.join(out, STATE, "train-*.tfrecord.json")
+    first_commit = os.path.join(out, STATE, "train-*.tfrecord.json") + "@record_commit"  # as it returns
     command = [sys.executable, os.path.join(REPO, "tests", "finalizer_stop.py"), first_commit, signum.name,
                *convert_command(src, out)[3:]]
     done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
