@@ -18,6 +18,7 @@ from typing import Optional
 
 import typer
 
+from .format import stops
 from .format.storage import prefer_small_gcs_blocks
 from .ingest.episodes import EpisodeOptions
 from .ingest.holdout import Holdout
@@ -177,8 +178,8 @@ def _convert_and_report(convert, src, out, options, quiet=False, **run):
             typer.echo(f"{out}: resumed: kept {status.kept_shards} of {status.total_shards} shards already committed")
 
     started = time.monotonic()
-    with console.sigterm_as_interrupt():
-        manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
+    manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
+    stops.check()  # no summary after a stop, even one swallowed on its way
     if not quiet:
         status = found[0] if found else None
         _echo_lines(summary_lines(out, manifest, time.monotonic() - started, status))
@@ -382,10 +383,9 @@ def bench(
         _load_tensorflow()
         from .tools.bench import run
 
-        with console.sigterm_as_interrupt():
-            _echo_lines(run(out, split, batch_size=batch_size, image_size=image_size, training=training, cache=cache,
-                            epochs=epochs, ignore_errors=ignore_errors, window=window, shift=shift, streamed=streamed,
-                            compare=compare, src=src, limit=limit))
+        _echo_lines(run(out, split, batch_size=batch_size, image_size=image_size, training=training, cache=cache,
+                        epochs=epochs, ignore_errors=ignore_errors, window=window, shift=shift, streamed=streamed,
+                        compare=compare, src=src, limit=limit))
     except _errors() as e:
         _fail(e)
     except KeyboardInterrupt as e:
@@ -403,12 +403,11 @@ def cache_shards(
 ) -> None:
     """Fill a shard cache ahead of a job: download, verify (sha256, size) and keep the shards on local disk."""
     try:
-        with console.sigterm_as_interrupt():  # from the start: loading TensorFlow takes seconds
-            _load_tensorflow()
-            from .tools.cache import fill_shard_cache
+        _load_tensorflow()
+        from .tools.cache import fill_shard_cache
 
-            report = fill_shard_cache(out, directory, limit, splits=split or None, fetches=fetches,
-                                      progress=sys.stderr.isatty())
+        report = fill_shard_cache(out, directory, limit, splits=split or None, fetches=fetches,
+                                  progress=sys.stderr.isatty())
     except _errors() as e:
         _fail(e)
     except KeyboardInterrupt as e:

@@ -34,6 +34,7 @@ import tensorflow as tf
 from ..format import appends as appends_lib
 from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
+from ..format import stops
 from ..format.dataset import load_manifest, read_small_file
 from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
 from ..format.storage import join
@@ -330,6 +331,7 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         manifest, text = _append_locked(out, base, inputs, job, options, ordered, specs, planned, target, found,
                                         retried, workers=workers, progress=progress, runner=runner,
                                         on_status=on_status)
+        stops.check()  # nothing more is written after a stop, even one swallowed on its way
         write_text_atomic(state_file(out, INPUTS_NAME), text)  # staged: a kill after the manifest finds it here
         if tfds:  # the old metadata describes the old shards only: it goes before dataset.json lists the new ones
             for name in written_for(out, base):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import functools
 import logging
 import os
 import time
@@ -29,6 +28,7 @@ import tqdm
 
 from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
+from ..format import stops
 from ..format.dataset import check_output_folder
 from ..format.names import INPUTS_NAME, TEMP_PREFIX, index_file_name
 from ..format.storage import check_bucket, is_url, join
@@ -129,10 +129,19 @@ def _write_shards(
             for spec in todo:
                 pairs = ((item, next(results)) for item in ordered[spec.split][spec.start : spec.stop])
                 screen = None if deduper is None else deduper.screen_for(spec)
-                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen,
-                                        functools.partial(record_commit, out, spec))
+                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen, _commit_record(out, spec))
         finally:
             results.close()
+
+
+def _commit_record(out: str, spec: ShardSpec) -> Callable[[ShardResult], None]:
+    """What commits a shard written here: its commit record, unless a Ctrl-C or SIGTERM arrived while it was written
+    (``stops.check``, which also raises a stop that was raised before and swallowed on its way)."""
+    def record(result: ShardResult) -> None:
+        stops.check()
+        record_commit(out, spec, result)
+
+    return record
 
 
 def _assemble(
@@ -279,6 +288,7 @@ def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers
     done = commit_shards(job, out, options, ordered, specs, fingerprint, planned, workers=workers, progress=progress,
                          runner=runner, on_status=on_status)
     manifest = _assemble(job, done.specs, done.results, options, fingerprint, done.duplicates)
+    stops.check()  # nothing more is written after a stop, even one swallowed on its way
     if done.read is not None:  # before the manifest: a dataset.json is never without its inputs file
         sums = {split: job.pixel_sums([done.results[s.file_name].stats for s in done.specs if s.split == split])
                 for split in manifest.splits}
@@ -339,6 +349,7 @@ def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[st
     found = duplicates.report(specs, results, earlier, earlier_dropped) if images else None  # before empty shards go
     read = job.input_records(specs, ordered, results) if images else None
     rejected = [r for s in specs for r in results[s.file_name].rejected]
+    stops.check()  # before any renumbering: a stop leaves the committed shards as they are, for the rerun
     specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned, appending)
     return Committed(specs, results, found, read, rejected)
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
+from ..format import stops
 from ..format.owners import process_start
 
 T = TypeVar("T")
@@ -92,9 +93,6 @@ def _main_kept_from_children(keep_out: bool):
         main.__dict__.update(saved)
 
 
-_STOPS = (signal.SIGINT, signal.SIGTERM)
-
-
 @contextlib.contextmanager
 def _children_starting():
     """Where worker processes (and the forkserver, and the resource tracker) may start: ``ProcessPoolExecutor()``
@@ -103,28 +101,29 @@ def _children_starting():
     - They are blocked in this thread, so the children, which inherit the mask, never get them: a signal sent to
       the whole process group (a terminal's Ctrl-C, Slurm's scancel) would kill the forkserver, whose death
       ``concurrent.futures`` takes for every worker's (a broken pool and a traceback instead of a clean stop).
-    - Their Python handlers are deferred to the end of the block: an exception raised inside ``submit()``, midway
-      through starting a worker, left the pool unable to shut down (the conversion hung instead of stopping).
-      A signal that arrives meanwhile is raised again once the block is done, to the handler it was meant for.
+    - They are deferred to the end of the block (``stops.deferred``): an exception raised inside ``submit()``,
+      midway through starting a worker, left the pool unable to shut down (the conversion hung instead of
+      stopping). A stop that arrives meanwhile is raised once the block is done.
     """
-    if threading.current_thread() is not threading.main_thread():  # handlers belong to the main thread
-        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    with stops.deferred():
+        previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops.STOP_SIGNALS)
         try:
             yield
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        return
-    arrived = []
-    handlers = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum)) for signum in _STOPS}
-    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        for signum in dict.fromkeys(arrived):
-            signal.raise_signal(signum)
+
+
+_WAIT_SLICE_S = 0.1
+
+
+def _result(future: concurrent.futures.Future):
+    """The future's result, waited for in short slices: a Ctrl-C or SIGTERM taken by another thread runs its
+    handler in the main thread only once that thread runs Python again, which one long wait in C would put off
+    until the worker is done (and ``stops.check`` raises a stop that was swallowed)."""
+    while not future.done():
+        concurrent.futures.wait([future], timeout=_WAIT_SLICE_S)
+        stops.check()
+    return future.result()
 
 
 def _map_chunk(fn: Callable[[T], R], chunk: Sequence[T]) -> list[R]:
@@ -210,7 +209,7 @@ def ordered_map(
                     return
                 future, chunk_bytes = pending.popleft()
                 pending_bytes -= chunk_bytes
-                yield from future.result()
+                yield from _result(future)
         finally:  # the consumer stopped early (an error, --on-error fail): drop queued work
             for future, _ in pending:
                 future.cancel()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import stat
 import tempfile
 from typing import Any, NoReturn
@@ -39,6 +40,13 @@ def require(condition: bool, reason: str) -> None:
 
 
 # --- small seeded inputs -------------------------------------------------------------------------------------------
+
+
+def ignoring_ctrl_c() -> None:
+    """A ``preexec_fn``: the child starts with Ctrl-C ignored, inherited, as a shell script's background job
+    (``tfshard ... &``, or ``make test &``, and all they start) does. ``make test`` run that way saw conversions
+    and ``tfshard bench`` go on after Ctrl-C: Python keeps an inherited ignored SIGINT unless told otherwise."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def jpeg_bytes(seed: int, size=(16, 16), mode="RGB", quality=90, **save_kwargs) -> bytes:

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from helpers import make_tree, save_episodes
+from helpers import ignoring_ctrl_c, make_tree, save_episodes
 from tfshard import cli as cli_module
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,28 +64,66 @@ def test_episodes_flag_is_named_as_info_names_it(tmp_path, cli):
         assert '"max_record_bytes": 100' in cli("info", out).stdout
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_bench_stopped_midway_removes_its_temporary_cache(tmp_path, signum, code):
+def _bench_source(tmp_path) -> tuple[str, str]:
+    """(a small image dataset, an empty folder for TMPDIR, where the bench makes its temporary cache)."""
     make_tree(str(tmp_path / "src"), per_class=16, size=(64, 64))
     out = tmp_path / "out"
     assert tfshard("images", tmp_path / "src", out, "--workers", "0", "--quiet").returncode == 0
     temp = tmp_path / "tmp"
     temp.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "tfshard", "bench", str(out), "--epochs", "100000",
-                             "--image-size", "32", "--batch-size", "4"], cwd=REPO, env={**ENV, "TMPDIR": str(temp)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any(f.endswith(".index") for f in glob.glob(str(temp / "tfshard-bench-cache-*" / "*"))):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the bench never completed its cache"
-            time.sleep(0.05)
-        proc.send_signal(signum)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
+    return str(out), str(temp)
+
+
+BENCH = ["bench", "--epochs", "100000", "--image-size", "32", "--batch-size", "4"]
+
+
+def _start_bench(command: list[str], temp: str, ignore_ctrl_c: bool = False) -> subprocess.Popen:
+    """Starts ``command`` (a bench) and returns once its first epoch has completed its temporary cache."""
+    proc = subprocess.Popen(command, cwd=REPO, env={**ENV, "TMPDIR": temp}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ignoring_ctrl_c if ignore_ctrl_c else None)
+    deadline = time.monotonic() + 240
+    while not any(f.endswith(".index") for f in glob.glob(os.path.join(temp, "tfshard-bench-cache-*", "*"))):
+        if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
+            pytest.fail(f"the bench never completed its cache: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc
+
+
+def _stopped_bench(proc: subprocess.Popen, out: str, code: int, temp: str, signum: int | None = None) -> None:
+    """Sends ``signum`` (if given), then checks the bench stops within 60 s with ``code``, says so on its last line
+    and leaves no temporary cache behind."""
+    try:
+        if signum is not None:
+            proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the bench was still running 60 s after the stop: {proc.communicate()[1]!r}")
     assert proc.returncode == code, stderr
-    assert stderr.strip().endswith(f"{out}: bench: {'terminated (SIGTERM)' if code == 143 else 'interrupted'}")
+    word = "terminated (SIGTERM)" if code == 143 else "interrupted"
+    assert stderr.strip().endswith(f"{out}: bench: {word}"), stderr
     assert os.listdir(temp) == [], "the bench left its temporary cache behind"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code, ignore_ctrl_c", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False),
+                                                         (signal.SIGINT, 130, True)],
+                         ids=["sigterm", "ctrl-c", "ctrl-c-started-ignoring-it"])
+def test_bench_stopped_midway_removes_its_temporary_cache(tmp_path, signum, code, ignore_ctrl_c):
+    out, temp = _bench_source(tmp_path)
+    proc = _start_bench([sys.executable, "-m", "tfshard", BENCH[0], out, *BENCH[1:]], temp, ignore_ctrl_c)
+    _stopped_bench(proc, out, code, temp, signum)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["sigterm", "ctrl-c"])
+def test_bench_stopped_inside_a_finalizer_still_stops(tmp_path, signum, code):
+    """The stop's handler runs inside a ``__del__`` (tests/finalizer_stop.py), as when it lands in one of
+    TensorFlow's iterator finalizers between two epochs: the exception can only be printed there, and the bench
+    went on timing its 100000 epochs. It stops after the batch it arrived in."""
+    out, temp = _bench_source(tmp_path)
+    cache_complete = os.path.join(temp, "tfshard-bench-cache-*", "*.index")
+    proc = _start_bench([sys.executable, os.path.join(REPO, "tests", "finalizer_stop.py"), cache_complete,
+                         signum.name, BENCH[0], out, *BENCH[1:]], temp)
+    _stopped_bench(proc, out, code, temp)  # the child's finalizer raises the signal once the cache is complete

@@ -1,8 +1,11 @@
 """The ordered, memory-bounded process map the converter runs its workers through."""
 
 import itertools
+import os
+import signal
 
 import pytest
+from tfshard.format import stops
 from tfshard.ingest.parallel import ordered_map
 
 
@@ -69,3 +72,25 @@ def test_workers_never_run_a_calling_script_that_imports_tensorflow(tmp_path):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["workers with TensorFlow: 0", "records: 4"], done.stdout
+
+
+def test_a_callers_own_handlers_get_the_stops_that_arrive_while_workers_start():
+    """Embedded in a program with handlers of its own (no ``stops.install()``), a Ctrl-C and a SIGTERM that arrive
+    while a worker starts are held back, then reach those handlers, which are all back in place."""
+    got = []
+
+    def handler(signum, frame):
+        got.append(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in stops.STOP_SIGNALS}
+    try:
+        with stops.deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGINT)
+            assert got == []
+        assert sorted(got) == [signal.SIGINT, signal.SIGTERM]
+        assert all(signal.getsignal(signum) is handler for signum in stops.STOP_SIGNALS)
+        assert list(ordered_map(_square, range(3), workers=1)) == [0, 1, 4]
+    finally:
+        for signum, was in previous.items():
+            signal.signal(signum, was)

@@ -18,7 +18,7 @@ import sys
 import time
 
 import pytest
-from helpers import assert_same_tree, make_tree, snapshot, write_jpeg
+from helpers import assert_same_tree, ignoring_ctrl_c, make_tree, snapshot, write_jpeg
 from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
 
 pytestmark = pytest.mark.slow
@@ -184,10 +184,10 @@ def _listing(folder: str) -> list[str]:
         return []
 
 
-def _start_and_wait_for_a_commit(command: list[str], out: str) -> subprocess.Popen:
+def _start_and_wait_for_a_commit(command: list[str], out: str, ignore_ctrl_c: bool = False) -> subprocess.Popen:
     """Starts a conversion in its own session and returns once it has committed a shard."""
     proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=ignoring_ctrl_c if ignore_ctrl_c else None)
     deadline = time.monotonic() + 240
     while not any(FINAL_SHARD.match(n[: -len(".json")]) for n in _listing(os.path.join(out, STATE))):  # committed
         if proc.poll() is not None:
@@ -212,15 +212,16 @@ STOPS = {  # (signal, sent to, exit code, message)
     "sigterm-main-process": (signal.SIGTERM, os.kill, 143, "terminated (SIGTERM)"),  # Kubernetes, kill <pid>
     "sigterm-process-group": (signal.SIGTERM, os.killpg, 143, "terminated (SIGTERM)"),  # Slurm's scancel
 }
+STARTED_IGNORING_CTRL_C = "ctrl-c-process-group-started-ignoring-it"  # `tfshard images ... &` in a script
 
 
-@pytest.mark.parametrize("stop", STOPS)
+@pytest.mark.parametrize("stop", [*STOPS, STARTED_IGNORING_CTRL_C])
 def test_ctrl_c_or_sigterm_says_so_and_the_same_command_resumes(kill_source, tmp_path, stop):
     src, clean = kill_source
-    signum, send, code, said = STOPS[stop]
+    signum, send, code, said = STOPS["ctrl-c-process-group" if stop == STARTED_IGNORING_CTRL_C else stop]
     out = str(tmp_path / "out")
     command = convert_command(src, out)
-    proc = _start_and_wait_for_a_commit(command, out)
+    proc = _start_and_wait_for_a_commit(command, out, ignore_ctrl_c=stop == STARTED_IGNORING_CTRL_C)
     try:
         send(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=120)
@@ -240,6 +241,24 @@ def test_ctrl_c_or_sigterm_says_so_and_the_same_command_resumes(kill_source, tmp
                      again.stdout, re.MULTILINE)
     assert kept and 1 <= int(kept[1]) < KILL_SHARDS, again.stdout
     assert_same_tree(snapshot(out), clean)
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c-main-process", "sigterm-main-process"])
+def test_a_stop_raised_inside_a_finalizer_still_stops_the_conversion(kill_source, tmp_path, stop):
+    """Ctrl-C or SIGTERM whose handler runs inside a ``__del__`` on the main thread (tests/finalizer_stop.py), where
+    Python can only print the exception and goes on: the conversion still stops, before its next commit, with the
+    same exit code and line. It went on to exit 0 with a complete dataset."""
+    src, _ = kill_source
+    signum, _, code, said = STOPS[stop]
+    out = str(tmp_path / "out")
+    first_commit = os.path.join(out, STATE, "train-*.tfrecord.json") + "@record_commit"  # as it returns
+    command = [sys.executable, os.path.join(REPO, "tests", "finalizer_stop.py"), first_commit, signum.name,
+               *convert_command(src, out)[3:]]
+    done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == code, done.stderr
+    assert done.stderr == f"{out}: {said}; run the same command again to resume (committed shards are kept)\n"
+    assert not os.path.exists(os.path.join(out, MANIFEST))
+    assert len(final_shards(out)) == 1, "a shard was committed after the stop"
 
 
 def test_kill_9_of_the_parent_alone_leaves_no_process_behind(kill_source, tmp_path):

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from ..format import stops
 from ..format.names import tf_compression_type
 from ..readers.files import DatasetInfo, info
 from ..readers.image_ops import ImageLabels, decode_random_crop, parse_image
@@ -42,12 +43,18 @@ def _batch_size(element) -> int:
 
 
 def time_epochs(dataset: tf.data.Dataset, epochs: int) -> Iterator[EpochTiming]:
-    """Iterates ``dataset`` ``epochs`` times from Python, as a training loop would, timing each epoch."""
+    """Iterates ``dataset`` ``epochs`` times from Python, as a training loop would, timing each epoch.
+
+    Under the ``tfshard`` command a Ctrl-C or SIGTERM stops it after the batch it arrived in, even one raised
+    where Python could only print it (an iterator's finalizer between epochs; ``format/stops.py``).
+    """
     for epoch in range(1, epochs + 1):
         started, examples, batches = time.perf_counter(), 0, 0
         for element in dataset:
+            stops.check()
             examples += _batch_size(element)
             batches += 1
+        stops.check()
         yield EpochTiming(epoch, examples, batches, time.perf_counter() - started)
 
 
@@ -84,6 +91,7 @@ def jpeg_records(path: str, split: str, limit: int | None = None) -> tuple[list[
         records = records.take(limit)
     blobs, labels = [], []
     for encoded, label in records.map(lambda r: parse_image(r, kind)).as_numpy_iterator():
+        stops.check()
         blobs.append(encoded)
         labels.append(label)
     return blobs, labels

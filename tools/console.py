@@ -1,11 +1,13 @@
 """How ``tfshard`` talks to a terminal: TensorFlow loaded quietly, errors as one line, signals as a clean stop,
 and exit codes a shell can read. ``cli.py`` holds the commands; this is what they share. Loads no TensorFlow
 at import.
+
+Ctrl-C and SIGTERM are handled from the command's first line (``format/stops.py``, installed by ``run``): both
+stop any command, and the exit code is 130 or 143 whichever command it was.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import signal
@@ -13,11 +15,14 @@ import sys
 
 import typer
 
+from ..format import stops
+from ..format.stops import Terminated
 from .report import short_tf_error
 
 EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
+_STOP_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 def load_tensorflow(debug: bool) -> None:
@@ -64,30 +69,10 @@ def one_line(error: BaseException) -> str:
     return f"error: {' '.join(message.split()) or type(error).__name__}"
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what Slurm, Kubernetes and ``kill`` send), raised in the main thread to stop like Ctrl-C."""
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """For the block, SIGTERM stops the command as Ctrl-C does: the work stops cleanly, resumable."""
-    def terminate(signum, frame):
-        raise Terminated()
-
-    try:
-        previous = signal.signal(signal.SIGTERM, terminate)
-    except ValueError:  # not the main thread (an embedding caller): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tuple[str, int]:
     """Ctrl-C or SIGTERM: the line to print and the exit code, 128 + the signal number, as shells expect."""
-    terminated = isinstance(error, Terminated)
+    first = stops.requested()  # the stop that arrived first is the one reported
+    terminated = first == signal.SIGTERM if first is not None else isinstance(error, Terminated)
     how = "terminated (SIGTERM)" if terminated else "interrupted"
     tail = "; run the same command again to resume (committed shards are kept)" if resumable else ""
     return f"{what}: {how}{tail}", 128 + (signal.SIGTERM if terminated else signal.SIGINT)
@@ -107,11 +92,15 @@ def _click():
 
 def run(app: typer.Typer, args: list[str], prog_name: str) -> int:
     """Runs the typer ``app`` on ``args``; returns one of ``EXIT_CODES``. Usage errors are one line too
-    (``error: ...``, exit 2), not the boxed panel typer draws by default."""
+    (``error: ...``, exit 2), not the boxed panel typer draws by default. Ctrl-C and SIGTERM stop every command
+    (130, 143), from before TensorFlow loads to the last line printed."""
+    stops.install()
     errors = _click().exceptions
     command = typer.main.get_command(app)
     try:
         code = command.main(args=global_flags_first(args), prog_name=prog_name, standalone_mode=False)
+        if code not in _STOP_CODES:  # a stop the command did not report (swallowed on its way) still ends it
+            stops.check()
     except errors.NoArgsIsHelpError as e:
         typer.echo(e.format_message())
         code = 2
@@ -122,7 +111,11 @@ def run(app: typer.Typer, args: list[str], prog_name: str) -> int:
     except errors.ClickException as e:
         typer.echo(f"error: {' '.join(e.format_message().split())}", err=True)
         code = e.exit_code
-    except typer.Abort:
-        typer.echo("error: aborted", err=True)
-        code = 1
+    except (typer.Abort, KeyboardInterrupt) as e:
+        stop = e if isinstance(e, KeyboardInterrupt) else e.__cause__
+        if not isinstance(stop, KeyboardInterrupt):
+            typer.echo("error: aborted", err=True)
+            return 1
+        line, code = stopped(prog_name, stop)  # click turns a stop no command caught into Abort
+        typer.echo(line, err=True)
     return code if isinstance(code, int) else 0
