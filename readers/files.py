@@ -18,7 +18,7 @@ from ..format.dataset import load_manifest, manifest_identity
 from ..format.manifest import Manifest, ShardInfo
 from ..format.names import tf_compression_type
 from ..format.records import data_features
-from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
+from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
 from .shard_cache.pipeline import FETCH_AHEAD
 from .windows.layout import TargetsArg, check_label_targets, window_spec
@@ -184,7 +184,7 @@ class ShardFile:
 
 
 def stat_all(paths: list[str]) -> list[tuple[tuple | None, Exception | None]]:
-    """``(file_identity(path), None)`` or ``(None, the error)`` per path, in order, several at a time."""
+    """``(file_identity(path), None)`` or ``(None, the error)`` per path, in order; URLs several at a time."""
 
     def stat(path):
         try:
@@ -192,6 +192,8 @@ def stat_all(paths: list[str]) -> list[tuple[tuple | None, Exception | None]]:
         except (OSError, NotRegularFileError) as e:  # returned, so the caller raises the first one in manifest order
             return None, e
 
+    if not any(is_url(path) for path in paths):  # a local stat takes microseconds; starting threads, milliseconds
+        return [stat(path) for path in paths]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(_STAT_THREADS, len(paths)))) as pool:
         return list(pool.map(stat, paths))
 
