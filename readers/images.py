@@ -165,7 +165,10 @@ def images(
       ValueError: bad arguments, not an images dataset (an episodes one), a split that does not exist, ``cache``
         with ``service``, a ``shard_cache`` that is not a local folder or a limit below one shard, a shard that is
         not a regular file or not the manifest's size (only logged with ``ignore_errors``), or too few records for
-        one batch with ``drop_remainder``.
+        one batch with ``drop_remainder``. While iterating, ``tf.errors.InvalidArgumentError`` naming ``path`` at
+        the start of an epoch when the dataset there is no longer the one the pipeline was built on (an
+        ``--overwrite`` since; a cache would serve the old images): build the pipeline again
+        (docs/guide/read-images.md#every-epoch-checks-its-dataset).
 
     Example:
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")

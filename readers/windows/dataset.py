@@ -217,7 +217,9 @@ def windows(
       FileNotFoundError: a shard this pipeline reads is missing.
       ValueError: bad arguments, a split or feature that does not exist, not an episode dataset, fewer windows
         than one batch with ``drop_remainder``, a shard that is not a regular file or not the manifest's size, or
-        (resident) a chunk record that disagrees with the manifest.
+        (resident) a chunk record that disagrees with the manifest. While iterating,
+        ``tf.errors.InvalidArgumentError`` naming ``path`` at the start of an epoch when the dataset there is no
+        longer the one the pipeline was built on (resident episodes would be the old ones): build it again.
 
     Example:
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")
