@@ -420,8 +420,15 @@ def test_ram_filesystem_dataset_and_cache(dataset, ram_bucket):
     ds = readers.images(data, cache=cache, **TRAIN)
     assert sorted(labels_of(ds)) == ALL
     _assert_complete(cache, _only_prefix(cache))
-    _remove_shards(data)
+    for shard in readers.info(data).shard_paths("train"):  # zeroed in place: ram:// keeps size and mtime (0) alike
+        size = tf.io.gfile.stat(shard).length
+        tf.io.gfile.remove(shard)  # ram://'s "wb" appends to a file that exists
+        with tf.io.gfile.GFile(shard, "wb") as f:
+            f.write(b"\0" * size)
     assert sorted(labels_of(ds)) == ALL  # the second epoch comes from the cache
+    _remove_shards(data)  # the dataset is no longer the one the pipeline was built on: the next epoch says so
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{data}: the dataset changed .* is gone"):
+        labels_of(ds)
 
 
 def test_ram_filesystem_stale_lock_is_cleared(dataset, ram_bucket):
