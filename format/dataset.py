@@ -103,7 +103,7 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
 
 def manifest_identity(path: str) -> tuple:
     """What tells ``path/dataset.json`` apart from another written in its place: its ``file_identity``, and on a
-    URL its sha256 too (an object store's mtime is coarse); ``()`` when it cannot be read.
+    URL its sha256 too (TensorFlow's GCS client may answer a stat from its cache); ``()`` when it cannot be read.
 
     A reader takes it before loading the manifest and compares it each epoch (``readers/epoch_guard.py``).
     """

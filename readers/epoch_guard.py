@@ -5,22 +5,23 @@ or device-resident episodes mean the shards are not read again, so after an ``--
 serving the old data. So before each epoch's first element (a dataset of no element, concatenated ahead of the
 epoch's part of the pipeline: it runs each time that part is iterated) the pipeline
 
-1. takes the identity of ``OUT/dataset.json`` (``format.storage.file_identity``; on a URL also its sha256, as
-   an object store's mtime is coarse); when it changed, re-reads the manifest through the untrusted loader and
-   checks that it still lists every shard of the pipeline under the same name, size and sha256 (an ``--append``
-   does: it only adds shards);
+1. takes the identity of ``OUT/dataset.json`` (``format.dataset.manifest_identity``; on a URL also its sha256,
+   as TensorFlow's GCS client may answer a stat from its cache for a few seconds); when it changed, re-reads the
+   manifest through the untrusted loader and checks that it still lists every shard of the pipeline under the
+   same name, size and sha256 (an ``--append`` does: it only adds shards);
 2. takes the identity of each of the pipeline's shard files (16 at a time: on gs:// each is a request) and
    compares it with the one taken when the pipeline was built.
 
 Anything else fails the epoch with ``InvalidArgumentError`` naming OUT and what changed, and saying to build the
-pipeline again. Measured on a local 8-shard dataset: ~0.3 ms an epoch (9 stats). The check is Python
+pipeline again. Measured on the tests' local 8-shard dataset: the check itself 0.17 ms (9 stats); an epoch of 80
+cached images 28 ms longer with it than without (median of 30, on 2 cores at load average 13: mostly setting up
+the check's function with each epoch's iterator); nothing per element. The check is Python
 (``tf.py_function``), so it runs where the pipeline is iterated: through a tf.data service, in the client at the
 start of each of its iterations, not on the workers.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 import tensorflow as tf
@@ -28,8 +29,6 @@ import tensorflow as tf
 from ..format.dataset import load_manifest, manifest_identity
 from .files import DatasetInfo, ShardFile, stat_all
 from .options import external_state_ignored
-
-log = logging.getLogger(__name__)
 
 
 class EpochGuard:
