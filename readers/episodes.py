@@ -188,7 +188,8 @@ def episodes(
       FileNotFoundError: a shard is missing.
       ValueError: a split or feature that does not exist, or a shard that is not a regular file or not the
         manifest's size. While reading, an episode whose records disagree with the manifest (or with themselves)
-        raises ``tf.errors.InvalidArgumentError``.
+        raises ``tf.errors.InvalidArgumentError``, as does the start of an epoch when the dataset at ``path`` is
+        no longer the one the pipeline was built on (an ``--overwrite`` since): build it again.
 
     Example:
       ep = next(iter(readers.episodes("runs-tfr")))
