@@ -40,7 +40,7 @@ class DatasetInfo:
 
     path: str
     manifest: Manifest
-    # ``epoch_guard.manifest_identity`` of dataset.json, taken before it was loaded: () when unknown (the epoch
+    # ``format.dataset.manifest_identity`` of dataset.json, taken before it was loaded: () when unknown (the epoch
     # check then re-reads the manifest every epoch)
     manifest_identity: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
