@@ -7,12 +7,13 @@ regular file, and it is validated field by field (``format/manifest.py``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 from . import manifest as manifest_lib
 from . import untrusted
 from .names import LOCK_NAME, STATE_DIR
-from .storage import NotRegularFileError, gfile, is_url, join, open_for_reading, stat_regular
+from .storage import NotRegularFileError, file_identity, gfile, is_url, join, open_for_reading, stat_regular
 
 
 def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
@@ -100,3 +101,17 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
     return untrusted.from_json(data, path, consistency)
 
 
+def manifest_identity(path: str) -> tuple:
+    """What tells ``path/dataset.json`` apart from another written in its place: its ``file_identity``, and on a
+    URL its sha256 too (TensorFlow's GCS client may answer a stat from its cache); ``()`` when it cannot be read.
+
+    A reader takes it before loading the manifest and compares it each epoch (``readers/epoch_guard.py``).
+    """
+    manifest = join(path, manifest_lib.MANIFEST_NAME)
+    try:
+        found = file_identity(manifest)
+        if is_url(manifest):
+            found = (*found, hashlib.sha256(read_small_file(manifest, "manifest")).hexdigest())
+    except (OSError, ValueError):  # NotRegularFileError and an over-large manifest are ValueErrors
+        return ()
+    return found

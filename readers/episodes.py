@@ -18,6 +18,7 @@ from ..format.names import tf_compression_type
 from ..format.records import LABEL_KEY, data_features, episode_parse_spec, parse_spec
 from . import files as files_lib
 from .arguments import check_reading
+from .epoch_guard import EpochGuard
 from .guard import ShardGuard, checkpointable
 from .shard_cache.pipeline import ShardCacheArg
 from .windows.layout import LABEL, Concatenated, label_array, pad_fill
@@ -187,7 +188,8 @@ def episodes(
       FileNotFoundError: a shard is missing.
       ValueError: a split or feature that does not exist, or a shard that is not a regular file or not the
         manifest's size. While reading, an episode whose records disagree with the manifest (or with themselves)
-        raises ``tf.errors.InvalidArgumentError``.
+        raises ``tf.errors.InvalidArgumentError``, as does the start of an epoch when the dataset at ``path`` is
+        no longer the one the pipeline was built on (an ``--overwrite`` since): build it again.
 
     Example:
       ep = next(iter(readers.episodes("runs-tfr")))
@@ -253,8 +255,11 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     mine = set(chosen)
     count = sum(e.shard in mine for e in files_lib.split_info(dataset, split).episodes)
     joined = joined.map(decode, num_parallel_calls=AUTOTUNE, deterministic=not shuffle_files)
-    if not local:
+    if not local:  # the service's client runs the epoch check (``streamed.py``)
         return joined
+    # Each epoch first checks OUT still holds the dataset this pipeline was built on (a shard cache's copies would
+    # otherwise serve the old one: readers/epoch_guard.py).
+    joined = EpochGuard(dataset, split, shards).ahead(joined)
     return checkpointable(joined.apply(tf.data.experimental.assert_cardinality(count)))
 
 

@@ -14,11 +14,11 @@ import logging
 
 import tensorflow as tf
 
-from ..format.dataset import load_manifest
+from ..format.dataset import load_manifest, manifest_identity
 from ..format.manifest import Manifest, ShardInfo
 from ..format.names import tf_compression_type
 from ..format.records import data_features
-from ..format.storage import NotRegularFileError, file_identity, join, prefer_small_gcs_blocks
+from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
 from .shard_cache.pipeline import FETCH_AHEAD
 from .windows.layout import TargetsArg, check_label_targets, window_spec
@@ -40,6 +40,9 @@ class DatasetInfo:
 
     path: str
     manifest: Manifest
+    # ``format.dataset.manifest_identity`` of dataset.json, taken before it was loaded: () when unknown (the epoch
+    # check then re-reads the manifest every epoch)
+    manifest_identity: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
     def __repr__(self) -> str:
         """A line, not the whole manifest: ``DatasetInfo('photos-tfr': images, 5 classes, train 3,670 records
@@ -126,7 +129,8 @@ def info(path: str) -> DatasetInfo:
     """
     if path.startswith("gs://"):
         prefer_small_gcs_blocks()
-    return DatasetInfo(path, load_manifest(path))
+    seen = manifest_identity(path)  # before the load: a manifest replaced meanwhile is re-read at the first epoch
+    return DatasetInfo(path, load_manifest(path), seen)
 
 
 def split_info(dataset: DatasetInfo, split: str):
@@ -179,8 +183,8 @@ class ShardFile:
         return self.identity[1]
 
 
-def _stat_all(paths: list[str]) -> list[tuple[tuple | None, Exception | None]]:
-    """``(file_identity(path), None)`` or ``(None, the error)`` per path, in order, several at a time."""
+def stat_all(paths: list[str]) -> list[tuple[tuple | None, Exception | None]]:
+    """``(file_identity(path), None)`` or ``(None, the error)`` per path, in order; URLs several at a time."""
 
     def stat(path):
         try:
@@ -188,6 +192,8 @@ def _stat_all(paths: list[str]) -> list[tuple[tuple | None, Exception | None]]:
         except (OSError, NotRegularFileError) as e:  # returned, so the caller raises the first one in manifest order
             return None, e
 
+    if not any(is_url(path) for path in paths):  # a local stat takes microseconds; starting threads, milliseconds
+        return [stat(path) for path in paths]
     with concurrent.futures.ThreadPoolExecutor(max(1, min(_STAT_THREADS, len(paths)))) as pool:
         return list(pool.map(stat, paths))
 
@@ -219,7 +225,7 @@ def check_shards(
     paths = [join(dataset.path, info.file) for info in infos]
     fix = f"run `tfshard verify {dataset.path}`, then rerun the conversion"
     checked = []
-    for path, info, (found, error) in zip(paths, infos, _stat_all(paths)):
+    for path, info, (found, error) in zip(paths, infos, stat_all(paths)):
         if isinstance(error, FileNotFoundError):
             raise FileNotFoundError(
                 f"{path}: shard of split {split!r} is missing (listed in the manifest); {fix}"

@@ -19,7 +19,9 @@ cache is finalised from the epoch), or, with ``ignore_errors``, is logged and
 skipped. The checks are Python (``tf.py_function``, a stat per check, one
 request on gs://), so they run in this process only: a tf.data service's
 workers read without them (a service ships the graph, and Python functions
-cannot travel with it).
+cannot travel with it). A shard that is not read again (a cache, a shard
+cache's copy, resident episodes) is checked by ``epoch_guard.py`` instead, at
+the start of every epoch.
 """
 
 from __future__ import annotations

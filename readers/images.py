@@ -37,6 +37,7 @@ from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
 from .arguments import MAX_BATCH_SIZE, MAX_SHUFFLE_BUFFER, check_count, check_not_empty, check_reading
+from .epoch_guard import EpochGuard
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
     AUGMENTATIONS,
@@ -164,7 +165,10 @@ def images(
       ValueError: bad arguments, not an images dataset (an episodes one), a split that does not exist, ``cache``
         with ``service``, a ``shard_cache`` that is not a local folder or a limit below one shard, a shard that is
         not a regular file or not the manifest's size (only logged with ``ignore_errors``), or too few records for
-        one batch with ``drop_remainder``.
+        one batch with ``drop_remainder``. While iterating, ``tf.errors.InvalidArgumentError`` naming ``path`` at
+        the start of an epoch when the dataset there is no longer the one the pipeline was built on (an
+        ``--overwrite`` since; a cache would serve the old images): build the pipeline again
+        (docs/guide/read-images.md#every-epoch-checks-its-dataset).
 
     Example:
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
@@ -199,18 +203,23 @@ def images(
         cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
         ignore_errors=ignore_errors, guard=remote is None, shard_cache=session,
     )
+    # Each epoch first checks that OUT still holds the dataset this pipeline was built on (readers/epoch_guard.py),
+    # in the first stage that runs every epoch: the reads, or after a cache, or on a service's client.
+    epoch = EpochGuard(dataset, split, shards)
+    if remote is None and cache is None:
+        records = epoch.ahead(records)
     ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
                   repeat=repeat, skip=start_step * batch_size, deterministic=deterministic,
                   ignore_errors=ignore_errors)
     ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
-                              shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat)
+                              shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
     ds = _batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
     options.experimental_optimization.map_parallelization = True
     if deterministic is not None:
         options.deterministic = deterministic
     if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
-        ds = remote.distribute(ds.with_options(options))
+        ds = epoch.ahead(remote.distribute(ds.with_options(options)))
     ds = _augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=deterministic)
     if remote is None and not ignore_errors and not repeat:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
@@ -271,12 +280,13 @@ def _decoded(records: tf.data.Dataset, recipe: Recipe, labels: ImageLabels, *, s
 
 
 def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None, identity: dict, *,
-                         shuffle_buffer: int, seed, repeat: bool) -> tf.data.Dataset:
+                         shuffle_buffer: int, seed, repeat: bool, epoch: EpochGuard) -> tf.data.Dataset:
     """Cache the deterministic decode (in memory, or to a file named by ``identity``), then shuffle the decoded
-    images in training and repeat from the cache."""
+    images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check."""
     if cache is None:
         return ds
     ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache_lib.cache_prefix(cache, identity))
+    ds = epoch.ahead(ds)
     if recipe.training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     return ds.repeat() if repeat else ds

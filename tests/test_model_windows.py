@@ -225,3 +225,17 @@ def test_episodes_with_keys_name_each_episode(data):
     assert sorted(seen) == list(range(len(LENGTHS)))
     for i, e in enumerate(data.episodes):
         np.testing.assert_array_equal(seen[i], e["t"])
+
+
+def test_the_epoch_after_an_overwrite_fails_naming_the_dataset(tmp_path):
+    """The arrays were loaded once: every later epoch of the starts must check OUT still holds what was loaded."""
+    for name, seed in (("a", 1), ("b", 2)):
+        save_episodes(tmp_path / name, {f"e{i}.npz": {"obs": np.random.default_rng(seed + i).normal(size=(t, 2))}
+                                        for i, t in enumerate([70, 90])})
+    out = str(tmp_path / "out")
+    convert_episode_tree(tmp_path / "a", out, num_shards=2)
+    mw = readers.model_windows(out, length=LENGTH, shift=SHIFT, batch_size=2, features="obs")
+    assert len(list(mw.starts)) == len(list(mw.starts)) > 0
+    convert_episode_tree(tmp_path / "b", out, num_shards=2, overwrite=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
+        list(mw.starts)

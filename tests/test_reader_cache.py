@@ -14,6 +14,7 @@ import glob
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -419,8 +420,15 @@ def test_ram_filesystem_dataset_and_cache(dataset, ram_bucket):
     ds = readers.images(data, cache=cache, **TRAIN)
     assert sorted(labels_of(ds)) == ALL
     _assert_complete(cache, _only_prefix(cache))
-    _remove_shards(data)
+    for shard in readers.info(data).shard_paths("train"):  # zeroed in place: ram:// keeps size and mtime (0) alike
+        size = tf.io.gfile.stat(shard).length
+        tf.io.gfile.remove(shard)  # ram://'s "wb" appends to a file that exists
+        with tf.io.gfile.GFile(shard, "wb") as f:
+            f.write(b"\0" * size)
     assert sorted(labels_of(ds)) == ALL  # the second epoch comes from the cache
+    _remove_shards(data)  # the dataset is no longer the one the pipeline was built on: the next epoch says so
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{data}: the dataset changed .* is gone"):
+        labels_of(ds)
 
 
 def test_ram_filesystem_stale_lock_is_cleared(dataset, ram_bucket):
@@ -531,3 +539,54 @@ def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_t
     assert sorted(labels_of(readers.images(out, cache=cache, **EVAL))) == ALL
     assert not [r for r in caplog.records if r.name == "tfshard.readers.cache"]
     _assert_complete(cache, _only_prefix(cache))
+
+
+# ---------------------------------------------------------------- the dataset replaced under a cached pipeline
+
+
+def _rewrite_from_other_pixels(out: str, tmp_path) -> None:
+    """``--overwrite`` of OUT from a tree of the same names and labels but other pixels: every shard replaced."""
+    other = str(tmp_path / "other")
+    make_tree(other, classes=CLASSES, per_class=1, size=(40, 32), seed=100)
+    convert_images(other, out, ConvertOptions(num_shards=4), workers=0, progress=False, overwrite=True)
+
+
+@pytest.mark.parametrize("cache", ["memory", "folder"])
+@pytest.mark.parametrize("kwargs", [EVAL, TRAIN], ids=["eval", "train"])
+def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_serving_the_cache(dataset, tmp_path,
+                                                                                            cache, kwargs):
+    """A cache means the shards are not read again: without the epoch check it served the old images silently."""
+    _, out = dataset
+    cache = str(tmp_path / "cache") if cache == "folder" else cache
+    ds = readers.images(out, cache=cache, **kwargs)
+    assert sorted(labels_of(ds)) == sorted(labels_of(ds)) == ALL  # the cache filled, then read
+    _rewrite_from_other_pixels(out, tmp_path)
+    changed = re.escape(out) + r": the dataset changed since the pipeline reading it was built .*build the pipeline"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=changed):
+        labels_of(ds)
+    assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL  # built again: the new dataset
+
+
+def test_a_repeated_cached_pipeline_checks_every_epoch(dataset, tmp_path):
+    _, out = dataset
+    ds = readers.images(out, cache=str(tmp_path / "cache"), repeat=True, **TRAIN)
+    iterator = iter(ds)
+    for _ in range(NUM_CLASSES + 1):  # into the second epoch: the cache is complete
+        next(iterator)
+    _rewrite_from_other_pixels(out, tmp_path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="the dataset changed since the pipeline"):
+        for _ in range(2 * NUM_CLASSES):
+            next(iterator)
+
+
+def test_an_append_keeps_a_cached_pipeline_reading_and_a_later_overwrite_fails_it(dataset, tmp_path):
+    src, out = dataset
+    ds = readers.images(out, cache="memory", **EVAL)
+    assert sorted(labels_of(ds)) == ALL
+    write_jpeg(os.path.join(src, CLASSES[0], "new.jpg"), seed=500, size=(40, 32))
+    convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False, append=True)
+    assert readers.info(out).num_records("train") == NUM_CLASSES + 1
+    assert sorted(labels_of(ds)) == ALL  # the shards it was built on are still listed and unchanged: no error
+    _rewrite_from_other_pixels(out, tmp_path)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="its manifest no longer lists shard|another shard"):
+        labels_of(ds)

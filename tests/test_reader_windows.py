@@ -659,3 +659,36 @@ def test_a_keras_sequential_trains_on_a_one_feature_dataset_as_is(npy):
     model.compile(optimizer="sgd", loss="mse")
     history = model.fit(ds, epochs=1, verbose=0, shuffle=False)
     assert np.isfinite(history.history["loss"][0])
+
+
+# --- the dataset replaced under resident windows -----------------------------------------------------------------
+
+
+def _two_runs(tmp_path) -> tuple[str, callable]:
+    """OUT converted from episodes A, and the ``--overwrite`` of it from episodes B (same lengths, other values)."""
+    for name, seed in (("a", 1), ("b", 2)):
+        save_episodes(tmp_path / name, {f"e{i}.npy": e for i, e in enumerate(random_episodes([30, 40, 50], seed=seed))})
+    out = str(tmp_path / "out")
+    convert_episode_tree(tmp_path / "a", out, num_shards=3)
+    return out, lambda: convert_episode_tree(tmp_path / "b", out, num_shards=3, overwrite=True)
+
+
+@pytest.mark.parametrize("repeat", [False, True])
+def test_resident_windows_fail_the_epoch_after_an_overwrite_instead_of_serving_the_old_episodes(tmp_path, repeat):
+    """The episodes were loaded into device memory once: without the epoch check every later epoch silently served
+    the old ones."""
+    out, overwrite = _two_runs(tmp_path)
+    ds = readers.windows(out, length=8, shift=4, batch_size=4, seed=0, repeat=repeat)
+    iterator = iter(ds)
+    per_epoch = readers.info(out).num_windows("train", 8, 4) // 4
+    for _ in range(per_epoch if repeat else len(ds)):  # one whole epoch
+        next(iterator)
+    overwrite()
+    changed = re.escape(out) + r": the dataset changed since the pipeline reading it was built .*build the pipeline"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=changed):
+        if repeat:
+            for _ in range(2 * per_epoch):  # into the next epoch
+                next(iterator)
+        else:
+            list(ds)
+    assert len(list(readers.windows(out, length=8, shift=4, batch_size=4))) == per_epoch  # built again: B

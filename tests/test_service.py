@@ -12,7 +12,7 @@ import threading
 
 import pytest
 import tensorflow as tf
-from helpers import convert_obs_episodes, make_tree
+from helpers import convert_episode_tree, convert_obs_episodes, make_tree
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import service as service_lib
@@ -131,6 +131,25 @@ def test_streamed_windows_through_the_service_are_the_local_windows(cluster, run
     remote = readers.windows(runs, batch_size=8, resident=False, shuffle=True, drop_remainder=False, seed=0,
                              service=cluster, **WINDOW)
     assert _window_keys(remote) == local
+
+
+def test_the_client_fails_the_epoch_after_an_overwrite_naming_the_dataset(cluster, tmp_path):
+    """The workers cannot run the epoch check's Python (nor the shard guard's): they read what OUT holds when each
+    epoch's job starts, so the client checks OUT before each epoch (the new dataset was read silently before)."""
+    out = str(tmp_path / "out")
+    for name, seed in (("a", 0), ("b", 1000)):
+        make_tree(str(tmp_path / name), per_class=3, seed=seed)
+    convert_images(str(tmp_path / "a"), out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    runs = convert_obs_episodes(tmp_path / "runs", [20, 30], seed=1, num_shards=2)
+    pipelines = {out: _eval_images(out, service=cluster),
+                 runs: readers.windows(runs, batch_size=4, resident=False, service=cluster, **WINDOW)}
+    for ds in pipelines.values():
+        assert len(list(ds)) > 0
+    convert_images(str(tmp_path / "b"), out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
+    convert_episode_tree(os.path.join(os.path.dirname(runs), "src"), runs, num_shards=1, overwrite=True)
+    for path, ds in pipelines.items():
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"{path}: the dataset changed since the pipeline"):
+            list(ds)
 
 
 def test_a_stopped_worker_loses_at_most_its_share_once_it_is_back(runs):

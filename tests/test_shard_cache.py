@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_image_tree, convert_obs_episodes, make_tree
+from helpers import convert_episode_tree, convert_image_tree, convert_obs_episodes, make_tree
 from shard_cache_helpers import (
     LIMIT,
     assert_same_epochs,
@@ -302,3 +302,44 @@ def test_two_stores_of_one_folder_in_one_process_keep_each_others_pins(remote, t
     third.fetch(remote[1])
     third.fetch(remote[2])
     assert kept.sha256 in copies(directory)
+
+
+# --- the dataset replaced under a pipeline reading through the cache ----------------------------------------------
+
+
+def _image_readers(out, directory):
+    return {"images": images(out, shard_cache=directory, shard_cache_limit=LIMIT)}
+
+
+def _episode_readers(out, directory):
+    cache = {"shard_cache": directory, "shard_cache_limit": LIMIT}
+    return {"episodes": readers.episodes(out, **cache),
+            "streamed windows": readers.windows(out, resident=False, batch_size=4, **WINDOWS, **cache),
+            "resident windows": readers.windows(out, batch_size=4, **WINDOWS, **cache)}
+
+
+@pytest.mark.parametrize("kind", ["images", "episodes"])
+def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_reading_the_old_copies(tmp_path, kind):
+    """The copies are named by the sha256 the pipeline's manifest gave, so they stay the old dataset's: each epoch
+    must check OUT still lists them (they were read silently before the epoch check)."""
+    directory = str(tmp_path / "c")
+    if kind == "images":
+        out = photo_dataset(tmp_path)
+        make_tree(str(tmp_path / "other"), per_class=12, seed=77)  # same names, other pixels
+        rewrite = lambda: convert_image_tree(tmp_path / "other", out, num_shards=6, overwrite=True)  # noqa: E731
+        pipelines = _image_readers(out, directory)
+    else:
+        out = convert_obs_episodes(tmp_path, [6, 9, 13, 7, 11, 6, 8, 10], seed=3, num_shards=4)
+        other = convert_obs_episodes(tmp_path / "other", [6, 9, 13, 7, 11, 6, 8, 10], seed=4, num_shards=4)
+        rewrite = lambda: convert_episode_tree(os.path.join(os.path.dirname(other), "src"), out,  # noqa: E731
+                                               num_shards=4, overwrite=True)
+        pipelines = _episode_readers(out, directory)
+    for ds in pipelines.values():
+        epochs(ds)
+    old = copies(directory)
+    rewrite()
+    assert not set(_shas(out)) & old
+    for ds in pipelines.values():
+        with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
+            epochs(ds, 1)
+    assert copies(directory) == old  # nothing was fetched for the failed epochs

@@ -424,3 +424,18 @@ def test_one_feature_dataset_gives_per_replica_tensors_without_naming_it(npy, re
             seen.extend(as_ids(part.numpy()[..., 0]))  # [B, L, 1] -> a window's step ids
     expected = as_ids([w[:, 0] for w in reference(npy.episodes, 4, 2)])
     assert set(seen) <= set(expected) and len(seen) == len(set(seen)) >= len(expected) - 1
+
+
+def test_resident_windows_under_a_strategy_fail_the_epoch_after_an_overwrite(strategies, tmp_path):
+    """Each replica holds the episodes in its device memory: each replica's next epoch checks OUT first."""
+    for name, seed in (("a", 1), ("b", 2)):
+        save_episodes(tmp_path / name, {f"e{i}.npz": {"t": np.random.default_rng(seed + i).integers(0, 9, size=t)}
+                                        for i, t in enumerate(LENGTHS)})
+    out = str(tmp_path / "out")
+    convert_episode_tree(tmp_path / "a", out, num_shards=4)
+    strategy = strategies[2]
+    dataset = readers.windows(out, length=4, shift=2, batch_size=6, features="t", strategy=strategy)
+    assert one_epoch(strategy, dataset)[1] == one_epoch(strategy, dataset)[1]
+    convert_episode_tree(tmp_path / "b", out, num_shards=4, overwrite=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
+        one_epoch(strategy, dataset)

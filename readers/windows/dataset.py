@@ -24,6 +24,7 @@ from .. import files as files_lib
 from .. import service as service_lib
 from ..arguments import MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
 from ..episodes import feature_schema, load_concatenated, select_features
+from ..epoch_guard import EpochGuard
 from ..shard_cache.pipeline import ShardCacheArg
 from .layout import Layout, TargetsArg, check_window_args, pad_fill
 from .resident import Source, build_resident
@@ -66,16 +67,19 @@ def _plan(path: str, split: str, features, targets: TargetsArg, length: int, shi
 
 def shard_source(dataset: files_lib.DatasetInfo, split: str, layout: Layout, schema: dict,
                  read_buffer_bytes: int, shard_cache: ShardCacheArg | None = None) -> Source:
-    """The split's episodes to hold resident, loaded from its shards on demand (through ``shard_cache``)."""
+    """The split's episodes to hold resident, loaded from its shards on demand (through ``shard_cache``); each
+    epoch checks the split's shards are still the ones loaded (``readers/epoch_guard.py``)."""
     split_episodes = files_lib.split_info(dataset, split).episodes
+    count = len(files_lib.split_info(dataset, split).shards)
+    guard = EpochGuard(dataset, split, files_lib.check_shards(dataset, split, list(range(count))))
 
     def load(shards, row):
         return load_concatenated(dataset, split, {n: schema[n] for n in layout.gathered}, shards=shards,
                                  read_buffer_bytes=read_buffer_bytes, row=row, spec=layout.spec,
                                  pad_value=layout.pad_value, labels=layout.label, shard_cache=shard_cache)
 
-    return Source(dataset.episode_lengths(split), [e.shard for e in split_episodes], len(dataset.shard_paths(split)),
-                  load, f"{dataset.path}: split {split!r}")
+    return Source(dataset.episode_lengths(split), [e.shard for e in split_episodes], count, load,
+                  f"{dataset.path}: split {split!r}", guard.ahead)
 
 
 def resident_layout(path: str, split: str, *, length: int, shift: int, features=None, targets: TargetsArg = None,
@@ -213,7 +217,9 @@ def windows(
       FileNotFoundError: a shard this pipeline reads is missing.
       ValueError: bad arguments, a split or feature that does not exist, not an episode dataset, fewer windows
         than one batch with ``drop_remainder``, a shard that is not a regular file or not the manifest's size, or
-        (resident) a chunk record that disagrees with the manifest.
+        (resident) a chunk record that disagrees with the manifest. While iterating,
+        ``tf.errors.InvalidArgumentError`` naming ``path`` at the start of an epoch when the dataset there is no
+        longer the one the pipeline was built on (resident episodes would be the old ones): build it again.
 
     Example:
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")

@@ -232,7 +232,7 @@ def model_windows(
     starts = start_rows(spec, data.lengths, row)
     index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
                            drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step,
-                           where=path)
+                           where=path, before_epoch=source.before_epoch)
     dtype = index.element_spec.dtype
     episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None))
     gather = WindowGather(_Resident(arrays, layout, episodes, dtype), name="window_gather")

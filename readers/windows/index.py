@@ -28,7 +28,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 def index_batches(
     starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
     limit: int | None = None, repeat: bool = False, start_step: int = 0, then: Callable | None = None,
-    where: str = "resident windows",
+    where: str = "resident windows", before_epoch: Callable | None = None,
 ) -> tf.data.Dataset:
     """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
 
@@ -42,6 +42,8 @@ def index_batches(
     the epoch too). Epoch ``e``'s seed is then the e-th pair of ``Dataset.random(seed)``, so the stream is a
     pure function of ``seed`` and the step: ``start_step`` starts it at any step without reading the ones before.
     ``then``: a function of the start rows run in one parallel map (the gather: one map, one hand-off).
+    ``before_epoch``: dataset -> dataset, run on each epoch's batches of starts (``EpochGuard.ahead``: the arrays
+    were loaded from shards once, so each epoch checks they are still the dataset at the path).
     """
     usable = len(starts) if limit is None else min(limit, len(starts))
     per_replica = usable // replicas  # equal shares, so no replica runs out of steps before the others
@@ -56,7 +58,7 @@ def index_batches(
         batches = tf.data.Dataset.from_tensor_slices(tf.reshape(mine[: full * batch_size], [full, batch_size]))
         if tail:
             batches = batches.concatenate(tf.data.Dataset.from_tensors(mine[full * batch_size :]))
-        return batches
+        return batches if before_epoch is None else before_epoch(batches)
 
     def rows(index: tf.data.Dataset) -> tf.data.Dataset:
         return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)

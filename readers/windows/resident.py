@@ -68,6 +68,8 @@ class Source:
     num_shards: int
     load: Callable[[Sequence[int] | None, int], Concatenated]  # (shards (None: all), steps per row), as the layout asks
     where: str
+    # dataset -> dataset run ahead of each epoch (``EpochGuard.ahead`` of the shards loaded; None: in memory)
+    before_epoch: Callable | None = None
 
     def worker_shards(self, worker: int, workers: int) -> list[int]:
         if self.num_shards < workers:
@@ -149,7 +151,7 @@ def build_resident(
     report_short_episodes(source.where, spec, source.lengths)
     row = row_steps_of(spec, source.lengths)  # one layout for every replica and worker
     options = dict(shuffle=shuffle, seed=draw_seed(seed), drop_remainder=drop_remainder, repeat=repeat,
-                   start_step=start_step, where=source.where)
+                   start_step=start_step, where=source.where, before_epoch=source.before_epoch)
     strategy = pick_strategy(strategy)
     if strategy is None:
         if drop_remainder:

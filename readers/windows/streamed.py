@@ -14,6 +14,7 @@ import tensorflow as tf
 from .. import files as files_lib
 from ..arguments import check_not_empty
 from ..episodes import stream_episodes
+from ..epoch_guard import EpochGuard
 from ..options import quiet_options
 from .layout import LABEL, pad_fill
 from .resident import report_short_episodes
@@ -98,7 +99,9 @@ def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, see
         windows_ = windows_.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     batches = windows_.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE)
     if remote is not None:  # the workers send each gathered window once; (x, x) or past/future are made here
-        batches = remote.distribute(batches)
+        # Workers cannot run the epoch check's Python: this client runs it at the start of each of its epochs.
+        shards = files_lib.check_shards(dataset, split, sorted(mine))
+        batches = EpochGuard(dataset, split, shards).ahead(remote.distribute(batches))
     else:
         # Every episode's length is asserted against the manifest as it is read, so the count is exact; knowing it
         # lets Keras end each epoch on it instead of warning that the input "ran out of data". Not with a service:
