@@ -20,10 +20,8 @@ import typer
 
 from .format import stops
 from .format.storage import prefer_small_gcs_blocks
-from .ingest.episodes import EpisodeOptions
 from .ingest.holdout import Holdout
-from .ingest.images import ImageOptions
-from .ingest.options import ConvertOptions
+from .ingest.options import ConvertOptions, EpisodeOptions, ImageOptions
 from .tools import console
 from .tools.console import EXIT_CODES, global_flags_first  # noqa: F401  (the command's API)
 from .tools.report import append_lines, describe_lines, summary_lines, window_of

@@ -297,7 +297,7 @@ def parent_alone(src: str, out: str, repeats: int) -> tuple[float, float]:
     bytes, hash, count statistics, commit), on records the workers' function made beforehand in memory.
     Returns (best wall-clock, CPU of this process including the hashing thread) per record."""
     from tfshard.ingest import ConvertOptions
-    from tfshard.ingest.jobs import ImageJob
+    from tfshard.ingest.kinds.images import ImageJob
     from tfshard.ingest.plan import plan_split
     from tfshard.ingest.write import write_shard
 

@@ -12,9 +12,9 @@ import importlib
 _EXPORTS = {
     "convert_images": ".convert",
     "convert_episodes": ".convert",
-    "EpisodeOptions": ".episodes",
+    "EpisodeOptions": ".options",
     "ConvertOptions": ".options",
-    "ImageOptions": ".images",
+    "ImageOptions": ".options",
     "parse_size": ".plan",
     # A finished dataset's checks live with the other tools; these names stay here for the code that uses them.
     "verify": "..tools.verify",

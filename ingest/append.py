@@ -16,7 +16,8 @@ So ``dataset.json`` only ever lists committed shards. A rerun of the same comman
 manifest already replaced only puts the staged inputs file in place; an unfinished append of other inputs
 (SRC changed in between) has its unlisted shards removed (on the proof of their commit records,
 ``ingest/proof.py``) and starts again. Everything that can refuse an append is checked before it writes anything,
-so a refused append leaves OUT as it found it. With ``--tfds`` the metadata follows the manifest: what TFDS could
+so a refused append leaves OUT as it found it (the checks of the request, the dataset, its options and the
+scan are ``ingest/append_checks.py``). With ``--tfds`` the metadata follows the manifest: what TFDS could
 refuse is checked before any shard is written, and the old metadata goes before ``dataset.json`` is replaced.
 """
 
@@ -38,10 +39,12 @@ from ..format import stops
 from ..format.dataset import load_manifest, read_small_file
 from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
 from ..format.storage import join
-from .engine import commit_shards, job_fingerprint, plan_job, planned_files
+from .append_checks import RECONVERT, base_dataset, check_job, check_options
+from .engine import commit_shards
 from .errors import InputError, OutputExistsError
 from .images import PixelSums
-from .jobs import ImageJob
+from .job_plan import JobPlan, plan_job
+from .kinds.images import ImageJob
 from .lock import output_lock
 from .options import ConvertOptions
 from .parallel import default_workers
@@ -54,14 +57,6 @@ from .write import write_text_atomic
 log = logging.getLogger(__name__)
 
 _HEX = re.compile(r"^[0-9a-f]{64}$")
-_RECONVERT = "reconvert the union with `tfshard images SRC OUT --overwrite`"
-# The flags of the options an append must share with the dataset (ConvertOptions.identity's keys).
-_FLAGS = {"shard_bytes": "--shard-size", "num_shards": "--num-shards", "min_shards": "--min-shards",
-          "compression": "--compression", "seed": "--seed/--no-shuffle", "index": "--index", "dedupe": "--dedupe",
-          "image.quality": "--quality", "image.rgb": "--rgb", "image.max_side": "--max-side",
-          "image.max_pixels": "--max-pixels", "image.validate": "--validate/--no-validate"}
-_HOLDOUT_FLAGS = {"method": "--stratify", "seed": "--split-seed", "from": "--val-fraction/--test-fraction",
-                  "fractions": "--val-fraction/--test-fraction"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,78 +76,6 @@ class AppendFound:
     new_classes: list[str]
     changed: list[str]
     deleted: list[str]
-
-
-def check_append_request(kind: str, overwrite: bool) -> None:
-    """``--append`` is for image datasets, and adds to them: refused with episodes or ``--overwrite``.
-
-    Raises:
-      InputError: naming the option and the fix.
-    """
-    if kind != "images":
-        raise InputError(f"--append: only image datasets can be appended to for now (got a {kind} conversion); "
-                         "convert the episodes in full, into a new folder or with --overwrite")
-    if overwrite:
-        raise InputError("--append with --overwrite: --overwrite replaces the dataset and --append adds to it (got "
-                         "both); drop one")
-
-
-def _base(out: str) -> manifest_lib.Manifest:
-    try:
-        base = load_manifest(out)
-    except FileNotFoundError as e:
-        raise InputError(f"{out}: --append: no dataset to append to ({e}); convert SRC first (drop --append), "
-                         "or choose the dataset's folder") from e
-    if base.kind != "images":
-        raise InputError(f"{out}: --append: an {base.kind} dataset (got kind {base.kind!r}); only image datasets "
-                         "can be appended to")
-    if base.split_rule is not None and base.split_rule["method"] == "stratified":
-        raise InputError(f"{out}: --append: the dataset's held-out splits are stratified (exact per-class counts), "
-                         "which no append can keep exact (got split_rule method 'stratified'); "
-                         f"{_RECONVERT}, or hold out by hash (without --stratify) to append later")
-    return base
-
-
-def _flat(options: dict, prefix: str = "") -> dict:
-    found = {}
-    for key, value in options.items():
-        if isinstance(value, dict):
-            found.update(_flat(value, f"{prefix}{key}."))
-        else:
-            found[prefix + key] = value
-    return found
-
-
-def _check_options(out: str, base: manifest_lib.Manifest, options: ConvertOptions) -> None:
-    """The output-affecting options must be the dataset's: another shard size, quality or compression would
-    make the new shards unlike the old ones."""
-    asked = _flat(options.identity("images"))
-    had = _flat({k: v for k, v in base.options.items() if k not in ("converted_images", "label_rule")})  # results
-    for key in sorted(set(asked) | set(had)):
-        if asked.get(key) != had.get(key):
-            raise InputError(f"{out}: --append: option {key} ({_FLAGS.get(key, key)}) is {asked.get(key)!r}, but "
-                             f"the dataset was converted with {had.get(key)!r}; pass the dataset's options "
-                             f"(`tfshard info {out}` lists them), or convert into another folder")
-
-
-def _kind_name(labels: str | None) -> str:
-    return "class folders (labels null)" if labels is None else f"{labels!r} labels"
-
-
-def _check_job(out: str, base: manifest_lib.Manifest, job: ImageJob) -> None:
-    if job.labels != base.labels:
-        raise InputError(f"{out}: --append: SRC gives {_kind_name(job.labels)} but the dataset has "
-                         f"{_kind_name(base.labels)}; label the new images as the dataset is labelled "
-                         "(--labels, --label-kind), or convert into another folder")
-    if job.label_columns != base.label_columns:
-        raise InputError(f"{out}: --append: the value labels' columns are {job.label_columns!r} but the dataset's "
-                         f"are {base.label_columns!r}; give the labels file the dataset's columns")
-    if job.split_rule != base.split_rule:
-        rule, had = job.split_rule or {}, base.split_rule or {}
-        key = next(k for k in ("method", "fractions", "seed", "from") if rule.get(k) != had.get(k))
-        raise InputError(f"{out}: --append: held-out split option {key} ({_HOLDOUT_FLAGS[key]}) is "
-                         f"{rule.get(key)!r}, but the dataset's split_rule has {had.get(key)!r}; pass the dataset's "
-                         "--val-fraction, --test-fraction and --split-seed")
 
 
 def _settle_state(out: str) -> dict | None:
@@ -177,7 +100,7 @@ def _settle_state(out: str) -> dict | None:
                               read_small_file(join(state, INPUTS_NAME), "inputs file").decode())
         elif inputs_lib.load_inputs(out, manifest) is None:  # killed while removing the state folder, or tampered
             raise OutputExistsError(f"{state}: an append whose {manifest_lib.MANIFEST_NAME} was written but whose "
-                                    f"{INPUTS_NAME} is in neither {out} nor {state}; {_RECONVERT}")
+                                    f"{INPUTS_NAME} is in neither {out} nor {state}; {RECONVERT}")
         remove_state_folder(out)
         return None
     if manifest.fingerprint != raw["base"]:
@@ -280,11 +203,11 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
     """
     on_status = on_status or (lambda status: None)
     workers = default_workers() if workers is None else workers
-    _base(out)  # the errors before the lock and the scan
+    base_dataset(out)  # the errors before the lock and the scan
     with output_lock(out):
         unfinished = _settle_state(out)
-        base = _base(out)
-        _check_options(out, base, options)
+        base = base_dataset(out)
+        check_options(out, base, options)
         tfds_files = [n for n in TFDS_FILES if tf.io.gfile.exists(join(out, n))]
         if tfds_files and not tfds:
             raise InputError(f"{out}: --append: holds TFDS metadata ({tfds_files[0]}), which would go on describing "
@@ -293,27 +216,25 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         inputs = inputs_lib.load_inputs(out, base)
         if inputs is None:
             raise InputError(f"{out}: --append: the dataset has no {INPUTS_NAME} (made before tfshard kept one), so "
-                             f"which inputs are new cannot be told; {_RECONVERT} once, then append")
+                             f"which inputs are new cannot be told; {RECONVERT} once, then append")
         job = ImageJob(src, options, known_classes=base.class_names)
-        _check_job(out, base, job)
+        check_job(out, base, job)
         new, retried, changed, deleted = _diff(src, job, inputs)
         generation = 1 + max([shard_generation(sh.file) for s in base.splits.values() for sh in s.shards]
                              + [a["generation"] for a in base.appends])
         if generation > MAX_GENERATION:
             raise InputError(f"{out}: --append: the dataset already has generation {generation - 1}, the last one "
-                             f"shard names allow ({MAX_GENERATION}); {_RECONVERT} into one generation")
+                             f"shard names allow ({MAX_GENERATION}); {RECONVERT} into one generation")
         new_classes = job.class_names[len(base.class_names):]
         found = AppendFound(generation, sum(map(len, new.values())), new_classes, changed, deleted)
         for what, paths in (("changed since they were converted", changed), ("deleted from SRC", deleted)):
             if paths:
                 log.warning("%s: %d input(s) in the dataset %s, e.g. %s; their records stay as converted (shards "
                             "are never rewritten); %s to take SRC as it is now", out, len(paths), what, paths[0],
-                            _RECONVERT)
+                            RECONVERT)
         job.items = new  # only the new inputs are converted; the scan saw them all
-        ordered, specs = plan_job(job, options, generation) if new else ({}, [])
-        target = manifest_lib.fingerprint({"base": base.fingerprint, "generation": generation,
-                                           "append": job_fingerprint(job, ordered, options)})
-        planned = planned_files(job, specs, options) if new else []
+        plan = plan_job(job, options, generation, base=base.fingerprint)
+        target, specs, planned = plan.fingerprint, plan.specs, plan.planned
         # Everything that could refuse the append, before it changes anything: a file at a new shard's name that no
         # record of an unfinished append proves, and TFDS metadata TFDS could not open.
         refuse_unrecorded(out, [n for n in planned if n != INPUTS_NAME], by_state(out) if unfinished else {})
@@ -328,9 +249,8 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
             if tfds:
                 write_tfds_after_conversion(out)
             return base
-        manifest, text = _append_locked(out, base, inputs, job, options, ordered, specs, planned, target, found,
-                                        retried, workers=workers, progress=progress, runner=runner,
-                                        on_status=on_status)
+        manifest, text = _append_locked(out, base, inputs, job, options, plan, found, retried, workers=workers,
+                                        progress=progress, runner=runner, on_status=on_status)
         stops.check()  # nothing more is written after a stop, even one swallowed on its way
         write_text_atomic(state_file(out, INPUTS_NAME), text)  # staged: a kill after the manifest finds it here
         if tfds:  # the old metadata describes the old shards only: it goes before dataset.json lists the new ones
@@ -345,9 +265,10 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
         return manifest
 
 
-def _append_locked(out, base, inputs, job, options, ordered, specs, planned, target, found, retried, *, workers,
-                   progress, runner, on_status) -> tuple[manifest_lib.Manifest, str]:
+def _append_locked(out, base, inputs, job, options, plan: JobPlan, found, retried, *, workers, progress, runner,
+                   on_status) -> tuple[manifest_lib.Manifest, str]:
     """Commits the new shards in the state folder; returns the merged manifest and the new inputs file's text."""
+    target = plan.fingerprint
     tf.io.gfile.makedirs(join(out, STATE_DIR))
     write_text_atomic(state_file(out, APPEND), json.dumps({"base": base.fingerprint, "target": target}))
     read = [r for r in inputs.inputs if r.state != "rejected"]
@@ -355,7 +276,7 @@ def _append_locked(out, base, inputs, job, options, ordered, specs, planned, tar
     earlier: dict[str, list] = {}
     for r in read:
         earlier.setdefault(r.split, []).append((r.path, r.sha256))
-    done = commit_shards(job, out, options, ordered, specs, target, planned, workers=workers, progress=progress,
+    done = commit_shards(job, out, options, plan, workers=workers, progress=progress,
                          runner=runner, on_status=lambda s: on_status(dataclasses.replace(s, append=found)),
                          existing=existing, earlier=earlier, earlier_dropped=sum(r.state == "dropped" for r in read),
                          appending=True)

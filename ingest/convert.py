@@ -1,6 +1,6 @@
 """Converting a source folder: ``convert_images`` and ``convert_episodes``, the converter's two entry points.
 
-Each scans its source into a job of its kind (``ingest/jobs.py``) and hands it
+Each scans its source into a job of its kind (``ingest/kinds/``) and hands it
 to the engine (``ingest/engine.py``), which plans, writes, commits and resumes
 alike for both, and with ``tfds=True`` adds the TFDS metadata (``ingest/tfds.py``).
 """
@@ -11,10 +11,12 @@ import dataclasses
 from collections.abc import Callable
 
 from ..format import manifest as manifest_lib
-from .append import append_images, check_append_request
+from .append import append_images
+from .append_checks import check_append_request
 from .duplicates import check_dedupe
 from .engine import check_folders, run_job
-from .jobs import EpisodeJob, ImageJob
+from .kinds.episodes import EpisodeJob
+from .kinds.images import ImageJob
 from .options import ConvertOptions
 from .resume import RunStatus
 from .tfds import check_tfds_request

@@ -1,7 +1,7 @@
 """The conversion engine, shared by every kind of input: plan, prepare in parallel, write, commit, manifest.
 
 ``convert_images`` and ``convert_episodes`` (``ingest/convert.py``) scan their
-source into a job (``ingest/jobs.py``); everything after the scan is ``run_job``.
+source into a job (``ingest/kinds/``), planned once (``ingest/job_plan.py``); everything after is ``run_job``.
 
 Resumable (``ingest/resume.py``): a rerun of the same command keeps every
 committed shard and ends byte-identical to an uninterrupted run. Shards that came
@@ -30,74 +30,24 @@ from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format import stops
 from ..format.dataset import check_output_folder
-from ..format.names import INPUTS_NAME, TEMP_PREFIX, index_file_name
+from ..format.names import INPUTS_NAME, TEMP_PREFIX
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
 from . import duplicates
 from .errors import InputError
-from .kind import Kind
+from .job_plan import JobPlan, plan_job
+from .kinds.protocol import Kind
 from .lock import output_lock
 from .options import ConvertOptions
 from .parallel import default_workers, ordered_map
-from .plan import ShardSpec, plan_split, shuffled_order
-from .renumber import apply_renumbering, check_requested_shards, plan_renumbering, undo_unfinished_renumbering
+from .plan import ShardSpec
+from .renumber import close_gaps, undo_unfinished_renumbering
 from .resume import RunStatus, committed_results, complete_dataset, prepare_output
 from .state import record_commit, remove_state_folder, state_file, write_plan
 from .tfds import check_tfds_up_front, write_tfds_after_conversion
 from .write import ShardResult, remove_if_exists, write_shard, write_text_atomic
 
 log = logging.getLogger(__name__)
-
-
-def plan_job(job: Kind, options: ConvertOptions, generation: int = 0) -> tuple[dict[str, list], list[ShardSpec]]:
-    """The record order of each split and its shard specs. An append's (``generation`` > 0) split of fewer new
-    inputs than ``num_shards``/``min_shards`` gets one shard per input: its options cannot change."""
-    ordered, specs = {}, []
-    splits = duplicates.write_order(job.items) if options.dedupe else list(job.items)  # held-out splits first
-    for split, items in ((split, job.items[split]) for split in splits):
-        if not items:
-            log.warning("%s: split %r has no usable inputs; it is left out", job.src, split)
-            continue
-        ordered[split] = [items[i] for i in shuffled_order(len(items), options.seed)]
-        num_shards, min_shards = options.num_shards, options.min_shards
-        if generation:
-            num_shards = None if num_shards is None else min(num_shards, len(items))
-            min_shards = min(min_shards, len(items))
-        try:
-            specs += plan_split(
-                split,
-                [job.size_of(item) for item in ordered[split]],
-                target_bytes=options.shard_bytes,
-                num_shards=num_shards,
-                min_shards=min_shards,
-                compression=options.compression,
-                generation=generation,
-            )
-        except ValueError as e:
-            found, asked = len(ordered[split]), max(options.num_shards or 0, options.min_shards)
-            if asked <= found:
-                raise InputError(f"{job.src}: split {split!r}: {e}") from e
-            raise InputError(
-                f"{job.src}: split {split!r}: {asked} shards asked for (got num_shards={options.num_shards!r}, "
-                f"min_shards={options.min_shards!r}) but only {found} {job.unit} inputs were found, counted before "
-                f"validation (the scan rejected {len(job.rejected)} in all); ask for at most {found} shards, fewer "
-                "if some inputs are rejected"
-            ) from e
-    if not specs:
-        raise InputError(f"{job.src}: {job.nothing_found}")
-    return ordered, specs
-
-
-def job_fingerprint(job: Kind, ordered: dict[str, list], options: ConvertOptions) -> str:
-    """What identifies a run's output: the kind, its options, the kind-wide facts and every input in write order."""
-    return manifest_lib.fingerprint(
-        {
-            "kind": job.kind,
-            "options": options.identity(job.kind),
-            "inputs": job.identity(),
-            "sources": {s: [job.source_key(item) for item in items] for s, items in ordered.items()},
-        }
-    )
 
 
 def _write_shards(
@@ -210,8 +160,8 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
                     "(pip install --force-reinstall google-crc32c, or use a platform it ships wheels for)")
     workers = default_workers() if workers is None else workers
     duplicates.check_dedupe(job.kind, options.dedupe, runner)
-    ordered, specs = plan_job(job, options)
-    fingerprint = job_fingerprint(job, ordered, options)
+    plan = plan_job(job, options)
+    fingerprint = plan.fingerprint
     check_output_folder(out)
     check_bucket(out)
     # Found complete without the lock, which a read-only OUT could not give; --tfds writes into OUT anyway, so it
@@ -225,8 +175,8 @@ def run_job(job: Kind, out: str, options: ConvertOptions, *, workers: int | None
     try:
         with output_lock(out):
             if tfds:  # refused before any shard is written, never found once the dataset is
-                check_tfds_up_front(out, _bare_manifest(job, options, fingerprint), specs)
-            manifest = _run_locked(job, out, options, ordered, specs, fingerprint, workers=workers,
+                check_tfds_up_front(out, _bare_manifest(job, options, fingerprint), plan.specs)
+            manifest = _run_locked(job, out, options, plan, workers=workers,
                                    overwrite=overwrite, progress=progress, runner=runner,
                                    on_status=on_status or (lambda status: None))
             if tfds:  # after dataset.json, under the same lock: no other conversion comes between
@@ -269,24 +219,13 @@ def _no_space(out: str) -> OSError:
     )
 
 
-def planned_files(job: Kind, specs: list[ShardSpec], options: ConvertOptions) -> list[str]:
-    """The files a run plans to write besides the manifest: its shards, their index files, the inputs file."""
-    planned = [s.file_name for s in specs]
-    if options.index:
-        planned += [index_file_name(n) for n in planned]
-    if job.kind == "images":
-        planned.append(INPUTS_NAME)
-    return planned
-
-
-def _run_locked(job: Kind, out, options, ordered, specs, fingerprint, *, workers, overwrite, progress, runner,
-                on_status):
-    planned = planned_files(job, specs, options)
-    existing = prepare_output(out, fingerprint, overwrite, planned + [manifest_lib.MANIFEST_NAME])
+def _run_locked(job: Kind, out, options, plan: JobPlan, *, workers, overwrite, progress, runner, on_status):
+    fingerprint = plan.fingerprint
+    existing = prepare_output(out, fingerprint, overwrite, plan.planned + [manifest_lib.MANIFEST_NAME])
     if existing is not None:
         return _already_complete(out, existing, on_status)
-    done = commit_shards(job, out, options, ordered, specs, fingerprint, planned, workers=workers, progress=progress,
-                         runner=runner, on_status=on_status)
+    done = commit_shards(job, out, options, plan, workers=workers, progress=progress, runner=runner,
+                         on_status=on_status)
     manifest = _assemble(job, done.specs, done.results, options, fingerprint, done.duplicates)
     stops.check()  # nothing more is written after a stop, even one swallowed on its way
     if done.read is not None:  # before the manifest: a dataset.json is never without its inputs file
@@ -312,8 +251,8 @@ class Committed:
     rejected: list[dict[str, str]]
 
 
-def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[str, list], specs: list[ShardSpec],
-                  fingerprint: str, planned: list[str], *, workers: int, progress: bool, runner: Callable | None,
+def commit_shards(job: Kind, out: str, options: ConvertOptions, plan: JobPlan, *, workers: int, progress: bool,
+                  runner: Callable | None,
                   on_status: Callable[[RunStatus], None], existing: dict | None = None, earlier: dict | None = None,
                   earlier_dropped: int = 0, appending: bool = False) -> Committed:
     """Writes and commits the planned shards into the state folder ``prepare_output`` (or an append) made, keeping
@@ -323,6 +262,7 @@ def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[st
     (``duplicates.Deduper``) and the duplicates report. ``appending``: an append, whose every new input may be
     rejected (no shard is then committed; a conversion stops with an error).
     """
+    ordered, specs, fingerprint, planned = plan.ordered, plan.specs, plan.fingerprint, plan.planned
     undo_unfinished_renumbering(out)  # before plan.json forgets the renamed files' names
     write_plan(out, fingerprint, planned)
     for name in planned + [manifest_lib.MANIFEST_NAME]:  # temporaries of a run that died mid-write
@@ -350,7 +290,7 @@ def commit_shards(job: Kind, out: str, options: ConvertOptions, ordered: dict[st
     read = job.input_records(specs, ordered, results) if images else None
     rejected = [r for s in specs for r in results[s.file_name].rejected]
     stops.check()  # before any renumbering: a stop leaves the committed shards as they are, for the rerun
-    specs, results = _close_gaps(job, out, specs, results, options, fingerprint, planned, appending)
+    specs, results = close_gaps(job, out, specs, results, options, fingerprint, planned, appending)
     return Committed(specs, results, found, read, rejected)
 
 
@@ -359,40 +299,3 @@ def _already_complete(out: str, existing: manifest_lib.Manifest, on_status) -> m
     shards = sum(len(split.shards) for split in existing.splits.values())
     on_status(RunStatus(True, shards, shards, existing.total_records, existing.total_bytes))
     return existing
-
-
-def _close_gaps(job: Kind, out: str, specs: list[ShardSpec], results: dict[str, ShardResult], options,
-                fingerprint: str, planned: list[str], appending: bool = False
-                ) -> tuple[list[ShardSpec], dict[str, ShardResult]]:
-    """Drops shards that hold no record (every input rejected) and renumbers the rest (``ingest/renumber.py``)."""
-
-    records = {name: result.info.records for name, result in results.items()}
-    renumbering = plan_renumbering(specs, records, compression=options.compression, index=options.index)
-    if not renumbering.dropped:
-        return specs, results
-    if not appending:  # an append's shards are one more generation: the shards asked for were met already
-            check_requested_shards(job.src, renumbering, specs, records, num_shards=options.num_shards,
-                               min_shards=options.min_shards, unit=job.unit)
-    if not renumbering.specs and not appending:
-        first = next(r for result in results.values() for r in result.rejected)
-        raise InputError(f"{job.src}: every input was rejected, e.g. {first['path']}: {first['reason']}; "
-                         "no dataset is written")
-    for split in dict.fromkeys(s.split for s in specs):
-        if not any(s.split == split for s in renumbering.specs):
-            log.warning("%s: split %r: every input was rejected; it is left out", job.src, split)
-    apply_renumbering(out, renumbering, fingerprint, planned)
-    if not renumbering.specs:
-        return [], {}
-    renamed = {}
-    for spec in renumbering.specs:
-        result = results[renumbering.planned_names[spec.file_name]]
-        index_name = index_file_name(spec.file_name) if result.info.index_file else None
-        info = dataclasses.replace(result.info, file=spec.file_name, index_file=index_name)
-        renamed[spec.file_name] = dataclasses.replace(result, info=info)
-    # The dropped shards' rejections still belong in the manifest.
-    kept = set(renumbering.planned_names.values())
-    lost = [r for name, result in results.items() if name not in kept for r in result.rejected]
-    if lost:
-        first = renumbering.specs[0].file_name
-        renamed[first] = dataclasses.replace(renamed[first], rejected=renamed[first].rejected + lost)
-    return renumbering.specs, renamed

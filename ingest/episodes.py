@@ -24,7 +24,7 @@ from ..format.storage import open_regular
 from . import npy
 from .errors import InputError
 from .npy import MAX_FEATURES, READ_ERRORS, BadFile
-from .plan import parse_size
+from .options import DEFAULT_MAX_EPISODE_BYTES, EpisodeOptions
 from .scan import (
     Rejection,
     SourceFile,
@@ -37,10 +37,7 @@ from .scan import (
 
 EPISODE_EXTENSIONS = (".npy", ".npz")
 NPY_FEATURE = "data"
-ON_NAN = ("fail", "skip", "keep")
 NUMERIC_KINDS = "biufc"  # bool, signed, unsigned, float, complex; of these only EPISODE_DTYPES can be read back
-DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
-DEFAULT_MAX_EPISODE_BYTES = 2**30
 EMPTY_EPISODE = "empty episode (0 time steps); left out"
 
 
@@ -57,46 +54,6 @@ class FeatureSpec:
 
 
 Schema = dict  # feature name -> FeatureSpec
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeOptions:
-    """How episodes are checked and cut.
-
-    Attributes:
-      on_nan: ``"fail"`` (default) stops at a NaN/inf, naming file and index;
-        ``"skip"`` leaves the episode out with that reason; ``"keep"`` writes it.
-      max_record_bytes: an episode larger than this is split into chunk records
-        (whole time steps), joined again by the reader.
-      max_episode_bytes: an episode whose arrays the headers declare larger than
-        this is rejected before anything is loaded (a worker holds about two
-        copies of one episode; a small compressed ``.npz`` can declare gigabytes).
-      labels_file: a CSV of ``path,label`` rows (``ingest/labels.py``) giving each episode a label;
-        episodes it names no label for are left out and counted. Wins over ``class_folders``.
-      class_folders: label episodes by their folder when every episode file is one folder below its split
-        root (``SRC/<class>/<ep>.npy``) and there are at least two such folders (``class_folder_labels``).
-      label_kind: ``"class"`` or ``"value"`` for the labels file's values; None decides from them
-        (``ingest/label_kinds.py``).
-    """
-
-    on_nan: str = "fail"
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
-    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
-    labels_file: str | None = None
-    class_folders: bool = True
-    label_kind: str | None = None
-
-    def __post_init__(self):
-        if self.label_kind not in (None, "class", "value"):
-            raise ValueError(f"label_kind: must be 'class', 'value' or None for episodes (got {self.label_kind!r}); "
-                             "multi-label is for images")
-        if self.label_kind is not None and self.labels_file is None:
-            raise ValueError(f"label_kind: only with a labels file (got label_kind={self.label_kind!r} and no "
-                             "labels_file); pass --labels FILE, or drop --label-kind")
-        if self.on_nan not in ON_NAN:
-            raise ValueError(f"on_nan: must be one of {ON_NAN} (got {self.on_nan!r})")
-        for name in ("max_record_bytes", "max_episode_bytes"):  # byte counts, or sizes such as "64MiB"
-            object.__setattr__(self, name, parse_size(getattr(self, name), name))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,30 +239,6 @@ def scan_episode_files(root: str) -> SourceTree:
     tree.files = {s: sorted(f, key=lambda x: x.relpath) for s, f in sorted(tree.files.items())}
     tree.finish_ignored()
     return tree
-
-
-def class_folder_labels(tree: SourceTree) -> tuple[list[str], dict[str, int]] | None:
-    """Class names and each episode file's label when the tree is class folders, else None.
-
-    The rule, decided on the files the scan found (unreadable ones too) before any header is read: every episode
-    file is exactly one folder below its split root (``SRC/<class>/<ep>.npy``, or ``SRC/<split>/<class>/<ep>.npy``
-    when the top folders are splits), and there are at least two class folders over all splits. The class names
-    are sorted; a label is its folder's index.
-
-        class_folder_labels(scan_episode_files("src"))  # (['run', 'sit', 'walk'], {'run/0.npy': 0, ...})
-    """
-    paths = [f.relpath for files in tree.files.values() for f in files] + [r.relpath for r in tree.rejected]
-    folders = {}
-    for path in paths:
-        parts = path.split("/")[1:] if tree.use_splits else path.split("/")
-        if len(parts) != 2:
-            return None
-        folders[path] = parts[0]
-    class_names = sorted(set(folders.values()))
-    if len(class_names) < 2:
-        return None
-    index = {name: i for i, name in enumerate(class_names)}
-    return class_names, {path: index[folder] for path, folder in folders.items()}
 
 
 def feature_sums(array: np.ndarray) -> tuple[FeatureSums, bool]:

@@ -28,52 +28,10 @@ from PIL import Image, ImageOps
 
 from ..format.statistics import PIXEL_DECIMALS
 from ..format.storage import NotRegularFileError, open_regular
+from .options import ImageOptions
 from .scan import Rejection, SourceFile
 
-DEFAULT_QUALITY = 95
-DEFAULT_MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold
 _EXIF_ORIENTATION = 0x0112
-
-
-@dataclasses.dataclass(frozen=True)
-class ImageOptions:
-    """How images are validated and converted.
-
-    Attributes:
-      quality: JPEG quality (1-95) for converted images; passthrough JPEGs keep theirs.
-      rgb: convert grayscale to 3-channel RGB (otherwise it stays 1-channel).
-      max_side: resize so the longer side is at most this many pixels (None: never).
-      max_pixels: reject images with more pixels than this (decompression bombs).
-      validate: decode every image in full to catch truncation and corruption.
-        JPEGs are decoded at 1/8 scale (libjpeg's DCT scaling), which still reads
-        every entropy-coded byte, and any libjpeg warning about corrupt data
-        rejects the file; off, only the header is read.
-      labels_file: a CSV or JSON Lines file labelling each image (``ingest/labels.py``) instead of class folders;
-        SRC may then be a flat folder.
-      label_kind: ``"class"``, ``"multi"`` or ``"value"`` for the labels file's values; None decides from them.
-    """
-
-    quality: int = DEFAULT_QUALITY
-    rgb: bool = False
-    max_side: int | None = None
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    validate: bool = True
-    labels_file: str | None = None
-    label_kind: str | None = None
-
-    def __post_init__(self):
-        if self.label_kind not in (None, "class", "multi", "value"):
-            raise ValueError(f"label_kind: must be 'class', 'multi', 'value' or None (got {self.label_kind!r})")
-        if self.label_kind is not None and self.labels_file is None:
-            raise ValueError(f"label_kind: only with a labels file (got label_kind={self.label_kind!r} and no "
-                             "labels_file); pass --labels FILE, or drop --label-kind")
-        if not 1 <= self.quality <= 100:
-            raise ValueError(f"quality: must be in [1, 100] (got {self.quality!r}); 95 keeps nearly all detail")
-        if self.max_side is not None and self.max_side < 1:
-            raise ValueError(f"max_side: must be a positive number of pixels (got {self.max_side!r}); "
-                             "or leave it unset")
-        if self.max_pixels < 1:
-            raise ValueError(f"max_pixels: must be positive (got {self.max_pixels!r})")
 
 
 @dataclasses.dataclass(frozen=True)

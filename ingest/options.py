@@ -1,16 +1,106 @@
-"""``ConvertOptions``: everything that decides what a conversion writes. Pure: no TensorFlow, no I/O."""
+"""Everything that decides what a conversion writes: ``ConvertOptions``, and within it ``ImageOptions`` (how images
+are validated and converted) and ``EpisodeOptions`` (how episodes are checked and cut). Pure: no TensorFlow, no I/O.
+
+Each checks itself in ``__post_init__``; the workers (``ingest/images.py``, ``ingest/episodes.py``) only read them.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
 from ..format.names import COMPRESSIONS
-from .episodes import EpisodeOptions
 from .holdout import Holdout
-from .images import ImageOptions
 from .plan import DEFAULT_SHARD_BYTES, parse_size
 
 ON_ERROR = (None, "skip", "fail")
+DEFAULT_QUALITY = 95
+DEFAULT_MAX_PIXELS = 89_478_485  # PIL's own decompression-bomb threshold
+ON_NAN = ("fail", "skip", "keep")
+DEFAULT_MAX_RECORD_BYTES = 64 * 2**20
+DEFAULT_MAX_EPISODE_BYTES = 2**30
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageOptions:
+    """How images are validated and converted.
+
+    Attributes:
+      quality: JPEG quality (1-95) for converted images; passthrough JPEGs keep theirs.
+      rgb: convert grayscale to 3-channel RGB (otherwise it stays 1-channel).
+      max_side: resize so the longer side is at most this many pixels (None: never).
+      max_pixels: reject images with more pixels than this (decompression bombs).
+      validate: decode every image in full to catch truncation and corruption.
+        JPEGs are decoded at 1/8 scale (libjpeg's DCT scaling), which still reads
+        every entropy-coded byte, and any libjpeg warning about corrupt data
+        rejects the file; off, only the header is read.
+      labels_file: a CSV or JSON Lines file labelling each image (``ingest/labels.py``) instead of class folders;
+        SRC may then be a flat folder.
+      label_kind: ``"class"``, ``"multi"`` or ``"value"`` for the labels file's values; None decides from them.
+    """
+
+    quality: int = DEFAULT_QUALITY
+    rgb: bool = False
+    max_side: int | None = None
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    validate: bool = True
+    labels_file: str | None = None
+    label_kind: str | None = None
+
+    def __post_init__(self):
+        if self.label_kind not in (None, "class", "multi", "value"):
+            raise ValueError(f"label_kind: must be 'class', 'multi', 'value' or None (got {self.label_kind!r})")
+        if self.label_kind is not None and self.labels_file is None:
+            raise ValueError(f"label_kind: only with a labels file (got label_kind={self.label_kind!r} and no "
+                             "labels_file); pass --labels FILE, or drop --label-kind")
+        if not 1 <= self.quality <= 100:
+            raise ValueError(f"quality: must be in [1, 100] (got {self.quality!r}); 95 keeps nearly all detail")
+        if self.max_side is not None and self.max_side < 1:
+            raise ValueError(f"max_side: must be a positive number of pixels (got {self.max_side!r}); "
+                             "or leave it unset")
+        if self.max_pixels < 1:
+            raise ValueError(f"max_pixels: must be positive (got {self.max_pixels!r})")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeOptions:
+    """How episodes are checked and cut.
+
+    Attributes:
+      on_nan: ``"fail"`` (default) stops at a NaN/inf, naming file and index;
+        ``"skip"`` leaves the episode out with that reason; ``"keep"`` writes it.
+      max_record_bytes: an episode larger than this is split into chunk records
+        (whole time steps), joined again by the reader.
+      max_episode_bytes: an episode whose arrays the headers declare larger than
+        this is rejected before anything is loaded (a worker holds about two
+        copies of one episode; a small compressed ``.npz`` can declare gigabytes).
+      labels_file: a CSV of ``path,label`` rows (``ingest/labels.py``) giving each episode a label;
+        episodes it names no label for are left out and counted. Wins over ``class_folders``.
+      class_folders: label episodes by their folder when every episode file is one folder below its split
+        root (``SRC/<class>/<ep>.npy``) and there are at least two such folders (``class_folder_labels``).
+      label_kind: ``"class"`` or ``"value"`` for the labels file's values; None decides from them
+        (``ingest/label_kinds.py``).
+    """
+
+    on_nan: str = "fail"
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
+    labels_file: str | None = None
+    class_folders: bool = True
+    label_kind: str | None = None
+
+    def __post_init__(self):
+        if self.label_kind not in (None, "class", "value"):
+            raise ValueError(f"label_kind: must be 'class', 'value' or None for episodes (got {self.label_kind!r}); "
+                             "multi-label is for images")
+        if self.label_kind is not None and self.labels_file is None:
+            raise ValueError(f"label_kind: only with a labels file (got label_kind={self.label_kind!r} and no "
+                             "labels_file); pass --labels FILE, or drop --label-kind")
+        if self.on_nan not in ON_NAN:
+            raise ValueError(f"on_nan: must be one of {ON_NAN} (got {self.on_nan!r})")
+        for name in ("max_record_bytes", "max_episode_bytes"):  # byte counts, or sizes such as "64MiB"
+            object.__setattr__(self, name, parse_size(getattr(self, name), name))
+
+
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ folder; with the commit records it proves a renamed shard's bytes under its new
 name, so an ``--overwrite`` of the unfinished conversion removes it). A rerun puts
 the renamed shards back under their planned names before anything else (each only
 on that proof), finds every shard committed, and renumbers again: the same files
-as an uninterrupted run.
+as an uninterrupted run. ``close_gaps`` is what the engine calls once every planned shard is committed.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from ..format import manifest as manifest_lib
 from ..format.names import index_file_name, shard_file_name, shard_generation
 from ..format.storage import join
 from .errors import InputError
+from .kinds.protocol import Kind
 from .plan import ShardSpec
 from .proof import by_state, present, prove, refusal
 from .state import RENUMBER, exists, read_renames, state_file, write_plan
-from .write import remove_if_exists, write_text_atomic
+from .write import ShardResult, remove_if_exists, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +146,44 @@ def undo_unfinished_renumbering(out: str) -> None:
     for old, new in back:
         tf.io.gfile.rename(join(out, new), join(out, old), overwrite=False)
     tf.io.gfile.remove(state_file(out, RENUMBER))
+
+
+def close_gaps(job: Kind, out: str, specs: list[ShardSpec], results: dict[str, ShardResult], options,
+                fingerprint: str, planned: list[str], appending: bool = False
+                ) -> tuple[list[ShardSpec], dict[str, ShardResult]]:
+    """Drops shards that hold no record (every input rejected) and renumbers the rest; returns the final specs and
+    results (renamed, with the dropped shards' rejections kept).
+
+    ``appending``: an append's shards are one more generation, so the shards asked for were met already, and every
+    new input may be rejected (no shard then). A conversion with every input rejected is an InputError.
+    """
+    records = {name: result.info.records for name, result in results.items()}
+    renumbering = plan_renumbering(specs, records, compression=options.compression, index=options.index)
+    if not renumbering.dropped:
+        return specs, results
+    if not appending:  # an append's shards are one more generation: the shards asked for were met already
+        check_requested_shards(job.src, renumbering, specs, records, num_shards=options.num_shards,
+                               min_shards=options.min_shards, unit=job.unit)
+    if not renumbering.specs and not appending:
+        first = next(r for result in results.values() for r in result.rejected)
+        raise InputError(f"{job.src}: every input was rejected, e.g. {first['path']}: {first['reason']}; "
+                         "no dataset is written")
+    for split in dict.fromkeys(s.split for s in specs):
+        if not any(s.split == split for s in renumbering.specs):
+            log.warning("%s: split %r: every input was rejected; it is left out", job.src, split)
+    apply_renumbering(out, renumbering, fingerprint, planned)
+    if not renumbering.specs:
+        return [], {}
+    renamed = {}
+    for spec in renumbering.specs:
+        result = results[renumbering.planned_names[spec.file_name]]
+        index_name = index_file_name(spec.file_name) if result.info.index_file else None
+        info = dataclasses.replace(result.info, file=spec.file_name, index_file=index_name)
+        renamed[spec.file_name] = dataclasses.replace(result, info=info)
+    # The dropped shards' rejections still belong in the manifest.
+    kept = set(renumbering.planned_names.values())
+    lost = [r for name, result in results.items() if name not in kept for r in result.rejected]
+    if lost:
+        first = renumbering.specs[0].file_name
+        renamed[first] = dataclasses.replace(renamed[first], rejected=renamed[first].rejected + lost)
+    return renumbering.specs, renamed

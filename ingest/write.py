@@ -32,7 +32,7 @@ from ..format.names import TEMP_PREFIX, index_file_name
 from ..format.storage import create_new, is_url, join, write_atomic
 from ..format.tfrecord import gzip_member
 from .errors import InputError
-from .kind import Kind
+from .kinds.protocol import Kind
 from .options import ConvertOptions
 from .plan import ShardSpec
 from .scan import Rejection

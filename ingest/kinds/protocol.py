@@ -2,16 +2,35 @@
 
 The engine (``ingest/engine.py``, and ``ingest/beam_runner.py`` for Beam) plans,
 runs workers, commits shards, resumes and writes the manifest once for every
-kind; a kind (``ingest/jobs.py``) scans its source and answers these questions.
-A new kind of input is a new class with these members, and nothing else changes.
+kind; a kind (``ingest/kinds/images.py``, ``ingest/kinds/episodes.py``) scans its
+source and answers these questions. A new kind of input is a new class with these
+members, and nothing else changes. Also here: the checks every kind's
+``stats_from_dict`` applies to the numbers of a commit record, which is untrusted.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from .scan import Rejection
+from ...format.manifest import is_count, is_finite_number
+from ..scan import Rejection
+
+
+def checked_count(value, low: int = 0, high: float = math.inf) -> int:
+    """``value`` when it is an int in ``[low, high]``; a ValueError otherwise."""
+    if not is_count(value, low, high):
+        raise ValueError(f"a count out of range (got {value!r})")
+    return value
+
+
+def checked_numbers(values, length: int) -> tuple:
+    """``values`` as a tuple when they are ``length`` finite numbers; a ValueError otherwise."""
+    values = tuple(values)
+    if len(values) != length or not all(map(is_finite_number, values)):
+        raise ValueError(f"not {length} finite numbers (got {values!r:.80})")
+    return values
 
 
 class ShardStats(Protocol):
