@@ -255,8 +255,9 @@ def commit_shards(job: Kind, out: str, options: ConvertOptions, plan: JobPlan, *
                   runner: Callable | None,
                   on_status: Callable[[RunStatus], None], existing: dict | None = None, earlier: dict | None = None,
                   earlier_dropped: int = 0, appending: bool = False) -> Committed:
-    """Writes and commits the planned shards into the state folder ``prepare_output`` (or an append) made, keeping
-    those a killed run committed; for a conversion and an append alike.
+    """Writes and commits the shards of ``plan`` into the state folder ``prepare_output`` (or an append) made, keeping
+    those a killed run committed; for a conversion and an append alike. ``plan.fingerprint`` is what the state
+    folder and the commit records are kept under.
 
     ``existing``, ``earlier``, ``earlier_dropped``: an append's images already in the dataset, for ``--dedupe``
     (``duplicates.Deduper``) and the duplicates report. ``appending``: an append, whose every new input may be

@@ -35,6 +35,8 @@ from .scanning import fail_on, read_labels
 
 @dataclasses.dataclass
 class EpisodeShardStats:
+    """One episode shard's statistics (``ShardStats``): its episodes' manifest entries and per-feature sums."""
+
     episodes: list[dict] = dataclasses.field(default_factory=list)  # {"id", "source", "length", "label"}
     sums: dict[str, FeatureSums] = dataclasses.field(default_factory=dict)
 

@@ -24,6 +24,8 @@ from .scanning import fail_on, read_labels
 
 @dataclasses.dataclass
 class ImageShardStats:
+    """One image shard's statistics (``ShardStats``): class counts, exact pixel sums, conversions, image hashes."""
+
     class_counts: list[int]
     pixels: PixelSums = PixelSums()
     converted: int = 0
