@@ -359,7 +359,7 @@ def test_a_changed_labelling_is_another_dataset(tmp_path):
 
 
 def test_a_tampered_commit_record_label_is_refused(tmp_path):
-    from tfshard.ingest.jobs import EpisodeJob
+    from tfshard.ingest.kinds.episodes import EpisodeJob
     from tfshard.ingest.options import ConvertOptions
 
     src = tmp_path / "src"

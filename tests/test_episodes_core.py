@@ -127,10 +127,11 @@ def test_split_folders_golden(folders, files, expected):
 
 
 def test_both_kinds_bring_what_the_engine_needs(tmp_path):
-    """Each kind of input is a ``Kind`` (``ingest/kind.py``): the members the shared engine uses, and no others."""
+    """Each kind of input is a ``Kind`` (``ingest/kinds/protocol.py``): the members the engine uses, and no others."""
     from tfshard.ingest import ConvertOptions
-    from tfshard.ingest.jobs import EpisodeJob, ImageJob
-    from tfshard.ingest.kind import Kind
+    from tfshard.ingest.kinds.episodes import EpisodeJob
+    from tfshard.ingest.kinds.images import ImageJob
+    from tfshard.ingest.kinds.protocol import Kind
 
     make_tree(str(tmp_path / "images"), per_class=1)
     (tmp_path / "episodes").mkdir()

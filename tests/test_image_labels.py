@@ -208,7 +208,7 @@ def test_rows_naming_no_input_stream_through_in_no_memory(tmp_path):
 @pytest.mark.slow
 def test_a_row_per_image_of_a_hundred_thousand_image_tree(tmp_path):
     from tfshard.ingest import ConvertOptions
-    from tfshard.ingest.jobs import ImageJob
+    from tfshard.ingest.kinds.images import ImageJob
 
     src = tmp_path / "src"
     originals = [tmp_path / f"{k}.jpg" for k in range(4)]

@@ -132,7 +132,7 @@ def test_readers_import_nothing_of_the_converter():
 
 def test_format_and_the_converter_core_load_no_tensorflow():
     code = ("import sys, tfshard.format.names, tfshard.format.records, tfshard.format.manifest, "
-            "tfshard.format.storage, tfshard.format.dataset, tfshard.format.owners, tfshard.ingest.kind, "
+            "tfshard.format.storage, tfshard.format.dataset, tfshard.format.owners, tfshard.ingest.kinds.protocol, "
             "tfshard.format.duplicates, tfshard.ingest.duplicates, "
             "tfshard.tools.report; print('tensorflow' in sys.modules)")
     assert _run(sys.executable, "-c", code, timeout=120).stdout.strip() == "False"

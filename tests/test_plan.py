@@ -126,7 +126,8 @@ def test_pure_core_never_imports_tensorflow():
         "import sys; import tfshard.ingest, tfshard.ingest.plan, tfshard.ingest.scan, tfshard.ingest.images, "
         "tfshard.format.manifest, tfshard.ingest.parallel, tfshard.tools.demo_data, tfshard.ingest.episodes, "
         "tfshard.format.storage, tfshard.format.manifest, tfshard.format.records, tfshard.format.names, "
-        "tfshard.format.tfrecord, tfshard.ingest.examples, tfshard.ingest.jobs; print('tensorflow' in sys.modules)"
+        "tfshard.format.tfrecord, tfshard.ingest.examples, tfshard.ingest.kinds.images, tfshard.ingest.kinds.episodes, "
+        "tfshard.ingest.job_plan, tfshard.ingest.options; print('tensorflow' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
