@@ -21,13 +21,12 @@ PAGES = {"cli": os.path.join(HERE, "reference", "cli.md"), "api": os.path.join(H
 API = {
     "tfshard.ingest": ["convert_images", "convert_episodes", "ConvertOptions", "ImageOptions", "EpisodeOptions",
                        "parse_size", "load_manifest", "Manifest", "InputError", "OutputExistsError",
-                       "TfdsMetadataError"],
+                       "TfdsMetadataError", "write_tfds_metadata"],
     "tfshard.readers": ["images", "info", "DatasetInfo", "normalization", "episodes", "windows", "resident_windows",
                         "model_windows", "ModelWindows", "WindowGather"],
     "tfshard.readers.service": ["start_dispatcher", "start_worker", "bound_port"],
     "tfshard.tools.verify": ["verify", "VerifyError"],
     "tfshard.tools.preview": ["preview", "save_picture"],
-    "tfshard.tools.tfds": ["write_tfds_metadata"],
     "tfshard.tools.bench": ["run", "time_epochs"],
     "tfshard.tools.demo": ["run_demo"],
 }

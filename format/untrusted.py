@@ -16,6 +16,7 @@ from typing import Any
 from . import statistics
 from .appends import check_appends
 from .duplicates import check_duplicates
+from .errors import ManifestError
 from .manifest import (
     _DTYPES,
     EPISODE_DTYPES,
@@ -27,7 +28,6 @@ from .manifest import (
     EpisodeSplitInfo,
     ImageSplitInfo,
     Manifest,
-    ManifestError,
     ShardInfo,
     SplitInfo,
     check_format_version,

@@ -36,10 +36,10 @@ from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format import stops
 from ..format.dataset import load_manifest, read_small_file
+from ..format.errors import InputError, OutputExistsError
 from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
 from ..format.storage import join
 from .engine import commit_shards, job_fingerprint, plan_job, planned_files
-from .errors import InputError, OutputExistsError
 from .images import PixelSums
 from .jobs import ImageJob
 from .lock import output_lock

@@ -19,6 +19,7 @@ import math
 import os
 from typing import Any
 
+from ..format.errors import InputError
 from ..format.inputs import InputRecord
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import LABEL_NAME, episode_features, image_features_of
@@ -35,7 +36,6 @@ from .episodes import (
     read_episode_header,
     scan_episode_files,
 )
-from .errors import InputError
 from .examples import ImageItemStats, encode_item, episode_records, image_records
 from .holdout import hold_out
 from .images import PixelSums, prepare_image

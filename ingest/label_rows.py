@@ -32,9 +32,9 @@ import posixpath
 import re
 import typing
 
+from ..format.errors import InputError
 from ..format.names import SPLIT_NAME
 from ..format.storage import NotRegularFileError, file_kind, open_regular
-from .errors import InputError
 from .label_formats import Csv, JsonLines, column_key, fold
 
 MAX_LABELS_BYTES = 1 << 30  # checked before the file is read

@@ -16,18 +16,11 @@ import tensorflow as tf
 from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
-from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
+from ..format.errors import NotRegularFileError, VerifyError
+from ..format.storage import file_sha256, join, stat_regular
+from ..format.tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
 from .image_checks import ImageChecks
 from .record_checks import REWRITE, Tally, labels_problems, read_shard, split_problems
-from .tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
-
-
-class VerifyError(ValueError):
-    """A written dataset does not match its manifest; ``problems`` lists every finding."""
-
-    def __init__(self, message: str, problems: list[str]):
-        super().__init__(message)
-        self.problems = problems
 
 
 def verify(out: str) -> manifest_lib.Manifest:
