@@ -21,10 +21,10 @@ from typing import Any
 
 from ..format.errors import InputError
 from ..format.inputs import InputRecord
+from ..format.labels import label_problem
 from ..format.manifest import EpisodeInfo, is_count, is_finite_number
 from ..format.records import LABEL_NAME, episode_features, image_features_of
 from ..format.statistics import pixel_sums_problem
-from ..format.untrusted import label_problem
 from . import duplicates
 from . import labels as labels_lib
 from .episodes import (

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
-from ..format import untrusted
+from ..format import json_checks
 from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import InputError, TfdsMetadataError
 from ..format.manifest import SPLIT_TYPES, ShardInfo
@@ -121,7 +121,7 @@ def _refuse_theirs(out: str) -> None:
         return
     path = join(out, TFDS_FILES[0])
     try:
-        info = untrusted.parse_json(read_small_file(path, "TFDS metadata"), path)
+        info = json_checks.parse_json(read_small_file(path, "TFDS metadata"), path)
         ours = isinstance(info, dict) and is_tfshard_description(info.get("description"))
     except (OSError, ValueError):
         ours = False
@@ -180,7 +180,7 @@ def written_for(out: str, manifest) -> list[str]:
     """The TFDS metadata files in OUT that ``tfshard tfds`` (or ``--tfds``) wrote for this dataset (its description
     names the dataset's fingerprint); metadata of anything else is not tfshard's to remove."""
     try:
-        info = untrusted.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
+        info = json_checks.parse_json(read_small_file(join(out, TFDS_FILES[0]), "TFDS metadata"), TFDS_FILES[0])
         ours = isinstance(info, dict) and manifest.fingerprint in str(info.get("description", ""))
     except (OSError, ValueError):
         return []

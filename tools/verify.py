@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ..format import json_checks
 from ..format import manifest as manifest_lib
-from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import NotRegularFileError, VerifyError
 from ..format.storage import file_sha256, join, stat_regular
@@ -109,7 +109,7 @@ def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     path = join(out, "dataset_info.json")
     fix = f"run `tfshard tfds {out}` again (or remove the TFDS files)"
     try:
-        info = untrusted.parse_json(read_small_file(path, "TFDS metadata"), path)
+        info = json_checks.parse_json(read_small_file(path, "TFDS metadata"), path)
     except FileNotFoundError:
         return []
     except ValueError as e:  # not a regular file, too large, not UTF-8 JSON, nested absurdly deep
