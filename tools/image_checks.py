@@ -28,7 +28,8 @@ from ..format.names import INPUTS_NAME
 from ..format.statistics import pixel_problems, pixel_sums_problem
 from ..format.storage import join
 from ..ingest.images import PixelSums, passthrough_pixel_sums
-from .record_checks import ENCODED, FILENAME, HEIGHT, REWRITE, WIDTH, first_finding, record_text
+from .record_checks import ENCODED, FILENAME, HEIGHT, WIDTH
+from .shard_read import REWRITE, first_finding, record_text
 
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, MemoryError)  # PIL's and TurboJPEG's, on bytes that lie
 

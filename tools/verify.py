@@ -20,7 +20,9 @@ from ..format.errors import NotRegularFileError, VerifyError
 from ..format.storage import file_sha256, join, stat_regular
 from ..format.tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
 from .image_checks import ImageChecks
-from .record_checks import REWRITE, Tally, labels_problems, read_shard, split_problems
+from .record_checks import read_shard
+from .shard_read import REWRITE, Tally
+from .split_checks import labels_problems, split_problems
 
 
 def verify(out: str) -> manifest_lib.Manifest:
