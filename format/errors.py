@@ -1,10 +1,10 @@
-"""tfshard's exceptions, the ones a caller may catch: one home that every layer imports (``format`` imports nothing).
+"""tfshard's exceptions, the ones a caller may catch: one home that every layer may import (it imports nothing).
 
 Each subclasses the builtin a caller would catch anyway, and its message names the path, the problem and the fix.
 The packages export the ones their users meet: ``tfshard.ingest.InputError``, ``OutputExistsError``,
 ``TfdsMetadataError`` and ``VerifyError``. Exceptions that never leave the module raising them (a worker's
 ``_CorruptJpeg``, ``npy.BadFile``, the shard cache's ``Stopped``) stay beside the code that raises and catches them;
-the shard cache's folder errors are the readers' (``readers/shard_cache/locks.py``), and ``Terminated`` is a signal
+the shard cache's folder errors are the readers' own (``readers/shard_cache/``); ``Terminated`` is a signal
 (``format/stops.py``), not an error.
 
     try:
