@@ -495,7 +495,7 @@ def test_an_append_with_tfds_killed_after_its_manifest_leaves_no_metadata_of_par
     """Killed between dataset.json and the new TFDS metadata: TFDS finds no metadata (the old, which it would read as
     the whole dataset, went before dataset.json was replaced) rather than the old shards only; a rerun writes it."""
     import tensorflow_datasets as tfds
-    from tfshard.tools.tfds import write_tfds_metadata
+    from tfshard.ingest.tfds import write_tfds_metadata
 
     src, out, _ = grown
     write_tfds_metadata(str(out))
@@ -555,8 +555,8 @@ def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_
 
 def test_append_with_tfds_names_each_generation_a_split_tfds_reads_as_one(grown, cli):
     import tensorflow_datasets as tfds
-    from tfshard.ingest.tfds import tfds_read_splits
-    from tfshard.tools.tfds import write_tfds_metadata
+    from tfshard.format.tfds import tfds_read_splits
+    from tfshard.ingest.tfds import write_tfds_metadata
 
     src, out, _ = grown
     write_tfds_metadata(str(out))  # the first conversion's metadata: an append without --tfds would leave it stale
@@ -588,7 +588,7 @@ def read_labels_of(out) -> list[int]:
 def test_append_with_tfds_of_a_class_tfds_cannot_hold_is_refused_before_anything_changes(grown):
     """The new class's name would be read back stripped by TFDS: refused before any new shard is committed, so the
     dataset, its TFDS metadata (still the whole dataset) and OUT are as they were, and no state folder is left."""
-    from tfshard.tools.tfds import write_tfds_metadata
+    from tfshard.ingest.tfds import write_tfds_metadata
 
     src, out, _ = grown
     write_tfds_metadata(str(out))

@@ -19,9 +19,9 @@ from helpers import convert_episode_tree, convert_image_tree, image_features, ma
 from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, VerifyError, convert_images, verify
+from tfshard.ingest.tfds import write_tfds_metadata
 from tfshard.readers.image_ops import decode_center_crop
 from tfshard.tools.preview import MAX_ROWS, _stats_text, sheet_size, tile_box
-from tfshard.tools.tfds import write_tfds_metadata
 
 TFDS_NAMES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
 WHITE = 255

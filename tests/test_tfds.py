@@ -32,7 +32,7 @@ from tfshard.ingest import (
     verify,
 )
 from tfshard.ingest.beam_runner import BeamRunner
-from tfshard.tools.tfds import write_tfds_metadata
+from tfshard.ingest.tfds import write_tfds_metadata
 
 
 @pytest.fixture

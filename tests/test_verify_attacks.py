@@ -608,7 +608,7 @@ UNLABELLABLE = {  # classes -> (the name refused, what TFDS reads at its label)
 
 @pytest.mark.parametrize("case", UNLABELLABLE, ids=UNLABELLABLE.keys())
 def test_tfds_refuses_a_class_name_its_labels_file_cannot_hold(tmp_path, cli, case):
-    from tfshard.tools.tfds import write_tfds_metadata
+    from tfshard.ingest.tfds import write_tfds_metadata
 
     classes, name, why = UNLABELLABLE[case]
     out = _images_named(tmp_path, classes)
@@ -626,7 +626,7 @@ def test_tfds_refuses_a_class_name_its_labels_file_cannot_hold(tmp_path, cli, ca
 
 def test_tfds_reads_back_exactly_the_class_names_it_can_hold(tmp_path):
     import tensorflow_datasets as tfds
-    from tfshard.tools.tfds import write_tfds_metadata
+    from tfshard.ingest.tfds import write_tfds_metadata
 
     classes = ("a b", "émeu", "x\u2028y", "#1", "日本")
     out = _images_named(tmp_path, classes)
@@ -639,7 +639,7 @@ def test_tfds_reads_back_exactly_the_class_names_it_can_hold(tmp_path):
 def test_tfds_label_names_read_labels_files_as_tensorflow_datasets_does(tmp_path):
     """verify's reading of the labels file (no tensorflow-datasets needed) against tensorflow-datasets' own."""
     import tensorflow_datasets as tfds
-    from tfshard.tools.tfds import tfds_label_names
+    from tfshard.format.tfds import tfds_label_names
 
     texts = ["a\nb\n", "   \n padded \nalpha\nbe\nta\n", "a\r\nb\r\n", "\n\na\n\n", "x\u2028y\n\xa0z\u3000\n", "a"]
     for i, text in enumerate(texts):
@@ -652,7 +652,7 @@ def test_tfds_label_names_read_labels_files_as_tensorflow_datasets_does(tmp_path
 
 @pytest.fixture
 def images_with_tfds(images):
-    from tfshard.tools.tfds import write_tfds_metadata
+    from tfshard.ingest.tfds import write_tfds_metadata
 
     write_tfds_metadata(images)
     verify(images)
