@@ -157,7 +157,7 @@ _TFDS_DONE = "{out}: wrote {what}; open it with tfds.builder_from_directory({out
 
 def _tfds_splits_note(manifest) -> str:
     """After an append, how TFDS reads each whole split (each generation is a TFDS split of its own)."""
-    from .ingest.tfds import tfds_read_splits
+    from .format.tfds import tfds_read_splits
 
     whole = {split: names for split, names in tfds_read_splits(manifest).items() if "+" in names}
     return "".join(f"; split={names!r} reads all of {split}" for split, names in whole.items())
@@ -342,7 +342,7 @@ def verify(out: str = typer.Argument(..., help="A dataset folder.")) -> None:
     """Read every record; check CRCs, counts, sha256 and every manifest field a reader uses against the records."""
     try:
         _load_tensorflow()
-        from .tools.verify import VerifyError
+        from .format.errors import VerifyError
         from .tools.verify import verify as verify_dataset
 
         manifest = verify_dataset(out)

@@ -12,8 +12,9 @@ import os
 
 from . import manifest as manifest_lib
 from . import untrusted
+from .errors import ManifestError, NotRegularFileError
 from .names import LOCK_NAME, STATE_DIR
-from .storage import NotRegularFileError, file_identity, gfile, is_url, join, open_for_reading, stat_regular
+from .storage import file_identity, gfile, is_url, join, open_for_reading, stat_regular
 
 
 def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
@@ -25,13 +26,13 @@ def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST
     """
     size, _ = stat_regular(path)
     if size > limit:
-        raise manifest_lib.ManifestError(
+        raise ManifestError(
             f"{path}: {what} of {size:,} bytes, over the {limit:,}-byte limit; this is not a file tfshard wrote"
         )
     with open_for_reading(path) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
-        raise manifest_lib.ManifestError(f"{path}: {what} grew past the {limit:,}-byte limit while being read")
+        raise ManifestError(f"{path}: {what} grew past the {limit:,}-byte limit while being read")
     return data
 
 
@@ -97,7 +98,7 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
     try:
         data = read_small_file(path, "manifest")
     except NotRegularFileError as e:
-        raise manifest_lib.ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
+        raise ManifestError(f"{e}; {manifest_lib.MANIFEST_NAME} must be the file tfshard wrote") from None
     return untrusted.from_json(data, path, consistency)
 
 

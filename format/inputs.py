@@ -25,11 +25,11 @@ import json
 from typing import Any
 
 from .dataset import read_small_file
+from .json_checks import SHA256, Checker, parse_json
 from .manifest import FORMAT_VERSION, MAX_MANIFEST_BYTES, Manifest, check_format_version, is_count, is_finite_number
 from .names import INPUTS_NAME, SPLIT_NAME
 from .statistics import pixel_sums_problem
 from .storage import gfile, join
-from .untrusted import SHA256, Checker, parse_json
 
 STATES = ("written", "dropped", "rejected")
 

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any
 
+from .errors import ManifestError
 from .names import INDEX_NAME, MANIFEST_NAME, SHARD_NAME, SPLIT_NAME, is_output_name, is_shard_name  # noqa: F401
 from .records import (  # noqa: F401  (the tables the manifest holds)
     EPISODE_FEATURES,
@@ -159,10 +160,6 @@ def to_json(manifest: Manifest) -> str:
     ASCII-escaped, so file names that are not valid UTF-8 (kept as surrogates) survive the round trip.
     """
     return json.dumps(dataclasses.asdict(manifest), indent=2, sort_keys=True) + "\n"
-
-
-class ManifestError(ValueError):
-    """A manifest or state file that is not what tfshard wrote: the message names the file and the field."""
 
 
 def is_count(value: Any, low: int = 0, high: float = math.inf) -> bool:

@@ -4,8 +4,9 @@ Pure Python. Every statistic is measured over values of a known range (8-bit pix
 a numpy dtype holds), so some are impossible whatever the data: a mean outside the range, a negative std, a std
 wider than values in the range can spread around that mean (Bhatia–Davis: ``std² ≤ (high − mean)(mean − low)``,
 so never more than half the range), or a zero std (a constant) at a mean no constant of the dtype has. Each check
-allows for the manifest's rounding. ``format/untrusted.py`` refuses them when a manifest is loaded;
-``tfshard verify`` names every one, beside what the records give.
+allows for the manifest's rounding. ``check_pixel_statistics`` and ``check_feature_statistics`` refuse them when a
+manifest is loaded (``format/untrusted.py`` calls them); ``tfshard verify`` names every one, beside what the records
+give.
 
     pixel_problems([0.5, 0.9, 0.2], [0.1, 0.3, 0.0])
     # [('pixel_std[2]', 'must not be 0 with pixel_mean 0.2: ...', 0.0)]  (0.2 is no whole pixel value over 255)
@@ -15,6 +16,9 @@ from __future__ import annotations
 
 import math
 from typing import Any
+
+from .manifest import is_finite_number
+from .records import data_features
 
 PIXEL_DECIMALS = 6  # pixel_mean and pixel_std are rounded to 6 decimals (ingest/images.py PixelSums.mean_std)
 FEATURE_DIGITS = 7  # feature_mean and feature_std keep 7 significant digits (ingest/episodes.py FeatureSums)
@@ -123,3 +127,46 @@ def pixel_sums_problem(count: int, sums: list[int], squares: list[int]) -> str |
             return (f"channel {channel}: a sum of {t} and squares of {q} are not those of {count} pixels in "
                     "[0, 255]")
     return None
+
+
+def check_pixel_statistics(check, where: str, raw: dict, consistency: bool) -> None:
+    """``pixel_mean`` and ``pixel_std``: null (not measured), or three finite numbers each; with ``consistency``,
+    both or neither, and values a conversion can write (``pixel_problems``: what ``readers.normalization``
+    divides by)."""
+    for field in ("pixel_mean", "pixel_std"):
+        values = raw.get(field)
+        if values is not None and (len(check.sequence(values, f"{where}.{field}")) != 3
+                                   or not all(map(is_finite_number, values))):
+            check.fail(f"{where}.{field}", "must be null or 3 finite numbers (R, G, B)", values)
+    mean, std = raw.get("pixel_mean"), raw.get("pixel_std")
+    if not consistency or (mean is None and std is None):
+        return
+    if mean is None or std is None:
+        check.fail(f"{where}.pixel_mean", "must be null exactly when pixel_std is (both measured, or neither)", mean)
+    for field, problem, value in pixel_problems(mean, std):
+        check.fail(f"{where}.{field}", problem, value)
+
+
+def check_feature_statistics(check, where: str, raw: dict, features: dict, consistency: bool) -> None:
+    """``feature_mean`` and ``feature_std``: null, or per feature null or a list of finite numbers or nulls; with
+    ``consistency``, the same features in both, each a feature of the table, with values a conversion can write
+    for its dtype and shape (``feature_problems``)."""
+    for field in ("feature_mean", "feature_std"):
+        if raw.get(field) is not None:
+            for feature, values in check.mapping(raw[field], f"{where}.{field}").items():
+                check.numbers(values, f"{where}.{field}[{feature!r}]")
+    mean, std = raw.get("feature_mean") or {}, raw.get("feature_std") or {}
+    if not consistency:
+        return
+    schema = data_features(features)
+    for field, listed in (("feature_mean", mean), ("feature_std", std)):
+        unknown = sorted(set(listed) - set(schema), key=str)
+        if unknown:
+            check.fail(f"{where}.{field}", f"must name only features of the table ({sorted(schema)!r:.80})", unknown)
+    if set(mean) != set(std):
+        check.fail(f"{where}.feature_std", f"must name the features feature_mean names ({sorted(mean)!r:.80})",
+                   sorted(std))
+    for name in sorted(mean):
+        spec = schema[name]
+        for field, problem, value in feature_problems(name, spec["dtype"], spec["shape"], mean[name], std[name]):
+            check.fail(f"{where}.{field}", problem, value)

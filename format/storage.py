@@ -15,13 +15,11 @@ import posixpath
 import stat
 import tempfile
 
+from .errors import NotRegularFileError
+
 _CHUNK = 4 * 2**20
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-
-
-class NotRegularFileError(ValueError):
-    """A path that must be a regular file is a folder, FIFO, device or socket (reading it could hang or never end)."""
 
 
 def file_kind(mode: int) -> str:

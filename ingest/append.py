@@ -37,11 +37,11 @@ from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format import stops
 from ..format.dataset import load_manifest, read_small_file
+from ..format.errors import InputError, OutputExistsError
 from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
 from ..format.storage import join
 from .append_checks import RECONVERT, base_dataset, check_job, check_options
 from .engine import commit_shards
-from .errors import InputError, OutputExistsError
 from .images import PixelSums
 from .job_plan import JobPlan, plan_job
 from .kinds.images import ImageJob

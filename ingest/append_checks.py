@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
-from .errors import InputError
+from ..format.errors import InputError
 from .kinds.images import ImageJob
 from .options import ConvertOptions
 

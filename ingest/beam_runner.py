@@ -22,7 +22,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .errors import InputError
+from ..format.errors import InputError
 from .state import record_commit
 from .write import write_shard
 

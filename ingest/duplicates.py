@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..format.duplicates import SHA256, summarize
-from .errors import InputError
+from ..format.errors import InputError
 from .plan import ShardSpec
 from .scan import Rejection
 

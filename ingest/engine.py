@@ -30,11 +30,11 @@ from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format import stops
 from ..format.dataset import check_output_folder
+from ..format.errors import InputError
 from ..format.names import INPUTS_NAME, TEMP_PREFIX
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
 from . import duplicates
-from .errors import InputError
 from .job_plan import JobPlan, plan_job
 from .kinds.protocol import Kind
 from .lock import output_lock

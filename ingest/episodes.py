@@ -18,11 +18,11 @@ import zipfile
 
 import numpy as np
 
+from ..format.errors import InputError
 from ..format.manifest import EPISODE_DTYPES
 from ..format.statistics import FEATURE_DIGITS, STATISTICS_KINDS
 from ..format.storage import open_regular
 from . import npy
-from .errors import InputError
 from .npy import MAX_FEATURES, READ_ERRORS, BadFile
 from .options import DEFAULT_MAX_EPISODE_BYTES, EpisodeOptions
 from .scan import (

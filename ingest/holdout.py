@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InputError
+from ..format.errors import InputError
 
 HELD_OUT = ("val", "test")  # the splits made, in the order their fractions are taken from [0, 1)
 _SOURCE = "train"

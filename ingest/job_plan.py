@@ -11,9 +11,9 @@ import dataclasses
 import logging
 
 from ..format import manifest as manifest_lib
+from ..format.errors import InputError
 from ..format.names import INPUTS_NAME, index_file_name
 from . import duplicates
-from .errors import InputError
 from .kinds.protocol import Kind
 from .options import ConvertOptions
 from .plan import ShardSpec, plan_split, shuffled_order

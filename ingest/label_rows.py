@@ -32,9 +32,10 @@ import posixpath
 import re
 import typing
 
+from ..format.errors import InputError
 from ..format.names import SPLIT_NAME
 from ..format.storage import NotRegularFileError, file_kind, open_regular
-from .errors import InputError
+from .label_columns import CONTROL, columns_of
 from .label_formats import Csv, JsonLines, column_key, fold
 
 MAX_LABELS_BYTES = 1 << 30  # checked before the file is read
@@ -42,12 +43,9 @@ MAX_LABELS_BYTES = 1 << 30  # checked before the file is read
 # row that fits is refused by csv.
 MAX_ROW_CHARS = 131_072
 MAX_LISTED_ROWS = 100  # bad rows naming no input listed in the manifest; the count covers every one
-PATH_COLUMN, SPLIT_COLUMN, LABEL_COLUMN = "path", "split", "label"
 JSON_LINES = (".jsonl", ".ndjson")
 _SHOWN = 200  # characters of a bad row kept to name it
 _UNSEEN = re.compile("[\x00\ufeff]")  # in no path or label: a NUL (UTF-16 read as UTF-8), a BOM inside the file
-# In a label: invisible, or it breaks the line it is printed on (the summary, TFDS's one-name-per-line file).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 _UNCLEAN = re.compile(r"\\|//|/\.")  # what a canonical relative path never holds (with no . or / first)
 _SEP_LINE = re.compile(r'sep=([^"\w\s])')  # Excel's first line naming the delimiter: sep=;
 _FIX = "fix the labels file (a header row, then one `path,label` row per input)"
@@ -126,57 +124,6 @@ def _clean_path(text: str) -> str | None:
     return None if clean == ".." or clean.startswith("../") or clean == "." else clean
 
 
-@dataclasses.dataclass(frozen=True)
-class _Columns:
-    """Which column is the path, which the split (None: none), which the label, and the label columns' names."""
-
-    path: int
-    split: int | None
-    labels: tuple[int, ...]
-    names: list[str]
-    width: int
-
-
-def _columns(path: str, header: list[str], splits: bool, many: bool) -> _Columns:
-    names = [fold(name.strip()) for name in header]
-    control = next((name for name in names if _CONTROL.search(name)), None)
-    if control is not None:  # a label column's name is printed, in the summary and by info
-        raise _bad_file(path, f"header names a column with a control character (got {control!r:.60})",
-                        "name the columns in visible text")
-    first: dict[str, int] = {}  # a name, matched ignoring case -> its column
-    for i, name in enumerate(names):
-        key = column_key(name)
-        if name and key in first:  # which of them is the label (or the split) would be a guess
-            other = names[first[key]]
-            alike = "" if other == name else f", as {other!r:.60} and {name!r:.60}"
-            raise _bad_file(path, f"header names the column {other!r:.60} twice{alike} (got {header!r:.100})",
-                            "give each column its own name (names are matched ignoring case and surrounding spaces)")
-        first.setdefault(key, i)
-    at = first.get(PATH_COLUMN, 0)
-    split = first.get(SPLIT_COLUMN)
-    split = None if split == at else split
-    if split is not None and not splits:
-        raise _bad_file(path, f"has a {names[split]!r:.60} column (got {header!r:.100}), but episodes take their "
-                        "split from folders", "drop the column and lay episodes out as SRC/<split>/...")
-    rest = [i for i in range(len(names)) if i not in (at, split)]
-    label = first.get(LABEL_COLUMN)
-    spread = [i for i in rest if column_key(names[i]).startswith(LABEL_COLUMN + "[")]  # JSON: "label": [0.5, 2.0]
-    if label is not None and label != at:
-        labels = [label]
-    elif spread:
-        labels = spread
-    elif len(rest) == 1 or (many and rest):
-        if not all(names[i] for i in rest):
-            raise _bad_file(path, f"header leaves a label column unnamed (got {header!r:.100})",
-                            "name every column, or drop the empty one")
-        labels = rest
-    else:
-        problem = "has no label column" if not rest else "has more than two columns and none named 'label'"
-        raise _bad_file(path, f"header {problem} (got {header!r:.100})",
-                        "give it a header of the path column and a `label` column")
-    return _Columns(at, split, tuple(labels), [names[i] for i in labels], len(names))
-
-
 def _open(path: str):
     try:
         f = open_regular(path)
@@ -244,7 +191,7 @@ class LabelRows:
             self._number = 0
             self._first = None
             header = self._header()
-            self._columns = _columns(path, header, splits, columns)
+            self._columns = columns_of(path, header, splits, columns)
         except BaseException:
             self._binary.close()
             raise
@@ -352,10 +299,10 @@ class LabelRows:
                                   "(train, val, test)")
         if len(c.labels) == 1:
             label = fold(fields[c.labels[0]].strip())
-            control = _CONTROL.search(label)
+            control = CONTROL.search(label)
         else:
             label = tuple(fold(fields[i].strip()) for i in c.labels)
-            control = _CONTROL.search("".join(label))
+            control = CONTROL.search("".join(label))
         if control is not None:
             return RowProblem(number, text, f"label holds the control character U+{ord(control.group()):04X}; "
                               "remove it (a label is one line of visible text)")

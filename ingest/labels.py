@@ -16,11 +16,11 @@ import os
 import posixpath
 from collections.abc import Iterable
 
-from .errors import InputError
+from ..format.errors import InputError
+from .label_columns import LABEL_COLUMN
 from .label_formats import fold
 from .label_kinds import LABEL_KINDS, bad_value, label_kind, label_of  # noqa: F401  (LABEL_KINDS for callers)
 from .label_rows import (  # noqa: F401  (open_rows, MAX_LISTED_ROWS: for callers)
-    LABEL_COLUMN,
     MAX_LISTED_ROWS,
     BadRows,
     LabelRows,

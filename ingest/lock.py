@@ -23,18 +23,14 @@ from collections.abc import Iterator
 
 import tensorflow as tf
 
+from ..format.errors import OutputExistsError, OutputLockedError
 from ..format.names import LOCK_NAME
 from ..format.owners import is_alive, this_process
 from ..format.storage import is_url, join
-from .errors import OutputExistsError
 
 log = logging.getLogger(__name__)
 
 _OWNER_LIMIT = 4096
-
-
-class OutputLockedError(OutputExistsError):
-    """Another live conversion holds the output folder's lock."""
 
 
 def _describe(owner: dict | None) -> str:

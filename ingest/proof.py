@@ -34,9 +34,9 @@ import tensorflow as tf
 from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import read_small_file
+from ..format.errors import OutputExistsError
 from ..format.names import INPUTS_NAME, STATE_DIR, TEMP_PREFIX, is_shard_name
 from ..format.storage import NotRegularFileError, file_kind, file_sha256, is_url, join, stat_regular
-from .errors import OutputExistsError
 from .state import REMOVING, exists, read_renames, read_state, remove_state_folder, state_file
 from .write import write_text_atomic
 

@@ -25,9 +25,9 @@ import logging
 import tensorflow as tf
 
 from ..format import manifest as manifest_lib
+from ..format.errors import InputError
 from ..format.names import index_file_name, shard_file_name, shard_generation
 from ..format.storage import join
-from .errors import InputError
 from .kinds.protocol import Kind
 from .plan import ShardSpec
 from .proof import by_state, present, prove, refusal

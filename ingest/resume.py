@@ -19,9 +19,9 @@ import tensorflow as tf
 
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
+from ..format.errors import OutputExistsError
 from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, index_file_name, is_shard_name
 from ..format.storage import NotRegularFileError, join, stat_regular
-from .errors import OutputExistsError
 from .plan import ShardSpec
 from .proof import (
     Recorded,

@@ -19,8 +19,8 @@ import os
 import stat
 from collections.abc import Sequence
 
+from ..format.errors import InputError
 from ..format.storage import file_kind
-from .errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 SPLIT_NAMES = ("train", "val", "valid", "validation", "test")

@@ -27,9 +27,9 @@ import tensorflow as tf
 from ..format import manifest as manifest_lib
 from ..format import untrusted
 from ..format.dataset import read_small_file
+from ..format.errors import OutputExistsError
 from ..format.names import STATE_DIR
 from ..format.storage import is_url, join
-from .errors import OutputExistsError
 from .plan import ShardSpec
 from .write import ShardResult, write_text_atomic
 

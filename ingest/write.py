@@ -27,11 +27,11 @@ import tensorflow as tf  # shards reach OUT through tf.io.gfile (local or gs://)
 
 from ..format import manifest as manifest_lib
 from ..format import untrusted
+from ..format.errors import InputError
 from ..format.manifest import ShardInfo
 from ..format.names import TEMP_PREFIX, index_file_name
 from ..format.storage import create_new, is_url, join, write_atomic
 from ..format.tfrecord import gzip_member
-from .errors import InputError
 from .kinds.protocol import Kind
 from .options import ConvertOptions
 from .plan import ShardSpec

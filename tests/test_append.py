@@ -555,7 +555,7 @@ def test_append_on_the_beam_runner_writes_what_the_local_runner_does(grown, tmp_
 
 def test_append_with_tfds_names_each_generation_a_split_tfds_reads_as_one(grown, cli):
     import tensorflow_datasets as tfds
-    from tfshard.ingest.tfds import tfds_read_splits
+    from tfshard.format.tfds import tfds_read_splits
     from tfshard.tools.tfds import write_tfds_metadata
 
     src, out, _ = grown

@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 from helpers import make_tree
+from tfshard.format.errors import InputError
 from tfshard.ingest.episodes import (
     EpisodeOptions,
     EpisodeSource,
@@ -13,7 +14,6 @@ from tfshard.ingest.episodes import (
     read_episode_header,
     scan_episode_files,
 )
-from tfshard.ingest.errors import InputError
 from tfshard.ingest.scan import Rejection
 
 

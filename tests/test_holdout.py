@@ -7,7 +7,7 @@ import random
 
 import pytest
 from helpers import convert_episode_tree, convert_image_tree, make_tree, random_episodes, save_episodes
-from tfshard.ingest.errors import InputError
+from tfshard.format.errors import InputError
 from tfshard.ingest.holdout import Holdout, hold_out, position
 
 

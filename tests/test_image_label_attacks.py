@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from helpers import convert_image_tree, flat_jpegs, read_manifest, write_jpeg, write_text
 from tfshard import readers
+from tfshard.format.errors import InputError
 from tfshard.format.manifest import ManifestError
 from tfshard.ingest import ImageOptions
 from tfshard.ingest import labels as labels_lib
-from tfshard.ingest.errors import InputError
 from tfshard.ingest.holdout import Holdout
 
 NAMES = [f"img{i:02d}" for i in range(6)]

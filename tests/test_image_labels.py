@@ -13,10 +13,10 @@ import pytest
 from helpers import convert_image_tree, flat_jpegs, read_manifest, write_jpeg, write_text
 from tfshard import readers
 from tfshard.format.dataset import load_manifest
+from tfshard.format.errors import InputError
 from tfshard.format.manifest import ManifestError
 from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
 from tfshard.ingest import labels as labels_lib
-from tfshard.ingest.errors import InputError
 from tfshard.ingest.holdout import Holdout
 from tfshard.tools.report import summary_lines
 
@@ -167,7 +167,7 @@ def test_bad_rows_are_recorded_with_row_numbers_under_skip_and_unlabelled_files_
 
 
 def test_a_changed_labelling_is_another_dataset(flat, tmp_path):
-    from tfshard.ingest.errors import OutputExistsError
+    from tfshard.format.errors import OutputExistsError
 
     csv = tmp_path / "l.csv"
     write(csv, "path,label\n" + "".join(f"{n}.jpg,{i % 2}\n" for i, n in enumerate(NAMES)))

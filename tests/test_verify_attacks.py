@@ -639,7 +639,7 @@ def test_tfds_reads_back_exactly_the_class_names_it_can_hold(tmp_path):
 def test_tfds_label_names_read_labels_files_as_tensorflow_datasets_does(tmp_path):
     """verify's reading of the labels file (no tensorflow-datasets needed) against tensorflow-datasets' own."""
     import tensorflow_datasets as tfds
-    from tfshard.tools.tfds import tfds_label_names
+    from tfshard.format.tfds import tfds_label_names
 
     texts = ["a\nb\n", "   \n padded \nalpha\nbe\nta\n", "a\r\nb\r\n", "\n\na\n\n", "x\u2028y\n\xa0z\u3000\n", "a"]
     for i, text in enumerate(texts):

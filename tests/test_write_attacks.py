@@ -23,9 +23,9 @@ import pytest
 import tensorflow as tf
 from helpers import read_manifest, read_records, save_episodes, tfrecord_bytes, write_jpeg
 from PIL import Image
+from tfshard.format.errors import InputError
 from tfshard.format.tfrecord import frame_records
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_episodes, convert_images
-from tfshard.ingest.errors import InputError
 from tfshard.ingest.images import PixelSums
 from tfshard.ingest.write import ShardWriter
 

@@ -20,15 +20,16 @@ import hashlib
 
 import numpy as np
 
+from ..format import json_checks
 from ..format import manifest as manifest_lib
-from ..format import untrusted
 from ..format.inputs import load_inputs
 from ..format.manifest import is_count
 from ..format.names import INPUTS_NAME
 from ..format.statistics import pixel_problems, pixel_sums_problem
 from ..format.storage import join
 from ..ingest.images import PixelSums, passthrough_pixel_sums
-from .record_checks import ENCODED, FILENAME, HEIGHT, REWRITE, WIDTH, first_finding, record_text
+from .record_checks import ENCODED, FILENAME, HEIGHT, WIDTH
+from .shard_read import REWRITE, first_finding, record_text
 
 _DECODE_ERRORS = (OSError, ValueError, SyntaxError, MemoryError)  # PIL's and TurboJPEG's, on bytes that lie
 
@@ -55,8 +56,8 @@ def _shown(sums: PixelSums) -> str:
 def _with_fix(message: str) -> str:
     """A problem of ``inputs.json`` as verify words it: with verify's fix for the dataset in place of the loader's
     (or added), but for a format this tfshard does not read, which an upgrade fixes."""
-    if message.endswith(untrusted.REWRITE):
-        return f"{message[:-len(untrusted.REWRITE)]}{REWRITE}"
+    if message.endswith(json_checks.REWRITE):
+        return f"{message[:-len(json_checks.REWRITE)]}{REWRITE}"
     return message if "upgrade tfshard" in message else f"{message}; {REWRITE}"
 
 

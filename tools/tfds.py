@@ -1,8 +1,9 @@
 """``tfshard tfds OUT``: TFDS metadata beside a finished dataset's ``dataset.json``.
 
-The metadata itself (what it holds, what TFDS cannot express, how it is written through a temporary folder) is
-``ingest/tfds.py``, which a conversion with ``--tfds`` calls under its own lock; this command takes OUT's lock
-and calls the same functions, so both write the same bytes. Needs the ``tfds`` extra.
+The export of a finished dataset to TFDS, for people and other systems. The metadata itself (what it holds, what
+TFDS cannot express, how it is written through a temporary folder) is ``ingest/tfds.py``, which a conversion with
+``--tfds`` calls under the lock it already holds; this command takes OUT's lock and calls the same functions, so both
+write the same bytes. Needs the ``tfds`` extra.
 
     write_tfds_metadata("photos-tfr")
     builder = tfds.builder_from_directory("photos-tfr")
@@ -13,21 +14,8 @@ from __future__ import annotations
 
 from ..format.dataset import load_manifest
 from ..ingest.lock import output_lock
-from ..ingest.tfds import (
-    LABELS_FILE,
-    SHARD_TEMPLATE,
-    label_key,
-    labels_file_of,
-    tfds_features,
-    tfds_info,
-    tfds_label_names,
-    tfds_shard_lengths,
-    write_tfds_info,
-)
-
-# The helpers keep their names here too, for verify and the code that imports them from this module.
-__all__ = ["LABELS_FILE", "SHARD_TEMPLATE", "label_key", "labels_file_of", "tfds_features", "tfds_label_names",
-           "tfds_shard_lengths", "write_tfds_metadata"]
+from ..ingest.tfds import write_tfds_info
+from ..ingest.tfds_info import tfds_info
 
 
 def write_tfds_metadata(out: str) -> list[str]:

@@ -13,21 +13,16 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from ..format import json_checks
 from ..format import manifest as manifest_lib
-from ..format import untrusted
 from ..format.dataset import load_manifest, read_small_file
-from ..format.storage import NotRegularFileError, file_sha256, join, stat_regular
+from ..format.errors import NotRegularFileError, VerifyError
+from ..format.storage import file_sha256, join, stat_regular
+from ..format.tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
 from .image_checks import ImageChecks
-from .record_checks import REWRITE, Tally, labels_problems, read_shard, split_problems
-from .tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
-
-
-class VerifyError(ValueError):
-    """A written dataset does not match its manifest; ``problems`` lists every finding."""
-
-    def __init__(self, message: str, problems: list[str]):
-        super().__init__(message)
-        self.problems = problems
+from .record_checks import read_shard
+from .shard_read import REWRITE, Tally
+from .split_checks import labels_problems, split_problems
 
 
 def verify(out: str) -> manifest_lib.Manifest:
@@ -116,7 +111,7 @@ def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     path = join(out, "dataset_info.json")
     fix = f"run `tfshard tfds {out}` again (or remove the TFDS files)"
     try:
-        info = untrusted.parse_json(read_small_file(path, "TFDS metadata"), path)
+        info = json_checks.parse_json(read_small_file(path, "TFDS metadata"), path)
     except FileNotFoundError:
         return []
     except ValueError as e:  # not a regular file, too large, not UTF-8 JSON, nested absurdly deep

@@ -13,9 +13,10 @@ import functools
 import math
 from typing import Any
 
+from ...format.errors import InputError
+from ...format.labels import label_problem
 from ...format.manifest import EpisodeInfo
 from ...format.records import LABEL_NAME, episode_features
-from ...format.untrusted import label_problem
 from .. import labels as labels_lib
 from ..episodes import (
     EpisodeSource,
@@ -25,7 +26,6 @@ from ..episodes import (
     read_episode_header,
     scan_episode_files,
 )
-from ..errors import InputError
 from ..examples import encode_item, episode_records
 from ..holdout import hold_out
 from ..scan import MAX_LISTED_IGNORED, Rejection, SourceTree

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import os
 
+from ...format.errors import InputError
 from .. import labels as labels_lib
-from ..errors import InputError
 from ..scan import Rejection, SourceTree
 
 log = logging.getLogger(__name__)

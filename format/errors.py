@@ -1,0 +1,48 @@
+"""tfshard's exceptions, the ones a caller may catch: one home that every layer may import (it imports nothing).
+
+Each subclasses the builtin a caller would catch anyway, and its message names the path, the problem and the fix.
+The packages export the ones their users meet: ``tfshard.ingest.InputError``, ``OutputExistsError``,
+``TfdsMetadataError`` and ``VerifyError``. Exceptions that never leave the module raising them (a worker's
+``_CorruptJpeg``, ``npy.BadFile``, the shard cache's ``Stopped``) stay beside the code that raises and catches them;
+the shard cache's folder errors are the readers' own (``readers/shard_cache/``); ``Terminated`` is a signal
+(``format/stops.py``), not an error.
+
+    try:
+        convert_images("photos/", "photos-tfr/")
+    except OutputExistsError as e:  # an InputError too; OutputLockedError when another conversion holds OUT
+        print(e)
+"""
+
+from __future__ import annotations
+
+
+class ManifestError(ValueError):
+    """A manifest or state file that is not what tfshard wrote: the message names the file and the field."""
+
+
+class NotRegularFileError(ValueError):
+    """A path that must be a regular file is a folder, FIFO, device or socket (reading it could hang or never end)."""
+
+
+class InputError(ValueError):
+    """Bad input or options: the message names the path, the problem and the fix."""
+
+
+class OutputExistsError(InputError):
+    """The output folder already holds something this run must not overwrite."""
+
+
+class OutputLockedError(OutputExistsError):
+    """Another live conversion holds the output folder's lock."""
+
+
+class TfdsMetadataError(ValueError):
+    """A conversion asked for TFDS metadata (``tfds=True``) is complete, but the metadata could not be written."""
+
+
+class VerifyError(ValueError):
+    """A written dataset does not match its manifest; ``problems`` lists every finding."""
+
+    def __init__(self, message: str, problems: list[str]):
+        super().__init__(message)
+        self.problems = problems
