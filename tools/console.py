@@ -8,21 +8,35 @@ stop any command, and the exit code is 130 or 143 whichever command it was.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import os
 import signal
 import sys
+from collections.abc import Iterable, Iterator
 
 import typer
 
 from ..format import stops
 from ..format.stops import Terminated
+from ..format.storage import prefer_small_gcs_blocks
 from .report import short_tf_error
 
 EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
               130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
 GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
 _STOP_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+
+
+def configure(debug: bool, verbose: bool) -> None:
+    """What the global flags set before any command: TensorFlow's C++ logs off unless ``debug``, small ``gs://``
+    read blocks, and the library's logging at INFO with ``verbose`` or ``debug``."""
+    if not debug:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    prefer_small_gcs_blocks()  # before TensorFlow first touches gs://
+    logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING,
+                        format="%(levelname)s: %(message)s")
 
 
 def load_tensorflow(debug: bool) -> None:
@@ -76,6 +90,39 @@ def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tup
     how = "terminated (SIGTERM)" if terminated else "interrupted"
     tail = "; run the same command again to resume (committed shards are kept)" if resumable else ""
     return f"{what}: {how}{tail}", 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def command(debug: bool, stop: str | None = None, resumable: bool = False) -> Iterator[None]:
+    """A command's body: TensorFlow loaded quietly first, a ``reportable`` error as one line on stderr and exit 1.
+
+    With ``stop`` (what the line names), Ctrl-C or SIGTERM is one line too (``stopped``) and exit 130 or 143;
+    without it, ``run`` reports the stop. ``debug`` lets both through, with their tracebacks.
+    """
+    try:
+        load_tensorflow(debug)
+        yield
+    except reportable() as e:  # called once an error arrives: TensorFlow's op errors count once it is loaded
+        if debug:
+            raise
+        typer.echo(one_line(e), err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt as e:
+        if debug or stop is None:
+            raise
+        line, code = stopped(stop, e, resumable)
+        typer.echo(line, err=True)
+        raise typer.Exit(code) from None
+
+
+def echo_lines(lines: Iterable[str]) -> None:
+    """Prints each line as it comes; a generator's clean-up (say, a temporary cache) runs however the loop ends."""
+    try:
+        for line in lines:
+            typer.echo(line)
+    finally:
+        if hasattr(lines, "close"):
+            lines.close()
 
 
 def global_flags_first(args: list[str]) -> list[str]:
