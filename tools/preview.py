@@ -31,9 +31,9 @@ from ..readers.arguments import check_count
 from ..readers.episodes import episodes as read_episodes
 from ..readers.episodes import feature_schema
 from ..readers.image_ops import decode_center_crop, decode_random_crop
+from ..readers.windowing.starts import WindowSpec
 from ..readers.windows.dataset import resident_layout
 from ..readers.windows.layout import check_window_args
-from ..readers.windows.starts import WindowSpec
 from . import fonts as fonts_lib
 
 LABEL_WIDTH = 150  # the class-name column of a contact sheet
