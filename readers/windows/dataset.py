@@ -1,8 +1,8 @@
 """``readers.windows()``: sliding windows over episodes, gathered from device-resident arrays (the default).
 
-Resident mode (default) lives in ``readers/resident.py``: the episodes held once
+Resident mode (default) lives in ``readers/windows/resident.py``: the episodes held once
 in device memory (one copy per replica under a strategy), a dataset of window
-start indices, one gather per batch on the arrays' device. ``readers/in_model.py``
+start indices, one gather per batch on the arrays' device. ``readers/windows/in_model.py``
 (``readers.model_windows``) moves that gather into the model's step.
 
 Streamed mode (``resident=False``) is for data larger than device memory:
@@ -156,7 +156,7 @@ def windows(
       A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
       resident mode its ``resident_arrays`` attribute lists the placed variables, one
       ``{feature: tf.Variable}`` per device (``.device`` says where each lives), each
-      ``[rows, g, ...]``: the episodes in rows of g steps (see ``readers/resident.py``). Without a
+      ``[rows, g, ...]``: the episodes in rows of g steps (see ``readers/windows/resident.py``). Without a
       strategy or service its length is known (``len(ds)``): this pipeline's windows
       ``// batch_size`` with ``drop_remainder``, else rounded up.
 

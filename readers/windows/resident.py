@@ -4,7 +4,7 @@ The episodes of a split are laid end to end, once, in source (episode id)
 order, as one array per feature, held in a ``tf.Variable`` on the target device
 (a variable, not a constant: a constant captured by a tf.data function is copied
 to the host, a variable's buffer stays where it was made). The arrays are cut
-into rows of ``g`` steps (``starts.row_steps``: the gcd of the window span and
+into rows of ``g`` steps (``windowing/starts.py``'s ``row_steps``: the gcd of the window span and
 the shift, each episode zero-padded to whole rows, at most 1/64 of the data), so
 a window is ``span / g`` consecutive rows. The pipeline itself is only a dataset
 of window *start rows* (int32 below 2**31 rows: 4 bytes a window): each epoch
