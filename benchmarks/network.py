@@ -169,7 +169,8 @@ class FolderSize:
 def _contenders(info, kind: str) -> dict:
     """label → a function that builds the dataset; ``kind``: "basic", "full" (with variations) or "cache"."""
     import tensorflow as tf
-    from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, check_shards, interleave_records
+    from tfshard.readers.arguments import DEFAULT_READ_BUFFER_BYTES
+    from tfshard.readers.files import check_shards, interleave_records
 
     paths = info.shard_paths("train")
     shards = check_shards(info, "train", list(range(len(paths))))  # what a reader checks (and guards) every epoch
@@ -237,7 +238,8 @@ def _train_bytes(info) -> int:
 def _cache_reader(info, folder: str | None = None, limit: int | None = None):
     """``interleave_records`` over the train split as a training reader calls it (files reshuffled each epoch),
     through a shard cache in ``folder`` (None: none); returns the dataset and the cache's ``ShardStore``."""
-    from tfshard.readers.files import DEFAULT_READ_BUFFER_BYTES, check_shards, interleave_records
+    from tfshard.readers.arguments import DEFAULT_READ_BUFFER_BYTES
+    from tfshard.readers.files import check_shards, interleave_records
     from tfshard.readers.shard_cache.pipeline import ShardCache
 
     shards = check_shards(info, "train", list(range(len(info.shard_paths("train")))))

@@ -327,7 +327,7 @@ def timeseries(data: Data, shape: Shape, drop_remainder: bool):
 
 
 def _starts(data: Data, shape: Shape) -> np.ndarray:
-    from tfshard.readers.windows.starts import window_starts
+    from tfshard.readers.windowing.starts import window_starts
 
     return window_starts([len(e) for e in data.episodes], shape.length, shape.shift)
 
@@ -577,7 +577,7 @@ def compare(shape: Shape, settings: Settings) -> list[Target]:
     """Everything for one channel count, printed as it goes; returns the goals' ratios measured."""
     import tensorflow as tf
     from tfshard.ingest import convert_episodes
-    from tfshard.readers.windows.starts import window_count, window_starts
+    from tfshard.readers.windowing.starts import window_count, window_starts
 
     count, repeats = settings.episodes, settings.repeats
     print()

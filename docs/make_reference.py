@@ -24,6 +24,7 @@ API = {
                        "TfdsMetadataError"],
     "tfshard.readers": ["images", "info", "DatasetInfo", "normalization", "episodes", "windows", "resident_windows",
                         "model_windows", "ModelWindows", "WindowGather"],
+    "tfshard.readers.windows.request": ["WindowRequest"],
     "tfshard.readers.service": ["start_dispatcher", "start_worker", "bound_port"],
     "tfshard.tools.verify": ["verify", "VerifyError"],
     "tfshard.tools.preview": ["preview", "save_picture"],

@@ -11,16 +11,21 @@ Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
 ``readers.images`` stays the function even after ``import tfshard.readers.images``
 (likewise ``episodes`` and ``windows``).
-The window-start arithmetic in ``readers/windows/starts.py`` itself is plain numpy.
+The window arithmetic in ``readers/windowing/`` itself is plain numpy.
+
+Compatibility: ``readers.preview`` (a contact sheet or an episode plot) lives with the other tools, as
+``tfshard.tools.preview.preview``: it draws a finished dataset with PIL and reads through this package, so the
+readers do not import it. The name stays here for the code that calls it, resolved on first use by ``__getattr__``
+below: the one import from ``readers`` up into ``tools``, and the exception ``tests/test_import_graph.py`` lists.
 """
 
 from .episodes import episodes
 from .files import DatasetInfo, info
 from .images import images
 from .normalize import normalization
+from .windowing.targets import Targets
 from .windows.dataset import windows
 from .windows.in_model import ModelWindows, WindowGather, model_windows
-from .windows.layout import Targets
 from .windows.resident import resident_windows
 
 __all__ = ["DatasetInfo", "ModelWindows", "Targets", "WindowGather", "episodes", "images", "info", "model_windows",
@@ -28,11 +33,14 @@ __all__ = ["DatasetInfo", "ModelWindows", "Targets", "WindowGather", "episodes",
 
 
 def __getattr__(name):
-    # ``readers.preview`` draws a finished dataset, so it lives with the other tools (``tfshard.tools.preview``,
-    # which reads through this package); the name stays here for the code that calls it, resolved on first use.
+    """``readers.preview`` → ``tfshard.tools.preview.preview`` on first use (see the module's docstring)."""
     if name == "preview":
         from ..tools.preview import preview
 
         globals()["preview"] = preview
         return preview
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))  # ``preview`` is listed before its first use too

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .windows.starts import INT32_LIMIT
+from .windowing.starts import INT32_LIMIT
 
+DEFAULT_READ_BUFFER_BYTES = 8 * 2**20  # per open shard: the readers' read_buffer_bytes default
 MAX_BATCH_SIZE = INT32_LIMIT
 # 16M elements: of 80 KB JPEG records 1.3 TB, of window indices 128 MB; shuffle reserves it before the first element.
 MAX_SHUFFLE_BUFFER = 2**24

@@ -1,4 +1,5 @@
-"""``readers.episodes()``: whole episodes from ``tfshard episodes`` shards, and the bulk loader for resident windows.
+"""``readers.episodes()``: whole episodes from ``tfshard episodes`` shards, and the feature schema every episode
+reader shares (the bulk load of resident windows is ``windows/loader.py``).
 
 An episode is one record, or several chunk records written one after another
 in the same shard; chunks are joined per shard file before files are
@@ -17,12 +18,11 @@ from ..format.manifest import EpisodeInfo
 from ..format.names import tf_compression_type
 from ..format.records import LABEL_KEY, data_features, episode_parse_spec, parse_spec
 from . import files as files_lib
-from .arguments import check_reading
+from .arguments import DEFAULT_READ_BUFFER_BYTES, check_reading
 from .epoch_guard import EpochGuard
 from .guard import ShardGuard, checkpointable
 from .shard_cache.pipeline import ShardCacheArg
-from .windows.layout import LABEL, Concatenated, label_array, pad_fill
-from .windows.starts import WindowSpec
+from .windowing.targets import LABEL, label_array
 
 AUTOTUNE = tf.data.AUTOTUNE
 # decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
@@ -154,7 +154,7 @@ def episodes(
     seed: int | None = None,
     input_context: tf.distribute.InputContext | None = None,
     num_parallel_reads: int | None = None,
-    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     with_keys: bool = False,
     shard_cache: str | None = None,
     shard_cache_limit: str | int | None = None,
@@ -224,7 +224,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
         spec.update(parse_spec(dataset.manifest.features, [LABEL_KEY]))
         label_dtype = spec[LABEL_KEY].dtype
     compression = tf_compression_type(dataset.manifest.compression)
-    decode = _decode_episode(schema, f"{path}: split {split!r}", _fix(path),
+    decode = _decode_episode(schema, f"{path}: split {split!r}", repair_hint(path),
                              _manifest_lookup(files_lib.split_info(dataset, split).episodes, label_dtype),
                              with_keys, with_label)
     checks = ShardGuard(shards, strict=True)
@@ -263,149 +263,6 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     return checkpointable(joined.apply(tf.data.experimental.assert_cardinality(count)))
 
 
-def _fix(path: str) -> str:
+def repair_hint(path: str) -> str:
+    """How to fix a dataset whose records disagree with its manifest."""
     return f"run `tfshard verify {path}`; rewrite the dataset with --overwrite"
-
-
-class _Placer:
-    """Copies chunk records straight to their place in the concatenated arrays, checking each against the manifest.
-
-    The episodes are laid out as ``layout`` says (in its order; each episode's ``time_range`` slice after its
-    history padding, then zeros to whole rows). The arrays are made with ``np.empty`` and only the padding is
-    filled: every chunk must belong to an episode the manifest lists for the shards read, carry that episode's
-    length (and label), lie inside it, hold ``steps`` rows of every feature and be seen once, and ``arrays()`` then
-    checks that each episode's chunks tile it exactly, so a row that no chunk filled is never handed out.
-    """
-
-    def __init__(self, where: str, fix: str, episodes: list[EpisodeInfo], layout: Concatenated, schema: dict,
-                 shards: Sequence[int], pad_value=0):
-        self.where, self.fix, self.schema, self.shards = where, fix, schema, list(shards)
-        spec, pad = layout.spec, layout.pad
-        offsets = layout.offsets.tolist()
-        # id -> (entry, where its slice starts in the arrays, its slice [lo, hi))
-        self.episodes = {e.id: (e, offset + pad, *spec.bounds(e.length)) for e, offset in zip(episodes, offsets)}
-        self.spans: dict[int, list[tuple[int, int]]] = {e.id: [] for e in episodes}
-        self.seen: set[tuple[int, int]] = set()
-        # each episode's label as its records hold it (int64 or float32), made once, not per chunk record
-        labelled = [e for e in episodes if e.label is not None]
-        self.labels = dict(zip([e.id for e in labelled], label_array([e.label for e in labelled]))) if labelled else {}
-        self._arrays = {n: np.empty((layout.steps, *shape), dtype) for n, (dtype, shape) in schema.items()}
-        fills = {n: pad_fill(pad_value, dtype, n, where) if pad else 0 for n, (dtype, _) in schema.items()}
-        for (_, begin, lo, hi), next_start in zip(self.episodes.values(), offsets[1:] + [layout.steps]):
-            for n, array in self._arrays.items():
-                array[begin - pad : begin] = fills[n]
-                array[begin + hi - lo : next_start] = 0
-        self._row_bytes = {n: dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for n, (dtype, shape) in
-                           schema.items()}
-
-    def _error(self, episode_id: int, source: str, problem: str) -> ValueError:
-        return ValueError(f"{self.where}: episode {episode_id} ({source}): {problem}; {self.fix}")
-
-    def place(self, record: dict) -> None:
-        """``record``: one parsed chunk, ``episode/*`` as Python ints and bytes, ``data/<name>`` as bytes."""
-        episode_id, chunk = record["episode/id"], record["episode/chunk"]
-        start, steps, length = record["episode/start"], record["episode/steps"], record["episode/length"]
-        if episode_id not in self.episodes:
-            source = record["episode/source"].decode("utf-8", "surrogateescape")
-            raise self._error(episode_id, source, f"not an episode the manifest lists for shards {self.shards} "
-                                                  f"(got episode/id={episode_id})")
-        entry, begin, lo, hi = self.episodes[episode_id]
-        fail = lambda problem: self._error(episode_id, entry.source, problem)  # noqa: E731
-        if (episode_id, chunk) in self.seen:
-            raise fail(f"chunk {chunk} appears twice (got a second record with episode/chunk={chunk})")
-        self.seen.add((episode_id, chunk))
-        if length != entry.length:
-            raise fail(f"its records say {length} steps, the manifest says {entry.length} "
-                       f"(got episode/length={length})")
-        if LABEL_KEY in record and record[LABEL_KEY] != self.labels.get(episode_id):
-            raise fail(f"its records say label {record[LABEL_KEY]!r}, the manifest says {entry.label!r} "
-                       f"(got episode/label={record[LABEL_KEY]!r})")
-        if start < 0 or steps < 0 or start + steps > length:
-            raise fail(f"chunk {chunk} lies outside the episode's {length} steps (got episode/start={start}, "
-                       f"episode/steps={steps})")
-        for n, (dtype, shape) in self.schema.items():
-            raw = record[f"data/{n}"]
-            if len(raw) != steps * self._row_bytes[n]:
-                raise fail(f"chunk {chunk} feature {n!r} holds {len(raw)} bytes, not {steps} steps of "
-                           f"{dtype.name}{list(shape)} (got {len(raw)} != {steps * self._row_bytes[n]})")
-        first, last = max(start, lo), min(start + steps, hi)  # the part of the chunk inside the slice
-        if first < last:
-            at = begin + first - lo
-            for n, (dtype, shape) in self.schema.items():
-                values = np.frombuffer(record[f"data/{n}"], dtype).reshape(steps, *shape)
-                self._arrays[n][at : at + last - first] = values[first - start : last - start]
-        self.spans[episode_id].append((start, steps))
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The filled arrays, once every episode's chunks tile its steps exactly (else a ValueError naming it)."""
-        for episode_id, spans in self.spans.items():
-            entry = self.episodes[episode_id][0]
-            covered = 0
-            for start, steps in sorted(spans):
-                if start != covered:
-                    problem = "overlap" if start < covered else "are covered by no chunk"
-                    steps_ = f"{min(start, covered)}..{max(start, covered)}"
-                    raise self._error(episode_id, entry.source,
-                                      f"steps {steps_} {problem} (got chunks (start, steps) {sorted(spans)})")
-                covered = start + steps
-            if covered != entry.length:
-                raise self._error(episode_id, entry.source, f"steps {covered}..{entry.length} are covered by "
-                                                               f"no chunk (got chunks (start, steps) {sorted(spans)})")
-        return self._arrays
-
-
-def load_concatenated(
-    dataset: files_lib.DatasetInfo,
-    split: str,
-    schema: dict[str, tuple[np.dtype, tuple[int, ...]]],
-    *,
-    shards: Sequence[int] | None = None,
-    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
-    row: int = 1,
-    spec: WindowSpec | None = None,
-    pad_value=0,
-    labels: bool = False,
-    shard_cache: ShardCacheArg | None = None,
-) -> Concatenated:
-    """The episodes of a split (or of some of its shards) laid end to end in source (episode id) order, as the
-    windows of ``spec`` need them (``Concatenated``: each episode's ``time_range`` slice after its history padding
-    of ``pad_value``, then zeros to whole rows of ``row`` steps); ``spec`` None: whole episodes.
-
-    Shards are read in parallel, in any order: each chunk is copied straight to
-    its place (episode offset from the manifest's lengths + its start step), so
-    nothing is sorted and no intermediate list of episodes is kept. Only a slice's
-    steps are copied: a ``time_range`` of 20% holds 20% of the data.
-
-    ``labels``: also every episode's label from the manifest (each record's checked against it).
-    ``shard_cache``: read the shards through a shard cache (``readers/shard_cache``).
-
-    Raises:
-      FileNotFoundError: a shard is missing.
-      ValueError: a shard that is not a regular file or not the manifest's size, or a chunk record that
-        disagrees with the manifest (see ``_Placer``), naming the episode.
-    """
-    spec = spec or WindowSpec(1)
-    info = files_lib.split_info(dataset, split)
-    chosen = range(len(info.shards)) if shards is None else sorted(set(shards))
-    shards = files_lib.check_shards(dataset, split, list(chosen))
-    wanted = set(chosen)
-    episodes = sorted((e for e in info.episodes if e.shard in wanted), key=lambda e: e.id)
-    layout = Concatenated({}, [e.length for e in episodes], [e.id for e in episodes], row, spec,
-                          label_array([e.label for e in episodes]) if labels else None)
-    placer = _Placer(f"{dataset.path}: split {split!r}", _fix(dataset.path), episodes, layout, schema, chosen,
-                     pad_value)
-    records = files_lib.interleave_records(
-        shards, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
-        cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
-        shard_cache=(shard_cache or ShardCacheArg()).session(dataset.path, shards),
-    )
-    parse = episode_parse_spec(schema)
-    if labels:
-        parse.update(parse_spec(dataset.manifest.features, [LABEL_KEY]))
-    parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, parse), num_parallel_calls=AUTOTUNE)
-    for batch in parsed.prefetch(AUTOTUNE).as_numpy_iterator():
-        columns = {key: values.tolist() for key, values in batch.items()}
-        for i in range(len(columns["episode/id"])):
-            placer.place({key: values[i] for key, values in columns.items()})
-    layout.arrays = placer.arrays()
-    return layout

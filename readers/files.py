@@ -21,11 +21,10 @@ from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
 from .shard_cache.pipeline import FETCH_AHEAD
-from .windows.layout import TargetsArg, check_label_targets, window_spec
+from .windowing.targets import TargetsArg, check_label_targets, window_spec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_READ_BUFFER_BYTES = 8 * 2**20
 _STAT_THREADS = 16  # on gs:// each stat is a request: 16 in flight hide the round trips
 
 

@@ -36,7 +36,14 @@ from . import augment as augment_lib
 from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
-from .arguments import MAX_BATCH_SIZE, MAX_SHUFFLE_BUFFER, check_count, check_not_empty, check_reading
+from .arguments import (
+    DEFAULT_READ_BUFFER_BYTES,
+    MAX_BATCH_SIZE,
+    MAX_SHUFFLE_BUFFER,
+    check_count,
+    check_not_empty,
+    check_reading,
+)
 from .epoch_guard import EpochGuard
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
@@ -71,7 +78,7 @@ def images(
     deterministic: bool | None = None,
     drop_remainder: bool | None = None,
     num_parallel_reads: int | None = None,
-    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     ignore_errors: bool = False,
     service: str | None = None,
     service_job_name: str | None = None,

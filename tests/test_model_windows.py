@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 from helpers import convert_episode_tree, save_episodes
 from tfshard import readers
+from tfshard.readers.windowing.starts import row_steps
 from tfshard.readers.windows.index import gather_windows
-from tfshard.readers.windows.starts import row_steps
 
 LENGTHS = [1000, 777, 2049, 300, 64]  # rows of 16 steps pad 8+7+15+4+0 = 34 steps: under 1/64 of 4190
 LENGTH, SHIFT = 64, 16

@@ -134,7 +134,7 @@ def test_pure_core_never_imports_tensorflow():
     # readers/ is a TensorFlow package, but its window arithmetic module is plain numpy: load it on its own.
     code = (
         "import importlib.util, sys; "
-        "spec = importlib.util.spec_from_file_location('starts', 'readers/windows/starts.py'); "
+        "spec = importlib.util.spec_from_file_location('starts', 'readers/windowing/starts.py'); "
         "module = importlib.util.module_from_spec(spec); sys.modules['starts'] = module; "
         "spec.loader.exec_module(module); print('tensorflow' in sys.modules)"
     )

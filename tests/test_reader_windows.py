@@ -14,8 +14,8 @@ import tensorflow as tf
 from helpers import convert_episode_tree, make_tree, random_episodes, read_manifest, save_episodes, write_manifest
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
+from tfshard.readers.windowing.starts import window_starts
 from tfshard.readers.windows.index import index_batches
-from tfshard.readers.windows.starts import window_starts
 
 LENGTHS = [30, 3, 17, 50, 1, 8, 12]  # 3, 1 and 8 are shorter than most windows below: they contribute nothing
 

@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 import pytest
-from tfshard.readers.windows.starts import episode_offsets, row_steps, window_count, window_starts
+from tfshard.readers.windowing.starts import episode_offsets, row_steps, window_count, window_starts
 
 
 def _oracle(lengths, length, shift, horizon=0):

@@ -16,7 +16,7 @@ import tensorflow as tf
 from helpers import convert_episode_tree, save_episodes
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
-from tfshard.readers.windows.starts import row_steps
+from tfshard.readers.windowing.starts import row_steps
 
 
 def step_ids(i: int, t: int) -> np.ndarray:

@@ -188,7 +188,7 @@ def window_of(length: int | None, shift: int | None, horizon: int | None) -> tup
 def window_lines(manifest, length: int, shift: int = 1, horizon: int = 0) -> list[str]:
     """Per split: the windows ``readers.windows(length=, shift=, targets=horizon or None)`` yields an epoch, and the
     episodes too short for any (the reader skips them and logs it), from the manifest alone."""
-    from ..readers.windows.starts import WindowSpec  # pure numpy, but under the readers package (TensorFlow)
+    from ..readers.windowing.starts import WindowSpec  # pure numpy, but under the readers package (TensorFlow)
 
     if manifest.kind != "episodes":
         raise ValueError(f"--length: windows are for episode datasets (got kind {manifest.kind!r}); drop --length")

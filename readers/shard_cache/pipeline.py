@@ -34,9 +34,11 @@ import tensorflow as tf
 from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
 
 from ...format.sizes import parse_size
+from . import budget
 from .ahead import MAX_THREADS, FetchPool, UnknownTicket
+from .folder import checked_directory, held_bytes
 from .holds import ReadHolds
-from .store import CacheFolderError, Shard, ShardStore, checked_directory, held_bytes
+from .store import CacheFolderError, Shard, ShardStore
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +66,7 @@ def checked_limit(directory: str, limit, where: str) -> int:
     if limit is not None:
         return parse_size(limit, "shard_cache_limit")
     directory = checked_directory(directory)  # a URL or a file is refused before anything is made
-    limit = held_bytes(directory) + int(shutil.disk_usage(directory).free * 0.9)
+    limit = budget.default_limit(held_bytes(directory), shutil.disk_usage(directory).free)
     log.info("%s: shard cache %s limited to %d bytes (90%% of the free disk); pass shard_cache_limit to choose",
              where, directory, limit)
     return limit
@@ -101,7 +103,7 @@ class ShardCache:
 
     def check_room(self, size: int, name: str, limit_name: str = "shard_cache_limit") -> None:
         """Raises a ValueError naming the shard ``name`` of ``size`` bytes when the limit cannot hold it."""
-        if size > self.limit:
+        if not budget.room(0, size, self.limit):
             raise ValueError(
                 f"{self.where}: {limit_name}={self.limit} bytes is below the shard {name} ({size} bytes), so it "
                 f"would never be cached; raise the limit to at least {size} bytes (a few shards more lets it fetch "

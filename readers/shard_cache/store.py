@@ -1,18 +1,9 @@
 """A folder of verified shard copies on local disk, bounded, shared by the processes of one host. No TensorFlow here.
 
-Layout of the cache folder ``DIR`` (every name is ours; anything else in it is left alone):
-
-* ``shards/<sha256>.tfrecord``: a complete copy whose bytes had the manifest's sha256 and size when it was
-  renamed here. A copy is keyed by its content, so a re-converted dataset never gets an old shard and two
-  datasets that share a shard share its copy.
-* ``parts/<sha256>.part``: a download in progress. It is created at the shard's full size before the first byte
-  arrives (the *reservation*), so the folder never holds more than the limit, temporary files included.
-* ``locks/<sha256>.lock``: one process downloads a shard at a time; ``locks/folder.lock`` guards reservations,
-  evictions and pins. Both are ``flock`` locks (``locks.py``), which the kernel drops when their process dies, so
-  a killed downloader never blocks anyone: the next one finds its part file stale and starts over. A shard's lock
-  file is removed when its download is over. Every wait is bounded (``wait_s``) and ends at once on a stop.
-* ``pins/<sha256>.<pid>.<start>.<host>``: a live reader uses the copy; an evictor skips it (``pins.py``: a pin of
-  a process that is gone, or of another host not renewed within its lease, is removed).
+The folder's layout is in ``folder.py``: complete copies keyed by sha256, downloads reserved at their full size
+before the first byte (so the folder never holds more than the limit), ``flock`` locks (``locks.py``) and the
+pins of live readers (``pins.py``). What fits and what is evicted is ``budget.py``'s arithmetic; what is
+wrong with a copy, ``verified.py``'s. This module carries them out: reserve, evict, download, check, rename.
 
 Nothing is trusted: a symlink, FIFO, folder or a file of the wrong size or content under a shard's name is never
 read; it is logged and replaced. A copy whose bytes do hash to its name is never removed because a manifest gives
@@ -24,34 +15,41 @@ checked.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import hashlib
 import logging
 import os
-import re
-import shutil
 import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ...format.storage import file_kind, open_for_reading
+from ...format.storage import open_for_reading
+from . import budget
+from .folder import (
+    CHUNK,
+    LOCK_NAME,
+    LOCKS,
+    NOFOLLOW,
+    PART_NAME,
+    PARTS,
+    SHA,
+    SHARD_NAME,
+    SHARDS,
+    checked_directory,
+    entries,
+    held_bytes,
+    touch,
+    unlink,
+)
 from .locks import CacheBusyError, CacheFolderError, Stopped, check_stop, flock, pause, remove_if_free
 from .pins import PIN_LEASE_S, folder_pins, live_pins
 from .pins import host_tag as _host_tag  # noqa: F401 (the tests name a pin of this host with it)
+from .verified import VerifiedCopies
 
-__all__ = ["CacheBusyError", "CacheFolderError", "Shard", "ShardStore", "Stopped", "checked_directory", "held_bytes"]
+__all__ = ["CacheBusyError", "CacheFolderError", "Shard", "ShardStore", "Stopped"]
 
 log = logging.getLogger(__name__)
 
-SHARDS, PARTS, LOCKS, PINS = "shards", "parts", "locks", "pins"
-_SHA = re.compile(r"^[0-9a-f]{64}$")
-_SHARD_NAME = re.compile(r"^([0-9a-f]{64})\.tfrecord$")
-_PART_NAME = re.compile(r"^([0-9a-f]{64})\.part$")
-_LOCK_NAME = re.compile(r"^([0-9a-f]{64})\.lock$")
-_CHUNK = 2**20  # per read of a download: each in flight holds ~2 chunks (TF's string, Python's bytes)
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 DEFAULT_ATTEMPTS = 3
 DEFAULT_WAIT_S = 600.0  # for another process's download of the same shard, or its hold of the folder lock
 
@@ -63,35 +61,6 @@ class Shard:
     sha256: str
     size: int
     remote: str
-
-
-def checked_directory(directory: str) -> str:
-    """The absolute path of the cache folder ``directory`` with its own folders, made if missing.
-
-    Raises:
-      CacheFolderError: a URL, or a symlink or other file where a folder should be.
-    """
-    if "://" in directory:
-        raise CacheFolderError(f"{directory}: the shard cache is a local folder (got a URL); pass a path on "
-                               "this host's disk, such as /mnt/ssd/tfshard-cache")
-    directory = os.path.abspath(directory)
-    for folder in (directory, *(os.path.join(directory, f) for f in (SHARDS, PARTS, LOCKS, PINS))):
-        _check_folder(folder)
-    return directory
-
-
-def _check_folder(path: str) -> None:
-    """``path`` must be a real folder (not a symlink to one: the cache's contents are untrusted)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        os.makedirs(path, exist_ok=True)
-        st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        what = ("a symlink" if stat.S_ISLNK(st.st_mode) else "a regular file" if stat.S_ISREG(st.st_mode)
-                else file_kind(st.st_mode))
-        raise CacheFolderError(f"{path}: {what}, not a folder; the shard cache keeps only its own folders here. "
-                               "Remove it, or pass another shard_cache folder")
 
 
 class ShardStore:
@@ -114,7 +83,7 @@ class ShardStore:
         self.directory = checked_directory(directory)
         self.limit, self.attempts, self.wait_s, self._open_remote = limit, attempts, wait_s, open_remote
         self.pin_lease_s = pin_lease_s
-        self._verified: dict[str, tuple] = {}  # sha256 -> identity of the copy this process hashed
+        self._verified = VerifiedCopies()  # the copies this process hashed
         # A pin file names the process, not the store, so every store of the folder in this process shares the
         # count (readers of other limits have other stores).
         self._pins = folder_pins(self.directory, pin_lease_s)
@@ -168,9 +137,6 @@ class ShardStore:
 
     # --- what is on disk -----------------------------------------------------------------------------------------
 
-    def _entries(self, folder: str, pattern: re.Pattern) -> list[tuple[str, str, os.stat_result]]:
-        return _entries(self.directory, folder, pattern)
-
     def usage(self) -> int:
         """Bytes the cache holds now: copies and downloads (reserved at their full size)."""
         return held_bytes(self.directory)
@@ -178,12 +144,12 @@ class ShardStore:
     def _clear_stale_parts(self) -> None:
         """Removes downloads whose downloader is gone (its shard lock is free), and lock files no one holds (one
         left by an older version, say). Folder lock held."""
-        for sha, path, _ in self._entries(PARTS, _PART_NAME):
+        for sha, path, _ in entries(self.directory, PARTS, PART_NAME):
             with flock(self._shard_lock(sha), wait_s=0, remove=True) as free:
                 if free:
                     log.info("%s: removing a partial download left by a process that is gone", path)
-                    _unlink(path)
-        for _, path, st in self._entries(LOCKS, _LOCK_NAME):
+                    unlink(path)
+        for _, path, st in entries(self.directory, LOCKS, LOCK_NAME):
             if stat.S_ISREG(st.st_mode):  # anything else under a lock's name is named by the fetch that meets it
                 remove_if_free(path)
 
@@ -194,22 +160,22 @@ class ShardStore:
         part = self._part(shard.sha256)
         with self._folder_lock(stop):
             self._clear_stale_parts()
-            if _unlink(part):  # the caller holds the shard's lock: a part of it is a dead download's, not counted
+            if unlink(part):  # the caller holds the shard's lock: a part of it is a dead download's, not counted
                 log.info("%s: removing a partial download left by a process that is gone", part)
             usage = self.usage()
-            if usage + shard.size > self.limit:
-                pinned = self._pinned() | {shard.sha256}
-                victims = sorted((st.st_atime_ns, sha, path, st.st_size)
-                                 for sha, path, st in self._entries(SHARDS, _SHARD_NAME) if sha not in pinned)
-                while usage + shard.size > self.limit and victims:
-                    _, sha, path, size = victims.pop(0)
-                    log.info("%s: evicting the least recently used shard copy to make room", path)
-                    if _unlink(path):
-                        usage -= size
-                    self._verified.pop(sha, None)
-                if usage + shard.size > self.limit:
+            if not budget.room(usage, shard.size, self.limit):
+                copies = [budget.Copy(sha, path, st.st_size, st.st_atime_ns)
+                          for sha, path, st in entries(self.directory, SHARDS, SHARD_NAME)]
+                victims = budget.eviction_order(copies, self._pinned() | {shard.sha256})
+                while not budget.room(usage, shard.size, self.limit) and victims:
+                    victim = victims.pop(0)
+                    log.info("%s: evicting the least recently used shard copy to make room", victim.path)
+                    if unlink(victim.path):
+                        usage -= victim.size
+                    self._verified.forget(victim.sha256)
+                if not budget.room(usage, shard.size, self.limit):
                     return None
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o644)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o644)
             try:
                 os.ftruncate(fd, shard.size)
             except BaseException:
@@ -221,48 +187,8 @@ class ShardStore:
 
     def problem(self, shard: Shard) -> str | None:
         """None when the copy of ``shard`` is a verified regular file; "missing" when there is none; else what is
-        wrong with it. Hashes a copy this process has not verified (or whose identity changed since)."""
-        path = self.path(shard.sha256)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return "missing"
-        if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
-            return f"is {'a symlink' if stat.S_ISLNK(st.st_mode) else file_kind(st.st_mode)}, not a regular file"
-        if st.st_size != shard.size:
-            return f"has {st.st_size} bytes, not the manifest's {shard.size}"
-        identity = _identity(st)
-        if self._verified.get(shard.sha256) == identity:
-            return None
-        try:
-            digest, size, identity = _hash_local(path, shard.size)
-        except (OSError, ValueError) as e:
-            return f"cannot be read ({e})"
-        if (digest, size) != (shard.sha256, shard.size):
-            return "does not have the manifest's sha256 (corrupt or replaced)"
-        self._verified[shard.sha256] = identity
-        return None
-
-    def _genuine(self, sha256: str) -> bool:
-        """Whether the copy named ``sha256`` is a regular file whose bytes, all of them, hash to its name (whatever
-        size a manifest gives it). Hashes it unless this process verified it as it is."""
-        path = self.path(sha256)
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return False
-        if not stat.S_ISREG(st.st_mode):
-            return False
-        if self._verified.get(sha256) == _identity(st):
-            return True
-        try:
-            digest, size, identity = _hash_local(path, st.st_size)
-        except (OSError, ValueError):
-            return False
-        if (digest, size) != (sha256, st.st_size):
-            return False
-        self._verified[sha256] = identity
-        return True
+        wrong with it (``verified.py``)."""
+        return self._verified.problem(self.path(shard.sha256), shard.sha256, shard.size)
 
     def fetch(self, shard: Shard, stop: threading.Event | None = None) -> str | None:
         """The path of a verified local copy of ``shard``, pinned (``unpin`` when done); None: read it remotely.
@@ -270,7 +196,7 @@ class ShardStore:
         Every wait (for a lock, between retries) and every download looks at ``stop`` in short slices: once it is
         set, the fetch raises ``Stopped``, leaving no pin, download or lock behind.
         """
-        if not _SHA.match(shard.sha256):
+        if not SHA.match(shard.sha256):
             raise ValueError(f"{shard.remote}: not a sha256 (got {shard.sha256!r}); the manifest is damaged")
         check_stop(stop)
         checked_directory(self.directory)  # made again if it was removed while a job runs (a few lstats a shard)
@@ -288,7 +214,7 @@ class ShardStore:
         path = self.path(shard.sha256)
         problem = self.problem(shard)
         if problem is None:
-            _touch(path)
+            touch(path)
             return path
         with flock(self._shard_lock(shard.sha256), wait_s=self.wait_s, stop=stop, remove=True) as locked:
             if not locked:
@@ -297,20 +223,21 @@ class ShardStore:
                 return None
             problem = self.problem(shard)  # another process may have fetched it while we waited
             if problem is None:
-                _touch(path)
+                touch(path)
                 return path
             if shard.sha256 in self._mismatched:  # warned once: the remote file is not the manifest's
                 return None
             if problem != "missing":
-                if self._genuine(shard.sha256):  # a lying manifest never removes a good copy (others may read it)
+                # a lying manifest never removes a good copy (others may read it)
+                if self._verified.genuine(path, shard.sha256):
                     log.warning("%s: the manifest gives sha256 %s... %d bytes, but the cached copy %s of that sha256 "
                                 "is verified at %d bytes; the manifest is wrong (the copy is kept, and this shard "
                                 "read remotely); check the dataset with `tfshard verify`", shard.remote,
                                 shard.sha256[:12], shard.size, path, os.lstat(path).st_size)
                     return None
                 log.warning("%s: the cached copy %s; replacing it", path, problem)
-                _unlink(path)
-                self._verified.pop(shard.sha256, None)
+                unlink(path)
+                self._verified.forget(shard.sha256)
             part = self._reserve(shard, stop)
             if part is None:
                 log.info("%s: the shard cache is full of shards live readers use (limit %d bytes); reading it "
@@ -330,13 +257,13 @@ class ShardStore:
         try:
             found, error, tried, mismatches = self._attempts(shard, fd, stop)
         except BaseException:
-            _unlink(part)
+            unlink(part)
             raise
         finally:
             os.close(fd)
         if found is not None:
             return found
-        _unlink(part)
+        unlink(part)
         if mismatches == self.attempts:  # the same wrong bytes every time: a changed file, not a bad connection
             self._mismatched.add(shard.sha256)
         log.warning("%s: could not cache it after %d attempt%s (%s); reading it remotely", shard.remote,
@@ -365,9 +292,9 @@ class ShardStore:
                     os.replace(part, path)
                 st, ours = os.lstat(path), os.fstat(fd)
                 if (st.st_dev, st.st_ino) == (ours.st_dev, ours.st_ino):
-                    self._verified[shard.sha256] = _identity(st)
+                    self._verified.remember(shard.sha256, st)
                     return path, "", tried, mismatches
-                _unlink(path)
+                unlink(path)
                 return None, f"{part} was replaced by another file while it downloaded", tried, mismatches
             error = (f"got {size} bytes with sha256 {digest[:12]}..., the manifest says {shard.size} bytes with "
                      f"{shard.sha256[:12]}...")
@@ -382,7 +309,7 @@ class ShardStore:
         with self._open_remote(shard.remote) as source:
             while size <= shard.size:
                 check_stop(stop)
-                chunk = source.read(min(_CHUNK, shard.size + 1 - size))
+                chunk = source.read(min(CHUNK, shard.size + 1 - size))
                 if not chunk:
                     break
                 with self._lock:  # fetches run in threads; a bare += could lose one's count
@@ -397,28 +324,6 @@ class ShardStore:
         return digest.hexdigest(), size
 
 
-def _entries(directory: str, folder: str, pattern: re.Pattern) -> list[tuple[str, str, os.stat_result]]:
-    """``(sha256, path, lstat)`` of our names in ``directory/folder`` (planted names that are not ours are
-    ignored)."""
-    found = []
-    for entry in os.scandir(os.path.join(directory, folder)):
-        match = pattern.match(entry.name)
-        if match is None:
-            continue
-        try:
-            found.append((match.group(1), entry.path, entry.stat(follow_symlinks=False)))
-        except FileNotFoundError:
-            continue
-    return found
-
-
-def held_bytes(directory: str) -> int:
-    """Bytes the cache folder holds: copies and downloads (reserved at their full size)."""
-    # Downloads first: one renamed into shards/ between the two listings is then counted twice, never missed.
-    parts = _entries(directory, PARTS, _PART_NAME)
-    return sum(st.st_size for _, _, st in parts + _entries(directory, SHARDS, _SHARD_NAME))
-
-
 class _LocalWriteError(Exception):
     """A download's write into its part file failed (its cause says why): not retried, unlike a remote read."""
 
@@ -427,48 +332,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _identity(st: os.stat_result) -> tuple:
-    """What tells a copy apart from one put in its place (not ctime: touching the access time changes it)."""
-    return st.st_size, st.st_mtime_ns, st.st_dev, st.st_ino
-
-
-def _hash_local(path: str, size: int) -> tuple[str, int, tuple]:
-    """sha256, bytes read (at most ``size`` + 1) and identity of a local regular file, opened without following a
-    symlink or blocking on a FIFO."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{file_kind(st.st_mode)}, not a regular file")
-        os.set_blocking(fd, True)
-        digest, read = hashlib.sha256(), 0
-        while read <= size and (chunk := f.read(min(_CHUNK, size + 1 - read))):
-            digest.update(chunk)
-            read += len(chunk)
-    return digest.hexdigest(), read, _identity(st)
-
-
-def _touch(path: str) -> None:
-    """Marks a copy used now (its access time orders eviction; its mtime, part of its identity, stays)."""
-    try:
-        st = os.lstat(path)
-        os.utime(path, ns=(time.time_ns(), st.st_mtime_ns), follow_symlinks=False)
-    except OSError:
-        pass
-
-
-def _unlink(path: str) -> bool:
-    """Removes a file (a symlink itself, never its target), or a folder planted under one of our names (which would
-    block the rename of a copy into place); False if nothing was there."""
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False
-    except OSError as e:
-        if e.errno not in (errno.EISDIR, errno.EPERM) or not stat.S_ISDIR(os.lstat(path).st_mode):
-            raise
-    shutil.rmtree(path)  # never follows a symlink, at the top or inside
-    return True

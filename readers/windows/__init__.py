@@ -1,9 +1,9 @@
-"""Sliding windows over episodes: ``readers.windows`` and ``readers.model_windows``.
+"""Sliding windows over episodes: ``readers.windows``, ``readers.model_windows`` and ``readers.resident_windows``.
 
-``dataset.py`` is ``readers.windows``; ``resident.py`` holds the episodes in device
-memory (one copy per replica) and builds one pipeline per replica from ``index.py``'s
-window-start stream and gather; ``streamed.py`` windows episodes read from the shards;
-``in_model.py`` (``readers.model_windows``) gathers in the model's step; ``layout.py``
-says what to gather and how to shape it; ``starts.py`` is the window-start arithmetic
-(plain numpy). Nothing is imported here, so ``starts.py`` loads without TensorFlow.
+``request.py`` holds the arguments the three share (``WindowRequest``: documented and checked once);
+``dataset.py`` is ``readers.windows``; ``loader.py`` loads a split's episodes into one array per feature, checked
+against the manifest; ``resident.py`` holds them in device memory (one copy per replica) and builds one pipeline per
+replica from ``index.py``'s window-start stream and gather; ``streamed.py`` windows episodes read from the shards;
+``in_model.py`` (``readers.model_windows``) gathers in the model's step; ``layout.py`` says what to gather and how
+to shape it. The window arithmetic they share is ``readers/windowing/`` (plain numpy).
 """

@@ -25,11 +25,13 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from .. import files as files_lib
-from ..arguments import check_not_empty, check_reading, check_resume, per_replica_text
-from .dataset import resident_layout
+from ..arguments import DEFAULT_READ_BUFFER_BYTES, check_not_empty, per_replica_text
+from ..windowing.starts import row_steps_of, start_rows
+from ..windowing.targets import TargetsArg
+from .dataset import plan_resident
 from .index import Episodes, index_batches, resumable_options, window_element
-from .layout import LABEL_ARRAY, Concatenated, Layout, TargetsArg, check_window_args
+from .layout import LABEL_ARRAY, Concatenated, Layout
+from .request import WindowRequest
 from .resident import (
     check_batch_divides,
     default_device,
@@ -39,7 +41,6 @@ from .resident import (
     resident_variables,
     variables_on,
 )
-from .starts import row_steps_of, start_rows
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -166,7 +167,7 @@ def model_windows(
     drop_remainder: bool = True,
     device: str | None = None,
     strategy: tf.distribute.Strategy | None = None,
-    read_buffer_bytes: int = files_lib.DEFAULT_READ_BUFFER_BYTES,
+    read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     repeat: bool = False,
     start_step: int = 0,
 ) -> ModelWindows:
@@ -178,17 +179,16 @@ def model_windows(
     dataset is ``readers.windows``' index dataset, and ``layer`` its gather.
 
     Args:
-      path, split, length, shift, features, targets, sampling_rate, time_range, padding, pad_value, shuffle, seed,
-        drop_remainder: as for ``readers.windows`` (``targets="label"``: the episodes' labels, mirrored too).
-      batch_size: windows per step (under a strategy the global batch, split evenly over the replicas).
-      device: without a strategy, where the arrays live (default the first GPU, else the CPU).
+      path, split: as for ``readers.windows``.
+      length, shift, batch_size, features, targets, sampling_rate, time_range, padding, pad_value, shuffle, seed,
+        drop_remainder, device, read_buffer_bytes, repeat, start_step: as ``WindowRequest`` documents them
+        (``targets="label"``: the episodes' labels, mirrored too; ``repeat``/``start_step``: ``starts`` runs epoch
+        after epoch from one iterator, checkpointable, or started at a saved step, under a strategy too, where
+        Keras distributes ``starts``).
       strategy: a single-worker ``tf.distribute`` strategy (``MirroredStrategy``,
         ``OneDeviceStrategy``); picked up from an enclosing ``strategy.scope()``.
         Each replica holds a full copy of the arrays. For several workers, use
         ``readers.windows(strategy=...)``, where each worker holds only its shards.
-      read_buffer_bytes: read buffer per shard.
-      repeat, start_step: as for ``readers.windows``: ``starts`` runs epoch after epoch from one iterator,
-        checkpointable, or started at a saved step (under a strategy, where Keras distributes ``starts``).
 
     Returns:
       A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays``, ``wrap(model)``, and
@@ -204,10 +204,12 @@ def model_windows(
       model.compile("adam", "mse")
       model.fit(windows.starts, epochs=10)
     """
-    check_window_args(length, shift, batch_size, path)
-    read_buffer_bytes, _ = check_reading(path, read_buffer_bytes=read_buffer_bytes)
-    length, shift, batch_size = int(length), int(shift), int(batch_size)
-    start_step = check_resume(repeat, start_step, path, shuffle=shuffle, seed=seed)
+    request = WindowRequest(
+        where=path, length=length, shift=shift, batch_size=batch_size, features=features, targets=targets,
+        sampling_rate=sampling_rate, time_range=time_range, padding=padding, pad_value=pad_value, shuffle=shuffle,
+        seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
+        read_buffer_bytes=read_buffer_bytes, repeat=repeat, start_step=start_step)
+    batch_size = request.batch_size
     strategy = pick_strategy(strategy)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         raise ValueError(
@@ -217,9 +219,8 @@ def model_windows(
         )
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     check_batch_divides(batch_size, replicas, path)
-    layout, source = resident_layout(path, split, length=length, shift=shift, features=features, targets=targets,
-                                     read_buffer_bytes=read_buffer_bytes, sampling_rate=sampling_rate,
-                                     time_range=time_range, padding=padding, pad_value=pad_value)
+    layout, source = plan_resident(path, split, features, targets, request.read_buffer_bytes,
+                                   **request.layout_shape())
     spec = layout.spec
     report_short_episodes(source.where, spec, source.lengths)
     if drop_remainder:
@@ -231,7 +232,8 @@ def model_windows(
     arrays = _variables(data, strategy, device)
     starts = start_rows(spec, data.lengths, row)
     index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
-                           drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat, start_step=start_step,
+                           drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat,
+                           start_step=request.start_step,
                            where=path, before_epoch=source.before_epoch)
     dtype = index.element_spec.dtype
     episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None))

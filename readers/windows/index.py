@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from ..options import external_state_ignored, quiet_options
+from ..windowing.starts import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
 from .layout import Concatenated, Layout
-from .starts import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
 
 AUTOTUNE = tf.data.AUTOTUNE
 

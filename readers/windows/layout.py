@@ -1,118 +1,24 @@
-"""What a windows reader gathers and how it shapes each element; ``Targets``; the episodes laid out in memory.
+"""What a windows reader gathers and how it shapes each element; the episodes laid out in memory.
 
 ``Layout`` turns ``features``/``targets`` (and ``sampling_rate``, ``time_range``, ``padding``) into a
-``WindowSpec`` (``starts.py``: which windows each episode gives), the names to gather (inputs and target features,
-gathered together: one gather of the whole span serves both) and the element: a tensor for one feature, a dict for
-several; ``(x, x)`` for ``targets="same"``; ``(x, y)`` for step targets; ``(x, label)`` for episode labels; with
-``padding``, inputs ``{"inputs": x, "mask": m}``.
+``WindowSpec`` (``readers/windowing/``: which windows each episode gives), the names to gather (inputs and target
+features, gathered together: one gather of the whole span serves both) and the element: a tensor for one feature, a
+dict for several; ``(x, x)`` for ``targets="same"``; ``(x, y)`` for step targets; ``(x, label)`` for episode labels;
+with ``padding``, inputs ``{"inputs": x, "mask": m}``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 
-from ...format.records import LABEL_NAME
 from ..arguments import MAX_BATCH_SIZE, MAX_WINDOW_STEPS, check_count
-from .starts import WindowSpec, segment_offsets, segment_steps
+from ..windowing.starts import WindowSpec, segment_offsets, segment_steps
+from ..windowing.targets import LABEL, Targets, TargetsArg, as_targets, check_label_targets, label_array, window_spec
 
-LABEL = LABEL_NAME  # targets="label": the episode's label (a dataset converted with episode labels)
 LABEL_ARRAY = "episode/label"  # the resident arrays' key of the per-episode labels (no feature has a "/")
-
-
-@dataclasses.dataclass(frozen=True)
-class Targets:
-    """What a window predicts, as TensorFlow's time-series tutorial puts it (its ``WindowGenerator``'s ``shift`` is
-    ``offset`` here, so as not to clash with the reader's ``shift`` between windows).
-
-    The inputs are the window's ``length`` points; the whole span is ``length + offset`` points; the targets are
-    the **last ``width`` points of that span**, of ``features`` (default: the input features).
-
-        Targets(width=16, offset=16)             # the next 16 steps (what targets=16 means)
-        Targets("action", width=16, offset=16)   # the next 16 steps of another feature
-        Targets(width=10, offset=20)             # steps 11..20 after the window: a gap of 10
-        Targets(width=1, offset=0)               # the window's own last step
-        Targets("y", width=length, offset=0)     # feature y over the same steps (what targets="y" means)
-
-    Attributes:
-      features: a feature name (targets are a tensor), a list of names (a dict), or None: the inputs' features,
-        in the inputs' structure.
-      width: target points, at most ``length + offset``.
-      offset: points the span reaches past the inputs.
-    """
-
-    features: str | Sequence[str] | None = None
-    width: int = dataclasses.field(default=1, kw_only=True)
-    offset: int = dataclasses.field(default=0, kw_only=True)
-
-    def __post_init__(self):
-        for name, low in (("width", 1), ("offset", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ValueError(f"Targets: {name} must be an integer of at least {low} (got {name}={value!r})")
-            object.__setattr__(self, name, int(value))
-        if not (self.features is None or isinstance(self.features, str)):
-            try:
-                names = tuple(self.features)
-            except TypeError:
-                names = None
-            if names == ():
-                raise ValueError("Targets: features must name at least one feature (got features=[]); pass None for "
-                                 "the inputs' features, or the names to predict")
-            if not names or not all(isinstance(n, str) for n in names):
-                raise TypeError(f"Targets: features must be None, a feature name or a non-empty list of names "
-                                f"(got features={self.features!r}); pass e.g. Targets('action', width=16, offset=16)")
-            object.__setattr__(self, "features", names)
-
-
-TargetsArg = Union[None, str, int, Targets]
-
-
-def as_targets(targets: TargetsArg, length: int, where: str) -> Targets | str | None:
-    """The shortcuts as what they mean: ``None``; ``"same"`` and ``"label"`` (kept: they shape the element their
-    own way); a feature name → ``Targets(name, width=length, offset=0)``; an int H → ``Targets(width=H, offset=H)``."""
-    if isinstance(targets, bool) or not (targets is None or isinstance(targets, (str, int, np.integer, Targets))):
-        raise TypeError(f"{where}: targets must be None, 'same', 'label', a feature name, a horizon or a "
-                        f"readers.Targets (got {targets!r})")
-    if isinstance(targets, (int, np.integer)):  # a horizon, numpy ints too (length and shift may come from numpy)
-        if targets < 1:
-            raise ValueError(f"{where}: a forecast horizon must be at least 1 step (got targets={int(targets)!r})")
-        return Targets(width=int(targets), offset=int(targets))
-    if isinstance(targets, str) and targets not in ("same", LABEL):
-        return Targets(targets, width=length, offset=0)
-    return targets
-
-
-def check_label_targets(targets, labelled: bool, where: str) -> None:
-    """``targets="label"`` needs a dataset converted with episode labels."""
-    if isinstance(targets, str) and targets == LABEL and not labelled:
-        raise ValueError(f"{where}: targets='label' needs episode labels, and this data has none; convert with "
-                         "class folders (SRC/<class>/<episode>.npy) or --labels FILE")
-
-
-def window_spec(length: int, shift: int = 1, targets: TargetsArg = None, *, sampling_rate: int = 1,
-                time_range=None, padding: str | None = None, where: str = "windows") -> WindowSpec:
-    """The ``WindowSpec`` of a reader's arguments (which windows each episode gives), without reading anything."""
-    targets = as_targets(targets, length, where)
-    offset, width = (targets.offset, targets.width) if isinstance(targets, Targets) else (0, 0)
-    try:
-        return WindowSpec(length, shift, offset=offset, width=width, sampling_rate=sampling_rate,
-                          time_range=time_range, padding=padding)
-    except ValueError as e:
-        raise ValueError(f"{where}: {e}") from None
-
-
-def label_array(labels: Sequence) -> np.ndarray:
-    """Per-episode labels as the reader yields them: int64 for class indices (ints), float32 for values."""
-    values = np.asarray(labels)
-    if values.dtype.kind in "iub":
-        return values.astype(np.int64)
-    if values.dtype.kind == "f":
-        return values.astype(np.float32)
-    raise TypeError(f"labels: ints (class indices) or floats (values), one per episode (got dtype {values.dtype})")
 
 
 def pad_fill(pad_value, dtype: np.dtype, name: str, where: str):

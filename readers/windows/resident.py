@@ -4,7 +4,7 @@ The episodes of a split are laid end to end, once, in source (episode id)
 order, as one array per feature, held in a ``tf.Variable`` on the target device
 (a variable, not a constant: a constant captured by a tf.data function is copied
 to the host, a variable's buffer stays where it was made). The arrays are cut
-into rows of ``g`` steps (``starts.row_steps``: the gcd of the window span and
+into rows of ``g`` steps (``windowing/starts.py``'s ``row_steps``: the gcd of the window span and
 the shift, each episode zero-padded to whole rows, at most 1/64 of the data), so
 a window is ``span / g`` consecutive rows. The pipeline itself is only a dataset
 of window *start rows* (int32 below 2**31 rows: 4 bytes a window): each epoch
@@ -33,10 +33,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from ..arguments import check_not_empty, check_resume, per_replica_text
+from ..arguments import check_not_empty, per_replica_text
+from ..windowing.starts import row_steps_of, start_rows
+from ..windowing.targets import TargetsArg
 from .index import Episodes, gather_batches, index_batches
-from .layout import LABEL_ARRAY, Concatenated, Layout, TargetsArg, check_window_args
-from .starts import row_steps_of, start_rows
+from .layout import LABEL_ARRAY, Concatenated, Layout
+from .request import WindowRequest
 
 log = logging.getLogger(__name__)
 
@@ -132,33 +134,22 @@ def variables_on(data: Concatenated, devices: Sequence[str]) -> list[dict[str, t
         return pool.submit(make).result()
 
 
-def build_resident(
-    source: Source,
-    layout: Layout,
-    *,
-    batch_size: int,
-    shuffle: bool,
-    seed: int | None,
-    drop_remainder: bool,
-    device: str | None,
-    strategy: tf.distribute.Strategy | None,
-    with_keys: bool = False,
-    repeat: bool = False,
-    start_step: int = 0,
-):
-    start_step = check_resume(repeat, start_step, source.where, shuffle=shuffle, seed=seed)
+def build_resident(source: Source, layout: Layout, request: WindowRequest):
+    """The resident pipeline of ``request`` over ``source``'s episodes: one per replica under a strategy."""
+    batch_size, drop_remainder, with_keys = request.batch_size, request.drop_remainder, request.with_keys
     spec = layout.spec
     report_short_episodes(source.where, spec, source.lengths)
     row = row_steps_of(spec, source.lengths)  # one layout for every replica and worker
-    options = dict(shuffle=shuffle, seed=draw_seed(seed), drop_remainder=drop_remainder, repeat=repeat,
-                   start_step=start_step, where=source.where, before_epoch=source.before_epoch)
-    strategy = pick_strategy(strategy)
+    options = dict(shuffle=request.shuffle, seed=draw_seed(request.seed), drop_remainder=drop_remainder,
+                   repeat=request.repeat, start_step=request.start_step, where=source.where,
+                   before_epoch=source.before_epoch)
+    strategy = pick_strategy(request.strategy)
     if strategy is None:
         if drop_remainder:
             check_not_empty(source.where, spec.count(source.lengths), "windows", "for this pipeline", batch_size,
                             f"batch_size={batch_size}")
         data = source.load(None, row)
-        (resident,) = variables_on(data, [device or default_device()])
+        (resident,) = variables_on(data, [request.device or default_device()])
         starts = start_rows(spec, data.lengths, row)
         index = functools.partial(index_batches, starts, batch_size=batch_size, replica=0, replicas=1, **options)
         episodes = Episodes(data, tf.as_dtype(starts.dtype), resident.get(LABEL_ARRAY))
@@ -265,24 +256,26 @@ def resident_windows(
         for a one-key mapping: here the caller named every feature.
       labels: one label per episode (ints or floats), for ``targets="label"``.
       with_keys: as for ``windows``; an episode's id is its index in the lists.
-      Others: as for ``windows``.
+      Others: as ``WindowRequest`` documents them (``readers/windows/request.py``).
 
     Example:
       ds = resident_windows({"x": [np.zeros((1000, 3))]}, length=256, shift=16, batch_size=16, features="x")
       next(iter(ds)).shape  # (16, 256, 3); 48 windows → 3 batches
     """
     where = "resident_windows"
-    check_window_args(length, shift, batch_size, where)
-    length, shift, batch_size = int(length), int(shift), int(batch_size)  # numpy ints would mix dtypes in the graph
+    request = WindowRequest(
+        where=where, length=length, shift=shift, batch_size=batch_size, features=features, targets=targets,
+        sampling_rate=sampling_rate, time_range=time_range, padding=padding, pad_value=pad_value, shuffle=shuffle,
+        seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy, with_keys=with_keys,
+        repeat=repeat, start_step=start_step)
     if not episodes:
         raise ValueError(f"{where}: episodes must hold at least one feature (got an empty mapping)")
     names = list(episodes) if features is None else [features] if isinstance(features, str) else list(features)
     unknown = [n for n in names if n not in episodes]
     if unknown or not names:
         raise ValueError(f"{where}: no feature(s) {unknown or names!r}; episodes has {sorted(episodes)}")
-    layout = Layout(names, isinstance(features, str), targets, list(episodes), where, length=length, shift=shift,
-                    sampling_rate=sampling_rate, time_range=time_range, padding=padding, pad_value=pad_value,
-                    labelled=labels is not None)
+    layout = Layout(names, isinstance(features, str), targets, list(episodes), where, labelled=labels is not None,
+                    **request.layout_shape())
     lengths = [len(e) for e in episodes[layout.gathered[0]]]
     if not lengths:
         raise ValueError(f"{where}: episodes[{layout.gathered[0]!r}] holds no episode; pass at least one array")
@@ -302,6 +295,4 @@ def resident_windows(
                                layout.spec, where, layout.pad_value, wanted)
 
     source = Source(lengths, list(range(len(lengths))), len(lengths), load, where)
-    return build_resident(source, layout, batch_size=batch_size, shuffle=shuffle, seed=seed,
-                          drop_remainder=drop_remainder, device=device, strategy=strategy, with_keys=with_keys,
-                          repeat=repeat, start_step=start_step)
+    return build_resident(source, layout, request)

@@ -16,7 +16,9 @@ from ..arguments import check_not_empty
 from ..episodes import stream_episodes
 from ..epoch_guard import EpochGuard
 from ..options import quiet_options
-from .layout import LABEL, pad_fill
+from ..windowing.targets import LABEL
+from .layout import pad_fill
+from .request import WindowRequest
 from .resident import report_short_episodes
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -63,10 +65,16 @@ def episode_windows(layout, keys: dict, episode: dict, pad_value=0) -> tuple:
     return window_keys, gathered, mask, label
 
 
-def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, seed, drop_remainder, shuffle_buffer,
-                     input_context, read_buffer_bytes, remote=None, replicas=1, pipelines=1, with_keys=False,
-                     shard_cache=None):
-    """``batch_size``: this pipeline's batch (per replica under a strategy of ``replicas`` over ``pipelines``)."""
+def streamed_windows(dataset, split, layout, schema, request: WindowRequest, *, remote=None, shard_cache=None,
+                     context: tf.distribute.InputContext | None = None):
+    """The windows of ``request`` streamed from the shards: this process's pipeline, or (``context``, under a
+    strategy) one input pipeline's, whose batch is the per-replica batch of the replicas it feeds."""
+    if context is None:
+        batch_size, input_context, replicas, pipelines = request.batch_size, request.input_context, 1, 1
+    else:
+        batch_size = context.get_per_replica_batch_size(request.batch_size)
+        input_context, replicas, pipelines = context, context.num_replicas_in_sync, context.num_input_pipelines
+    shuffle, seed, drop_remainder = request.shuffle, request.seed, request.drop_remainder
     path = dataset.path
     spec = layout.spec
     gathered_schema = {n: schema[n] for n in layout.gathered}
@@ -87,7 +95,7 @@ def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, see
         check_not_empty(f"{path}: split {split!r}", count, "windows", "for this pipeline", batch_size * fed, what)
     episodes = stream_episodes(
         dataset, split, gathered_schema, shuffle_files=shuffle, seed=seed, input_context=input_context,
-        num_parallel_reads=None, read_buffer_bytes=read_buffer_bytes, with_keys=True, local=remote is None,
+        num_parallel_reads=None, read_buffer_bytes=request.read_buffer_bytes, with_keys=True, local=remote is None,
         with_label=layout.label, shard_cache=shard_cache,
     )
 
@@ -96,7 +104,7 @@ def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, see
 
     windows_ = episodes.flat_map(to_windows)
     if shuffle:
-        windows_ = windows_.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        windows_ = windows_.shuffle(request.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     batches = windows_.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE)
     if remote is not None:  # the workers send each gathered window once; (x, x) or past/future are made here
         # Workers cannot run the epoch check's Python: this client runs it at the start of each of its epochs.
@@ -111,6 +119,6 @@ def streamed_windows(dataset, split, layout, schema, *, batch_size, shuffle, see
 
     def shape(keys, gathered, mask, label):
         element = layout.shape(gathered, mask if layout.masked else None, label if layout.label else None)
-        return (keys, element) if with_keys else element
+        return (keys, element) if request.with_keys else element
 
     return batches.map(shape, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE).with_options(quiet_options())
