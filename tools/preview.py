@@ -281,7 +281,7 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
     else:  # not an error: the reader takes its windows from the longer episodes
         ax.text(0.5, 0.5, f"{names_of[0]} has {steps} steps, fewer than the window's {length}: it yields no window",
                 transform=ax.transAxes, ha="center", va="center", fontsize=9)
-    for level, k in enumerate(shown_windows):  # window k of one episode starts at k * shift (readers/windowing/starts.py)
+    for level, k in enumerate(shown_windows):  # window k of an episode starts at k * shift (windowing/starts.py)
         ax.broken_barh([(k * shift, length)], (level, 0.8), color=f"C{k % 10}")
         ax.text(k * shift + length + 2, level + 0.4, f"#{k}", fontsize=7, va="center")
     ax.set_xlim(0, max(steps, 1))
