@@ -13,7 +13,16 @@ import zipfile
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import Tripwire, convert_episode_tree, files_under, npy_bytes, random_episodes, save_episodes, shard_files
+from helpers import (
+    Tripwire,
+    convert_episode_tree,
+    files_under,
+    npy_bytes,
+    random_episodes,
+    read_records,
+    save_episodes,
+    shard_files,
+)
 from tfshard import readers
 from tfshard.format.manifest import EPISODE_DTYPES, ManifestError
 from tfshard.format.untrusted import from_json
@@ -711,10 +720,23 @@ def test_over_wide_npz_through_the_converter(tmp_path, on_error):
 _WIDE = [np.dtype(d) for d in (np.longdouble, np.clongdouble) if np.dtype(d) not in (np.float64, np.complex128)]
 
 
+@pytest.fixture(scope="module")
+def good_alone(tmp_path_factory):
+    """The one good episode the rows below put beside a rejected file, converted alone and read back once:
+    ``(out, episode)``. A conversion that rejects the other file must write exactly these shards."""
+    root = tmp_path_factory.mktemp("good_alone")
+    good = random_episodes([5])[0]
+    save_episodes(root / "src", {"good.npy": good})
+    convert_episode_tree(root / "src", root / "out")
+    (episode,) = readers.episodes(str(root / "out"), "train").as_numpy_iterator()
+    assert np.array_equal(episode["data"], good)
+    return root / "out"
+
+
 @pytest.mark.skipif(not _WIDE, reason="long double is float64 on this platform: nothing to refuse")
 @pytest.mark.parametrize("dtype", _WIDE + [d.newbyteorder(">") for d in _WIDE], ids=lambda d: d.str)
 @pytest.mark.parametrize("on_error", ["fail", "skip"])
-def test_dtypes_tensorflow_cannot_hold_are_refused_at_the_scan(tmp_path, dtype, on_error):
+def test_dtypes_tensorflow_cannot_hold_are_refused_at_the_scan(tmp_path, dtype, on_error, good_alone):
     src = tmp_path / "src"
     good = random_episodes([5])[0]
     save_episodes(src, {"good.npy": good, "wide.npz": {"obs": good, "reward": np.ones((5, 2), dtype, order="F")}})
@@ -727,8 +749,13 @@ def test_dtypes_tensorflow_cannot_hold_are_refused_at_the_scan(tmp_path, dtype, 
         return
     manifest = convert_episode_tree(src, tmp_path / "out", on_error="skip")
     assert [r["path"] for r in manifest.rejected] == ["wide.npz"] and reason in manifest.rejected[0]["reason"]
-    (episode,) = readers.episodes(str(tmp_path / "out"), "train").as_numpy_iterator()  # what was written reads back
-    assert np.array_equal(episode["data"], good)
+    # What was written reads back: the very shards and episode table of the good episode converted alone, which
+    # `good_alone` read back with readers.episodes.
+    alone = load_manifest(str(good_alone))
+    assert (manifest.features, manifest.splits) == (alone.features, alone.splits)
+    assert shard_files(tmp_path / "out") == shard_files(good_alone)
+    for name in shard_files(good_alone):
+        assert (tmp_path / "out" / name).read_bytes() == (good_alone / name).read_bytes(), name
 
 
 def test_a_header_naming_float96_is_refused_at_the_scan(tmp_path):
@@ -746,8 +773,13 @@ def test_a_header_naming_float96_is_refused_at_the_scan(tmp_path):
 
 
 def test_every_dtype_the_readers_decode_round_trips_in_any_byte_order_and_layout(tmp_path):
+    """Each of the 56 arrays (14 dtypes, C or Fortran order, either byte order) is written as the little-endian C-order
+    bytes of its values, checked in the record itself; so the four variants of a dtype are the same record bytes and
+    manifest entry, and readers.episodes decodes one of them per dtype (the variant rotating, so every byte order and
+    layout is read back for some dtypes): decoding all 56 repeated the same decode four times, at ~0.2 s a feature."""
     rng = np.random.default_rng(0)
     arrays = {}
+    variants = [f"{order}_{'big' if endian == '>' else 'little'}" for order in "CF" for endian in "<>"]
     for name in sorted(EPISODE_DTYPES):
         little = np.dtype(name)
         base = rng.integers(0, 100, (6, 2, 3))
@@ -757,15 +789,26 @@ def test_every_dtype_the_readers_decode_round_trips_in_any_byte_order_and_layout
                 arrays[f"{little.name}_{order}_{'big' if endian == '>' else 'little'}"] = np.asarray(
                     values, little.newbyteorder(endian), order=order)
     save_episodes(tmp_path / "src", {"all.npz": arrays})
+    expected = {name: np.ascontiguousarray(a, a.dtype.newbyteorder("<")) for name, a in arrays.items()}
 
     manifest = convert_episode_tree(tmp_path / "src", tmp_path / "out")
 
     assert not manifest.rejected
-    (episode,) = readers.episodes(str(tmp_path / "out"), "train").as_numpy_iterator()
-    assert sorted(episode) == sorted(arrays)
-    for name, expected in arrays.items():
-        assert episode[name].dtype == expected.dtype.newbyteorder("<"), name
-        assert episode[name].tobytes() == np.ascontiguousarray(expected, expected.dtype.newbyteorder("<")).tobytes()
+    for name, array in expected.items():
+        assert manifest.features[f"data/{name}"]["dtype"] == array.dtype.str, name
+    (shard,) = manifest.splits["train"].shards
+    (record,) = map(tf.train.Example.FromString, read_records(tmp_path / "out" / shard.file))
+    written = {key[len("data/"):]: feature.bytes_list.value for key, feature in record.features.feature.items()
+               if key.startswith("data/")}
+    assert sorted(written) == sorted(arrays)
+    for name, array in expected.items():
+        assert list(written[name]) == [array.tobytes()], name
+    read = [f"{np.dtype(d).name}_{variants[i % 4]}" for i, d in enumerate(sorted(EPISODE_DTYPES))]
+    (episode,) = readers.episodes(str(tmp_path / "out"), "train", features=read).as_numpy_iterator()
+    assert sorted(episode) == sorted(read)
+    for name in read:
+        assert episode[name].dtype == expected[name].dtype, name
+        assert episode[name].tobytes() == expected[name].tobytes(), name
 
 
 @pytest.mark.parametrize("dtype", ["<f16", "<c32", "<f12", ">f4", "=f8", "<u16", "<b1", "float32", ["<f4"]])
