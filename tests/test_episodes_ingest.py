@@ -382,11 +382,26 @@ def test_nan_in_a_complex_npz_feature_is_found(tmp_path):
         convert_episode_tree(src, tmp_path / "out")
 
 
+@pytest.fixture(scope="module")
+def nan_skipped(tmp_path_factory):
+    """``_nan_tree`` converted with ``on_nan="skip"`` (and ``on_error="skip"``), read back once: ``(out, episodes)``,
+    the episodes by source."""
+    root = tmp_path_factory.mktemp("nan_skipped")
+    written = _nan_tree(root / "src")
+    manifest = convert_episode_tree(root / "src", root / "out", on_error="skip", episode=EpisodeOptions(on_nan="skip"))
+    entries = manifest.splits["train"].episodes
+    got = read_back(root / "out")
+    assert len(got) == len(entries)
+    for episode, entry in zip(got, entries):
+        assert_same_array(episode["data"], written[entry.source])
+    return root / "out", {entry.source: episode for entry, episode in zip(entries, got)}
+
+
 @pytest.mark.parametrize("on_error", [
     "skip",
     "fail",
 ])
-def test_nan_with_on_nan_skip_leaves_the_episode_out_with_its_reason(tmp_path, on_error):
+def test_nan_with_on_nan_skip_leaves_the_episode_out_with_its_reason(tmp_path, on_error, nan_skipped):
     src = tmp_path / "src"
     written = _nan_tree(src)
 
@@ -397,8 +412,14 @@ def test_nan_with_on_nan_skip_leaves_the_episode_out_with_its_reason(tmp_path, o
     assert "non-finite value nan in feature 'data' at index [4, 1]" in rejected["reason"]
     entries = manifest.splits["train"].episodes
     assert sorted(e.source for e in entries) == ["a.npy", "c.npy"]
-    for episode, entry in zip(read_back(tmp_path / "out"), entries):
-        assert_same_array(episode["data"], written[entry.source])
+    # It reads back as the source: the shards are those `nan_skipped` read back with readers.episodes.
+    golden_out, golden = nan_skipped
+    assert shard_files(tmp_path / "out") == shard_files(golden_out)
+    for name in shard_files(golden_out):
+        assert (tmp_path / "out" / name).read_bytes() == (golden_out / name).read_bytes(), name
+    assert entries == load_manifest(str(golden_out)).splits["train"].episodes
+    for entry in entries:
+        assert_same_array(golden[entry.source]["data"], written[entry.source], entry.source)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64])
