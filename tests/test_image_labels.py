@@ -610,8 +610,8 @@ def test_json_lines_first_object_is_row_1_in_order(tmp_path):
     assert [p.row for p in rows if isinstance(p, labels_lib.RowProblem)] == [1]
     assert "null, true, an object" in rows[0].problem  # not "give every line the first line's keys"
     labels, problems = decided_plain(jsonl(tmp_path / "m.jsonl", {"path": "a.jpg", "label": "x"},
-                                     {"path": "b.jpg", "label": "y"}, {"path": "a.jpg", "label": "z"}),
-                               tmp_path, ["a.jpg", "b.jpg"])
+                                           {"path": "b.jpg", "label": "y"}, {"path": "a.jpg", "label": "z"}),
+                                     tmp_path, ["a.jpg", "b.jpg"])
     assert labels.by_path == {"a.jpg": 0, "b.jpg": 1}
     assert [p.row for p in problems] == [3] and "first on row 1" in problems[0].problem
 
@@ -698,11 +698,11 @@ def test_a_file_name_is_never_a_stem(tmp_path):
     # Was: a row 'a.jpg' (no such file; .jpg is an input's extension) silently labelled 'a.jpg.png'.
     write_jpeg(tmp_path / "src" / "a.jpg.png", 0)
     labels, problems = decided_plain(write(tmp_path / "l.csv", "path,label\na.jpg,x\na.jpg.png,y\nb.jpg,y\n"),
-                               tmp_path / "src", ["a.jpg.png", "b.jpg"])
+                                     tmp_path / "src", ["a.jpg.png", "b.jpg"])
     assert labels.by_path == {"a.jpg.png": 0, "b.jpg": 0} and labels.class_names == ["y"]
     assert [(p.row, p.problem.split(";")[0]) for p in problems] == [(2, "'a.jpg' does not exist under SRC")]
     assert decided_plain(write(tmp_path / "k.csv", "id,label\na1.b2,x\n"), "src",
-                   ["a1.b2.jpg"])[0].by_path == {"a1.b2.jpg": 0}  # a Kaggle id with a dot is still one
+                         ["a1.b2.jpg"])[0].by_path == {"a1.b2.jpg": 0}  # a Kaggle id with a dot is still one
 
 
 @pytest.mark.parametrize("row_form, file_form", [("NFD", "NFC"), ("NFC", "NFD")])
