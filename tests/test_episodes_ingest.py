@@ -166,7 +166,7 @@ def test_every_numeric_dtype_round_trips_exactly(tmp_path, shape):
     assert manifest.features["data/f8_big_endian"]["dtype"] == "<f8"
     dataset = readers.episodes(str(out))
     assert dataset.element_spec["uint64"].dtype == tf.uint64 and dataset.element_spec["bool"].dtype == tf.bool
-    got = read_back(out)
+    got = list(dataset.as_numpy_iterator())  # read_back(out), from the pipeline built above
     for episode, entry in zip(got, manifest.splits["train"].episodes):
         for name, source in written[entry.source].items():
             assert_same_array(episode[name], source, f"{entry.source}:{name}")
