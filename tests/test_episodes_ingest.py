@@ -647,6 +647,7 @@ def test_cli_on_nan_skip_leaves_the_episode_out(tmp_path, cli):
     assert [r["path"] for r in load_manifest(str(tmp_path / "out")).rejected] == ["b.npy"]
 
 
+@pytest.mark.slow
 def test_cli_bench_times_windows(tmp_path, cli):
     src, out = tmp_path / "src", tmp_path / "out"
     save_episodes(src, dict(zip(["a.npy", "b.npy", "c.npy"], random_episodes([20, 40, 5]))))

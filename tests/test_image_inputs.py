@@ -310,6 +310,7 @@ def _open_to_all(folder):
             os.chmod(os.path.join(root, name), 0o644)
 
 
+@pytest.mark.slow
 def test_unreadable_file_and_folder(world_readable_dir):
     base = world_readable_dir
     warm = os.path.join(base, "warm")
