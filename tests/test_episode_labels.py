@@ -391,11 +391,20 @@ def test_a_tampered_commit_record_label_is_refused(tmp_path):
 # --- the manifest and verify against tampering ----------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def labelled_golden(tmp_path_factory):
+    """``class_tree`` converted once for this module, in 2 shards; read-only (``labelled`` hands out copies)."""
+    root = tmp_path_factory.mktemp("labelled_golden")
+    class_tree(root / "src")
+    convert_episode_tree(root / "src", root / "out", num_shards=2)
+    return root / "out"
+
+
 @pytest.fixture
-def labelled(tmp_path):
-    src, out = tmp_path / "src", tmp_path / "out"
-    class_tree(src)
-    convert_episode_tree(src, out, num_shards=2)
+def labelled(labelled_golden, tmp_path):
+    """A copy of ``labelled_golden`` the test may change, and its dataset.json as plain JSON: ``(out, raw)``."""
+    out = tmp_path / "out"
+    shutil.copytree(labelled_golden, out)
     return out, read_manifest(out)
 
 

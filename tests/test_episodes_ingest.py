@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import warnings
 import zipfile
 
@@ -833,10 +834,18 @@ def test_every_dtype_the_readers_decode_round_trips_in_any_byte_order_and_layout
         assert episode[name].tobytes() == expected[name].tobytes(), name
 
 
+@pytest.fixture(scope="module")
+def one_episode(tmp_path_factory):
+    """One float32 episode converted once for this module; read-only (a test that changes it copies it)."""
+    root = tmp_path_factory.mktemp("one_episode")
+    save_episodes(root / "src", {"a.npy": random_episodes([4])[0]})
+    convert_episode_tree(root / "src", root / "out")
+    return root / "out"
+
+
 @pytest.mark.parametrize("dtype", ["<f16", "<c32", "<f12", ">f4", "=f8", "<u16", "<b1", "float32", ["<f4"]])
-def test_manifest_naming_a_dtype_no_reader_decodes_is_refused_on_load(tmp_path, dtype):
-    save_episodes(tmp_path / "src", {"a.npy": random_episodes([4])[0]})
-    convert_episode_tree(tmp_path / "src", tmp_path / "out")
+def test_manifest_naming_a_dtype_no_reader_decodes_is_refused_on_load(tmp_path, dtype, one_episode):
+    shutil.copytree(one_episode, tmp_path / "out")
     raw = json.loads((tmp_path / "out" / "dataset.json").read_text())
     assert from_json(json.dumps(raw)).features["data/data"]["dtype"] == "<f4"  # the untouched manifest loads
     raw["features"]["data/data"]["dtype"] = dtype
