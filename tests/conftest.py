@@ -1,4 +1,5 @@
-"""Shared fixtures (a tiny seeded image tree, a CLI runner, tf.distribute strategies) and the logical CPU split.
+"""Shared fixtures (a tiny seeded image tree, the same tree converted once per run, a CLI runner, tf.distribute
+strategies) and the logical CPU split.
 
 The plain helpers the tests share are in helpers.py.
 """
@@ -6,11 +7,13 @@ The plain helpers the tests share are in helpers.py.
 from __future__ import annotations
 
 import os
+import shutil
+from typing import NamedTuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
 import pytest
-from helpers import make_tree
+from helpers import convert_image_tree, make_tree, snapshot
 
 
 def _split_the_cpu(count: int = 4) -> None:
@@ -48,6 +51,40 @@ def image_tree(tmp_path):
     """A two-class, one-split tree of 12 seeded 16x16 JPEGs: (src path, {relpath: bytes})."""
     src = tmp_path / "src"
     return str(src), make_tree(str(src))
+
+
+class ConvertedImages(NamedTuple):
+    """A converted image dataset: its source folder, its OUT folder and the source files ({relpath: bytes})."""
+
+    src: str
+    out: str
+    written: dict[str, bytes]
+
+
+@pytest.fixture(scope="session")
+def converted_images(tmp_path_factory):
+    """``image_tree``'s 12 JPEGs converted once per run, with the defaults, in-process: ``(src, out, written)``.
+
+    Read-only, shared by every test that asks for it: a test that changes OUT takes ``converted_images_copy``
+    instead (one that changes SRC makes its own tree). At the end of the run, SRC and OUT must be unchanged, byte for
+    byte, or the teardown fails naming this fixture.
+    """
+    root = tmp_path_factory.mktemp("converted_images")
+    src, out = str(root / "src"), str(root / "out")
+    written = make_tree(src)
+    convert_image_tree(src, out)
+    before = snapshot(str(root))
+    yield ConvertedImages(src, out, written)
+    assert snapshot(str(root)) == before, "a test changed converted_images (SRC or OUT): use converted_images_copy"
+
+
+@pytest.fixture
+def converted_images_copy(converted_images, tmp_path):
+    """``converted_images`` with OUT copied to ``tmp_path/out`` (files, hidden ones and links as they are), for a test
+    that changes it; SRC is the shared, read-only one."""
+    out = str(tmp_path / "out")
+    shutil.copytree(converted_images.out, out, symlinks=True)
+    return converted_images._replace(out=out)
 
 
 @pytest.fixture

@@ -36,3 +36,19 @@ def test_under_ci_a_missing_feature_fails_naming_the_policy(monkeypatch):
 def test_a_feature_that_is_there_neither_skips_nor_fails(monkeypatch, value):
     _set_ci(monkeypatch, value)
     assert require(True, "never said") is None
+
+
+def test_the_golden_converted_images_are_the_tree_converted_and_a_copy_is_a_separate_out(converted_images,
+                                                                                          converted_images_copy):
+    """conftest.py's ``converted_images`` holds every image of the tree, and ``converted_images_copy`` is the same
+    OUT in another folder: changing the copy leaves the shared one as it was."""
+    from helpers import files_under, read_manifest
+
+    assert read_manifest(converted_images.out)["splits"]["train"]["records"] == len(converted_images.written) == 12
+    assert converted_images_copy.out != converted_images.out
+    assert converted_images_copy.src == converted_images.src
+    golden = files_under(converted_images.out)
+    assert files_under(converted_images_copy.out) == golden
+    with open(f"{converted_images_copy.out}/dataset.json", "ab") as f:
+        f.write(b" ")
+    assert files_under(converted_images.out) == golden

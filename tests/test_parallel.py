@@ -41,6 +41,7 @@ def test_negative_workers_is_refused():
         list(ordered_map(_square, [1], workers=-1))
 
 
+@pytest.mark.slow
 def test_workers_never_run_a_calling_script_that_imports_tensorflow(tmp_path):
     """multiprocessing imports the caller's script in every worker; one that imports TensorFlow at its top (and has
     no ``if __name__ == "__main__"`` guard) would load it in each worker and convert again from each. The workers

@@ -1,5 +1,6 @@
-"""Attacks on the worker-side record building and framing (format/tfrecord.py, ingest/examples.py, ingest/write.py),
-the sums-first NaN check (ingest/episodes.py), the histogram pixel sums and the end-of-image check (ingest/images.py).
+"""The write path (once test_write_attacks.py), attacked: the worker-side record building and framing
+(format/tfrecord.py, ingest/examples.py, ingest/write.py), the sums-first NaN check (ingest/episodes.py), the histogram
+pixel sums and the end-of-image check (ingest/images.py).
 
 Every conversion here is real: real files in tmp_path, shards read back with TensorFlow (which checks every CRC) and,
 in a TensorFlow-free subprocess, with the ``tfrecord`` package.
