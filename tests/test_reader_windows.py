@@ -1,4 +1,6 @@
-"""readers.windows over written episode datasets: exactly numpy's sliding windows, resident or streamed."""
+"""readers.windows over written episode datasets: exactly numpy's sliding windows, resident or streamed; the
+arguments refused up front (on shared module datasets), and the window options of issue 22 (Targets, sampling_rate,
+time_range, padding/pad_value, labels) where the modes or the manifest-only counts could disagree."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""resident_windows: exactly the numpy reference windows, never across an episode boundary."""
+"""resident_windows: exactly the numpy reference windows, never across an episode boundary; in-memory episodes of
+every dtype against the step-id oracle (window_rows_helpers.py), and the arguments it refuses up front."""
 
 import numpy as np
 import pytest
@@ -62,7 +63,7 @@ def test_several_features_share_the_starts_and_disagreeing_lengths_are_refused()
         resident_windows({"x": x, "t": [y[0], y[1][:7]]}, length=3, batch_size=4)
 
 
-# --- attacks on resident_windows in memory (against the step-id oracle) ---------------------------------------------
+# --- in memory: every dtype and shape, against the step-id oracle -----------------------------------------------------
 
 
 def test_fuzz_resident_windows_in_memory_against_the_oracle():
