@@ -692,8 +692,11 @@ def test_one_feature_dataset_gives_tensors_without_naming_it(npy, resident, targ
     np.testing.assert_array_equal(x.numpy(), np.stack(windows[:3]))
     if targets is not None:
         np.testing.assert_array_equal(y.numpy(), np.stack(futures[:3]) if targets == 2 else x.numpy())
-    # a list still asks for dicts, and episodes stay records of named features
+    # a list still asks for dicts
     assert isinstance(next(iter(readers.windows(npy.out, features=["data"], **options))), (dict, tuple))
+
+
+def test_episodes_of_a_one_feature_dataset_stay_records_of_named_features(npy):
     assert set(next(iter(readers.episodes(npy.out)))) == {"data"}
 
 
