@@ -15,6 +15,7 @@ from helpers import convert_episode_tree, save_episodes
 from tfshard import readers
 from tfshard.readers.windowing.starts import row_steps
 from tfshard.readers.windows.index import gather_windows
+from window_rows_helpers import MW, oracle, rich_dataset
 
 LENGTHS = [1000, 777, 2049, 300, 64]  # rows of 16 steps pad 8+7+15+4+0 = 34 steps: under 1/64 of 4190
 LENGTH, SHIFT = 64, 16
@@ -239,3 +240,130 @@ def test_the_epoch_after_an_overwrite_fails_naming_the_dataset(tmp_path):
     convert_episode_tree(tmp_path / "b", out, num_shards=2, overwrite=True)
     with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
         list(mw.starts)
+
+
+# --- model_windows on the rich dataset (against the step-id oracle) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rich(tmp_path_factory):
+    """Chunk records of 20 steps (35 bytes a step) over 3 gzip shards (window_rows_helpers.py), shared."""
+    return rich_dataset(tmp_path_factory)
+
+
+def test_model_windows_layer_is_readers_windows_for_the_same_seed_over_two_epochs(rich):
+    options = dict(batch_size=6, features=["t", "m", "b"], seed=7, **MW)
+    mw = readers.model_windows(rich.out, **options)
+    assert mw.row == 4 and mw.arrays["m"].shape[1:] == (4, 3, 2)
+    pipeline = readers.windows(rich.out, **options)
+    assert len(mw.starts) == len(pipeline)
+    epochs = []
+    for _ in range(2):
+        order = []
+        for starts, (x, y) in zip(mw.starts, pipeline, strict=True):
+            gx = mw.layer(starts)
+            ex, ey = mw.element(starts)
+            for n in options["features"]:
+                np.testing.assert_array_equal(gx[n].numpy(), x[n].numpy())
+                np.testing.assert_array_equal(ex[n].numpy(), x[n].numpy())
+                np.testing.assert_array_equal(ey[n].numpy(), y[n].numpy())
+            order += x["t"].numpy()[:, 0].tolist()
+        epochs.append(order)
+    assert epochs[0] != epochs[1]  # a new permutation each epoch, the same in both
+
+
+def _exact_forecaster(length, horizon):
+    """Predicts the next ``horizon`` step ids and ``m`` values exactly when the window is one run of consecutive
+    steps; any gap (a crossed boundary, padding) adds to the prediction, so the loss is 0 only for right windows."""
+    t_in = keras.Input((length,), dtype="int64", name="t")
+    m_in = keras.Input((length, 3, 2), name="m")
+
+    class Forecast(keras.layers.Layer):
+        def build(self, *shapes):
+            self.w = self.add_weight(shape=(), initializer="zeros")
+
+        def call(self, t, m):
+            t = tf.cast(t, tf.float32)
+            gaps = tf.reduce_sum(tf.abs(t[:, 1:] - t[:, :-1] - 1.0), axis=1, keepdims=True)
+            k = tf.range(1, horizon + 1, dtype=tf.float32)[None]
+            return {"t": t[:, -1:] + k + gaps + self.w, "m": m[:, -1:] + 8 * k[:, :, None, None] + self.w}
+
+    return keras.Model({"t": t_in, "m": m_in}, Forecast()(t_in, m_in))
+
+
+def _compile(model):
+    model.compile(keras.optimizers.SGD(1e-12), loss={"t": "mae", "m": "mae"}, metrics={"m": ["mae"]})
+    return model
+
+
+def test_model_windows_fit_evaluate_predict_with_a_horizon_target_and_dict_features(rich):
+    mw = readers.model_windows(rich.out, batch_size=8, features=["t", "m"], seed=0, drop_remainder=False, **MW)
+    model = _compile(mw.wrap(_exact_forecaster(24, 8)))
+    history = model.fit(mw.starts, epochs=2, verbose=0)
+    assert history.history["loss"] == [0.0, 0.0]  # targets gathered with the inputs, every window inside its episode
+    assert model.evaluate(mw.starts, verbose=0, return_dict=True)["loss"] == 0.0
+    count = len(oracle(rich, rich.source_order, 24, 8, 8))
+    predicted = model.predict(mw.starts, verbose=0)
+    assert predicted["t"].shape == (count, 8) and predicted["m"].shape == (count, 8, 3, 2)
+
+
+def test_model_windows_predict_is_in_source_order_unshuffled(rich):
+    mw = readers.model_windows(rich.out, batch_size=8, features="m", targets="same", shuffle=False,
+                               drop_remainder=False, length=24, shift=12)
+    model = mw.wrap(keras.Sequential([keras.Input((24, 3, 2)), keras.layers.Identity()]))
+    predicted = model.predict(mw.starts, verbose=0)
+    expected = [rich.by_id[e]["m"][s : s + 24] for e, s in oracle(rich, rich.source_order, 24, 12)]
+    np.testing.assert_array_equal(predicted, np.stack(expected))
+
+
+def test_model_windows_functional_model_on_start_rows(rich):
+    mw = readers.model_windows(rich.out, batch_size=5, features=["t", "u"], shuffle=False, drop_remainder=False,
+                               length=8, shift=4)
+    starts = keras.Input((), dtype="int32")
+    x = mw.layer(starts)
+    model = keras.Model(starts, {"t": x["t"], "u": keras.ops.cast(x["u"], "int32")})
+    out = model.predict(mw.starts, verbose=0)
+    expected = oracle(rich, rich.source_order, 8, 4)
+    np.testing.assert_array_equal(out["t"], np.stack([rich.by_id[e]["t"][s : s + 8] for e, s in expected]))
+    np.testing.assert_array_equal(out["u"], np.stack([rich.by_id[e]["u"][s : s + 8] for e, s in expected]))
+
+
+def test_model_windows_fit_under_a_mirrored_strategy_with_a_horizon(rich, strategies):
+    strategy = strategies[2]
+    with strategy.scope():
+        mw = readers.model_windows(rich.out, batch_size=8, features=["t", "m"], seed=4, drop_remainder=False, **MW)
+        model = _compile(mw.wrap(_exact_forecaster(24, 8)))
+    for variable in mw.arrays.values():
+        copies = strategy.experimental_local_results(variable)
+        assert [c.device[-5:] for c in copies] == ["CPU:0", "CPU:1"]
+        for copy in copies:
+            np.testing.assert_array_equal(copy.numpy(), copies[0].numpy())
+    assert len(mw.starts) == -(-len(oracle(rich, rich.source_order, 24, 8, 8)) // 8)
+    assert [len(s) for s in mw.starts][-1] == 1  # a last batch of 1: one replica gets no window at all
+    history = model.fit(mw.starts, epochs=1, verbose=0)
+    assert history.history["loss"] == [0.0]
+    assert model.evaluate(mw.starts, verbose=0, return_dict=True)["loss"] == 0.0
+    predicted = model.predict(mw.starts, verbose=0)
+    assert predicted["t"].shape[0] == len(oracle(rich, rich.source_order, 24, 8, 8))
+
+
+@pytest.mark.parametrize("compile_options", [{"jit_compile": True}, {"steps_per_execution": 3}])
+def test_model_windows_fit_jit_compiled_or_several_steps_per_call(rich, compile_options):
+    """XLA (Keras' default on a GPU) and steps in a while loop: the targets' gather cache meets other graphs."""
+    mw = readers.model_windows(rich.out, batch_size=8, features=["t", "m"], seed=0, drop_remainder=False, **MW)
+    model = mw.wrap(_exact_forecaster(24, 8))
+    model.compile(keras.optimizers.SGD(1e-12), loss={"t": "mae", "m": "mae"}, **compile_options)
+    assert model.fit(mw.starts, epochs=2, verbose=0).history["loss"] == [0.0, 0.0]
+    assert model.evaluate(mw.starts, verbose=0) == [0.0, 0.0, 0.0]
+
+
+def test_model_windows_predict_under_a_mirrored_strategy_is_in_source_order(rich, strategies):
+    strategy = strategies[2]
+    with strategy.scope():
+        mw = readers.model_windows(rich.out, batch_size=8, features="t", shuffle=False, drop_remainder=False,
+                                   length=32, shift=8)
+        model = mw.wrap(keras.Sequential([keras.Input((32,), dtype="int64"), keras.layers.Identity()]))
+    expected = oracle(rich, rich.source_order, 32, 8)
+    assert len(expected) % 8 % 2  # an odd last batch, split unevenly over the replicas
+    np.testing.assert_array_equal(model.predict(mw.starts, verbose=0),
+                                  np.stack([rich.by_id[e]["t"][s : s + 32] for e, s in expected]))

@@ -151,6 +151,46 @@ def test_bad_arguments_are_refused_up_front(dataset, kwargs, match):
         readers.images(dataset, **kwargs)
 
 
+# (argument, value, the range the message shows): numbers TensorFlow would crash on (SIGSEGV) or refuse with its own
+# error are refused up front, showing the value and the range
+IMAGE_ARGUMENTS = [
+    pytest.param("shuffle_buffer", 2**31, "[1, 16,777,216]", id="shuffle_buffer-2**31-segfaults-tf-shuffle"),
+    pytest.param("shuffle_buffer", 2**30, "[1, 16,777,216]", id="shuffle_buffer-2**30"),
+    pytest.param("shuffle_buffer", 0, "[1, 16,777,216]", id="shuffle_buffer-0"),
+    pytest.param("read_buffer_bytes", 2**40, "[1, 1,073,741,824]", id="read_buffer_bytes-2**40-segfaults-tfrecord"),
+    pytest.param("read_buffer_bytes", 0, "[1, 1,073,741,824]", id="read_buffer_bytes-0"),
+    pytest.param("num_parallel_reads", 2**31, "[1, 4,096]", id="num_parallel_reads-2**31-segfaults-interleave"),
+    pytest.param("num_parallel_reads", 0, "[1, 4,096]", id="num_parallel_reads-0"),
+    pytest.param("batch_size", 2**40, "[1, 2,147,483,647]", id="batch_size-2**40"),
+    pytest.param("batch_size", 2.0, "[1, 2,147,483,647]", id="batch_size-float"),
+    pytest.param("shuffle_buffer", True, "[1, 16,777,216]", id="shuffle_buffer-bool"),
+]
+
+
+@pytest.mark.parametrize("name, value, shown", IMAGE_ARGUMENTS)
+def test_images_refuses_numbers_out_of_range_showing_value_and_range(dataset, name, value, shown):
+    arguments = {"batch_size": 2, name: value}
+    refusal = f"{dataset}: {name} must be a positive integer (got {name}={value!r}), in {shown}"
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        readers.images(dataset, **arguments)
+
+
+def test_image_size_beyond_any_real_image_is_refused(dataset):
+    with pytest.raises(ValueError, match=r"image_size: sides must be in \[1, 16,384\] pixels \(got 1000000\)"):
+        readers.images(dataset, batch_size=2, image_size=10**6)
+
+
+def test_numpy_integers_are_integers(dataset):
+    ds = readers.images(dataset, batch_size=np.int64(2), shuffle_buffer=np.int32(8),
+                        read_buffer_bytes=np.int64(2**20), training=False)
+    assert len(ds) == NUM_CLASSES // 2
+
+
+def test_dataset_info_prints_as_one_short_line(dataset):
+    assert repr(readers.info(dataset)) == (f"DatasetInfo({dataset!r}: images, {NUM_CLASSES} classes, "
+                                           f"train {NUM_CLASSES} records in 4 shards)")
+
+
 def test_unknown_split_and_missing_dataset(dataset, tmp_path):
     with pytest.raises(ValueError, match="no split 'val'.*'train'"):
         readers.images(dataset, "val", batch_size=1)

@@ -1,4 +1,6 @@
-"""readers.windows over written episode datasets: exactly numpy's sliding windows, resident or streamed."""
+"""readers.windows over written episode datasets: exactly numpy's sliding windows, resident or streamed; the
+arguments refused up front (on shared module datasets), and the window options of issue 22 (Targets, sampling_rate,
+time_range, padding/pad_value, labels) where the modes or the manifest-only counts could disagree."""
 
 from __future__ import annotations
 
@@ -11,7 +13,15 @@ import types
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, make_tree, random_episodes, read_manifest, save_episodes, write_manifest
+from helpers import (
+    convert_episode_tree,
+    edit_manifest,
+    make_tree,
+    random_episodes,
+    read_manifest,
+    save_episodes,
+    write_manifest,
+)
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
 from tfshard.readers.windowing.starts import window_starts
@@ -287,12 +297,18 @@ def test_unknown_feature_and_split_are_named(plain):
         readers.windows(plain.out, "val", length=3, batch_size=2)
 
 
-def test_an_image_dataset_is_not_episodes(tmp_path):
-    src, out = tmp_path / "src", tmp_path / "out"
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> str:
+    """A small image dataset (2 classes of 2 JPEGs), converted once: what the episode readers must refuse."""
+    src, out = tmp_path_factory.mktemp("photos-src"), tmp_path_factory.mktemp("photos") / "out"
     make_tree(str(src), per_class=2)
     convert_images(str(src), str(out), ConvertOptions(), workers=0, progress=False)
+    return str(out)
+
+
+def test_an_image_dataset_is_not_episodes(photos):
     with pytest.raises(ValueError, match=r"an 'images' dataset, not episodes"):
-        readers.windows(str(out), length=3, batch_size=2)
+        readers.windows(photos, length=3, batch_size=2)
 
 
 @pytest.mark.parametrize("resident", [True, False])
@@ -343,6 +359,39 @@ def test_window_longer_than_every_episode_is_an_error(plain, length, targets):
 def test_streamed_window_longer_than_every_episode_is_an_error(plain):
     with pytest.raises(ValueError, match=r"no episode of at least 51 steps"):
         readers.windows(plain.out, length=51, batch_size=2, resident=False)
+
+
+@pytest.mark.parametrize("call", [
+    lambda out: readers.windows(out, length=4, batch_size=2, resident=False, shuffle_buffer=0),  # TF's own error
+    lambda out: readers.windows(out, length=4, batch_size=2, shuffle_buffer=2**31),
+    lambda out: readers.windows(out, length=4, batch_size=2, read_buffer_bytes=2**40),
+    lambda out: readers.windows(out, length=2**40, batch_size=2),
+    lambda out: readers.episodes(out, num_parallel_reads=2**31, shuffle_files=True),
+    lambda out: readers.episodes(out, read_buffer_bytes=-1),
+    lambda out: readers.model_windows(out, length=4, batch_size=2, read_buffer_bytes=2**40),
+], ids=["streamed-shuffle-0", "resident-shuffle-2**31", "windows-read-buffer-2**40", "length-2**40",
+        "episodes-parallel-reads-2**31", "episodes-read-buffer-negative", "model-windows-read-buffer-2**40"])
+def test_window_and_episode_readers_refuse_numbers_out_of_range(npy, call):
+    """Numbers TensorFlow would crash on (SIGSEGV) or refuse with its own error are refused up front, showing the
+    value and the range."""
+    refusal = re.escape(npy.out) + r": \w+ must be a positive integer \(got \w+=-?\d+\), in \["
+    with pytest.raises(ValueError, match=refusal):
+        call(npy.out)
+
+
+def test_numpy_integers_are_integers(npy):
+    assert len(readers.windows(npy.out, length=np.int64(4), batch_size=np.int32(2), shuffle_buffer=np.int64(16))) > 0
+
+
+def test_episodes_know_their_length(npy):
+    """Keras ends each epoch on it instead of warning that the input "ran out of data"."""
+    ds = readers.episodes(npy.out)
+    assert len(ds) == 3 == sum(1 for _ in ds)
+    assert len(readers.episodes(npy.out, shuffle_files=True, seed=1)) == 3
+
+
+def test_dataset_info_prints_as_one_short_line(npy):
+    assert str(readers.info(npy.out)) == f"DatasetInfo({npy.out!r}: episodes, 1 features, train 3 records in 2 shards)"
 
 
 # --- the index is int32 -----------------------------------------------------------------------------------------
@@ -551,13 +600,10 @@ def test_resident_windows_from_memory_with_fewer_windows_than_a_batch(plain):
 # --- what a new user trips on -------------------------------------------------------------------------------------
 
 
-def test_readers_episodes_refuses_an_image_dataset_too(tmp_path):
-    src, out = tmp_path / "src", tmp_path / "out"
-    make_tree(str(src), per_class=2)
-    convert_images(str(src), str(out), ConvertOptions(), workers=0, progress=False)
-    with pytest.raises(ValueError, match=re.escape(f"{out}: an 'images' dataset, not episodes (got kind='images' in "
-                                                   "dataset.json); read it with readers.images")):
-        readers.episodes(str(out))
+def test_readers_episodes_refuses_an_image_dataset_too(photos):
+    with pytest.raises(ValueError, match=re.escape(f"{photos}: an 'images' dataset, not episodes (got kind='images' "
+                                                   "in dataset.json); read it with readers.images")):
+        readers.episodes(photos)
 
 
 def _pipeline_windows(data, length, shift, horizon=0, context=None) -> int:
@@ -646,8 +692,11 @@ def test_one_feature_dataset_gives_tensors_without_naming_it(npy, resident, targ
     np.testing.assert_array_equal(x.numpy(), np.stack(windows[:3]))
     if targets is not None:
         np.testing.assert_array_equal(y.numpy(), np.stack(futures[:3]) if targets == 2 else x.numpy())
-    # a list still asks for dicts, and episodes stay records of named features
+    # a list still asks for dicts
     assert isinstance(next(iter(readers.windows(npy.out, features=["data"], **options))), (dict, tuple))
+
+
+def test_episodes_of_a_one_feature_dataset_stay_records_of_named_features(npy):
     assert set(next(iter(readers.episodes(npy.out)))) == {"data"}
 
 
@@ -692,3 +741,258 @@ def test_resident_windows_fail_the_epoch_after_an_overwrite_instead_of_serving_t
         else:
             list(ds)
     assert len(list(readers.windows(out, length=8, shift=4, batch_size=4))) == per_epoch  # built again: B
+
+# --- the window options of issue 22 (Targets, sampling_rate, time_range, padding/pad_value, labels) --------------
+# The edges where the modes (resident, streamed, model_windows) or the manifest-only counts could disagree, and the
+# arguments that must be refused up front with a message naming them. Tiny episodes only.
+
+
+SHORT_LENGTHS = [5, 7, 9]
+
+
+@pytest.fixture(scope="module")
+def short_dtypes(tmp_path_factory):
+    """Three episodes in source order (``seed=None``): ``x`` float64 [T, 2], ``u`` uint8 [T], ``b`` bool [T],
+    cut into chunk records of a few steps."""
+    root = tmp_path_factory.mktemp("options")
+    rng = np.random.default_rng(0)
+    episodes = {f"e{i}.npz": {"x": rng.standard_normal((t, 2)), "u": rng.integers(0, 200, t).astype(np.uint8),
+                              "b": rng.integers(0, 2, t).astype(bool)} for i, t in enumerate(SHORT_LENGTHS)}
+    save_episodes(root / "src", episodes)
+    convert_episode_tree(root / "src", root / "out", seed=None, episode=EpisodeOptions(max_record_bytes=64))
+    return str(root / "out"), [episodes[f"e{i}.npz"] for i in range(len(SHORT_LENGTHS))]
+
+
+@pytest.fixture(scope="module")
+def value_labelled(tmp_path_factory):
+    """Four float32 episodes labelled with float values through a labels CSV, in source order."""
+    root = tmp_path_factory.mktemp("labelled")
+    rng = np.random.default_rng(1)
+    save_episodes(root / "src", {f"ep{i}.npy": rng.standard_normal((t, 2)).astype(np.float32)
+                                 for i, t in enumerate([6, 9, 4, 7])})
+    labels = [0.5, -1.25, 3.0, 2.5]
+    csv = root / "labels.csv"
+    csv.write_text("path,label\n" + "".join(f"ep{i}.npy,{v}\n" for i, v in enumerate(labels)))
+    convert_episode_tree(root / "src", root / "out", seed=None, episode=EpisodeOptions(labels_file=str(csv)))
+    return str(root / "out"), labels
+
+
+def _first_inputs(ds):
+    return next(iter(ds))["inputs"].numpy()
+
+
+def test_streamed_pads_a_float64_feature_with_the_pad_value_resident_mode_pads(short_dtypes):
+    """Attacks streamed padding: ``episode_windows`` builds the padding with ``tf.cast(pad_value, dtype)``, which
+    first makes a float32 tensor of a Python float, so a float64 feature's pad_value=0.1 becomes
+    0.10000000149011612 (and 1e300 becomes inf) while resident mode pads exactly 0.1 (1e300). pad_fill accepted
+    both values as exactly held by float64; the two modes must then pad alike."""
+    out, _ = short_dtypes
+    for pad_value in (0.1, 1e300):
+        options = dict(length=3, shift=1, batch_size=64, features="x", padding="start", pad_value=pad_value,
+                       shuffle=False, drop_remainder=False)
+        resident = _first_inputs(readers.windows(out, **options))
+        streamed = _first_inputs(readers.windows(out, resident=False, **options))
+        assert resident[0, 0, 0] == pad_value
+        np.testing.assert_array_equal(streamed, resident, err_msg=f"pad_value={pad_value!r}")
+
+
+def test_targets_of_a_non_name_is_a_message_not_a_python_error():
+    """Attacks ``Targets(123)``: ``tuple(123)`` in ``__post_init__`` raises a bare "'int' object is not iterable";
+    the frozen spec must name its field and the allowed values, as width and offset do."""
+    with pytest.raises((TypeError, ValueError), match=r"Targets: features"):
+        readers.Targets(123, width=1)
+
+
+def test_an_int_time_range_past_any_episode_is_refused_in_both_modes(short_dtypes):
+    """Attacks streamed ``time_range`` ints: ``(0, 2**63)`` is accepted (ints are cut to T) and resident mode gives
+    every window, but the streamed graph makes ``tf.constant(2**63, tf.int64)`` of it and the read dies with a
+    ResourceExhaustedError in a ``range`` op. Either refuse it up front naming time_range, or yield the same."""
+    out, _ = short_dtypes
+    options = dict(length=3, batch_size=4, features="x", shuffle=False, drop_remainder=False)
+    for resident in (True, False):  # refused up front in both modes, naming it and the fix
+        with pytest.raises(ValueError, match=r"time_range: steps must be at most 2147483647.*\(a, 1.0\)"):
+            readers.windows(out, time_range=(0, 2**63), resident=resident, **options)
+
+
+def test_num_windows_refuses_a_horizon_beside_targets(short_dtypes):
+    """Attacks ``DatasetInfo.num_windows(split, length, shift, horizon, targets=...)``: given both, the horizon is
+    silently dropped (``num_windows("train", 3, 1, 2, targets="same")`` counts windows of 3 steps, not 3 + 2).
+    Two ways of saying the span must not disagree silently: refuse the pair, naming both."""
+    out, _ = short_dtypes
+    with pytest.raises(ValueError, match="horizon"):
+        readers.info(out).num_windows("train", 3, 1, 2, targets="same")
+
+
+def test_num_windows_of_label_targets_on_an_unlabelled_dataset_is_refused_as_the_reader_does(short_dtypes):
+    """Attacks the "same arguments as readers.windows" promise of ``num_windows``: ``targets="label"`` on a dataset
+    without labels is refused by the reader but counted (8 windows) from the manifest."""
+    out, _ = short_dtypes
+    with pytest.raises(ValueError, match="label"):
+        readers.windows(out, length=3, batch_size=2, targets="label")
+    with pytest.raises(ValueError, match="label"):
+        readers.info(out).num_windows("train", 3, targets="label")
+
+
+def test_the_padding_hint_is_given_only_when_padding_serves_the_short_episodes(short_dtypes, caplog):
+    """Attacks the "padding='start' serves them" hint of ``tfshard info --length`` (``report.window_lines``) and of
+    the reader's warning: it is printed whenever an episode is too short, but padding only adds windows whose span
+    ends inside the episode: with a horizon of 9 after 3 steps, episodes of 5, 7 and 9 steps get none, padded or not
+    (``too_short(..., padding="start")`` says so), and with shift > length - 1 padding adds no window at all."""
+    from tfshard.tools.report import window_lines
+
+    out, _ = short_dtypes
+    info = readers.info(out)
+    assert info.too_short("train", 3, 1, targets=9) == 3
+    assert info.too_short("train", 3, 1, targets=9, padding="start") == 3  # padding serves none
+    lines = window_lines(info.manifest, length=3, shift=1, horizon=9)
+    assert not any("padding='start' serves" in line for line in lines), lines
+    assert info.too_short("train", 6, 9) == 1 and info.too_short("train", 6, 9, padding="start") == 1
+    with caplog.at_level("WARNING"):
+        readers.windows(out, length=6, shift=9, batch_size=1, features="x")
+    assert "padding='start' serves them too" not in caplog.text
+
+
+def test_info_horizon_or_shift_without_length_is_an_error(short_dtypes, cli):
+    """Attacks ``tfshard info OUT --horizon 3`` (and ``--shift 4``) without ``--length``: the options are
+    documented "With --length" and are silently ignored (exit 0, no window lines); they must be a one-line error
+    naming --length."""
+    out, _ = short_dtypes
+    for flag in (["--horizon", "3"], ["--shift", "4"]):
+        result = cli("info", out, *flag)
+        assert result.exit_code != 0, (flag, result.output)
+        assert "--length" in result.output
+
+
+def _windows_by_mode(path, **options):
+    """``[(keys, element)]`` numpy batches of resident, streamed and model_windows for the same options."""
+    out = {}
+    for mode in ("resident", "streamed"):
+        ds = readers.windows(path, with_keys=True, resident=mode == "resident", shuffle=False, drop_remainder=False,
+                             **options)
+        out[mode] = [tf.nest.map_structure(lambda t: t.numpy(), b) for b in ds]
+    mw = readers.model_windows(path, shuffle=False, drop_remainder=False, **options)
+    out["model_windows"] = [tf.nest.map_structure(lambda t: t.numpy(), (mw.keys(s), mw.element(s)))
+                            for s in mw.starts]
+    return out
+
+
+def _assert_same(batches):
+    modes = list(batches)
+    for mode in modes[1:]:
+        assert len(batches[mode]) == len(batches[modes[0]]), mode
+        for a, b in zip(batches[modes[0]], batches[mode]):
+            tf.nest.assert_same_structure(a, b)
+            for x, y in zip(tf.nest.flatten(a), tf.nest.flatten(b)):
+                np.testing.assert_array_equal(x, y, err_msg=mode)
+
+
+@pytest.mark.parametrize("options", [
+    dict(features=["x", "u"], targets=readers.Targets(["u", "b"], width=2, offset=3), sampling_rate=2,
+         time_range=(0.2, 1.0), padding="start", pad_value=0),
+    dict(features="x", targets=readers.Targets(width=3, offset=0), time_range=(1, 100), padding="start",
+         pad_value=float("nan")),
+    dict(features="u", targets=2, padding="start", pad_value=255, shift=2),
+], ids=["dict-targets-rate-2-fraction-range-padded", "horizon-form-int-range-nan-pad", "uint8-padded-255-shift-2"])
+def test_every_mode_gives_the_same_windows_in_the_same_order(short_dtypes, options):
+    """Resident, streamed (source order: seed=None) and model_windows agree batch for batch, keys included, with
+    dict targets of a feature both input and target beside target-only ones, a NaN pad, uint8 padded with 255,
+    and the count is num_windows'."""
+    out, _ = short_dtypes
+    options = {"length": 3, "shift": 1, "batch_size": 3, **options}
+    batches = _windows_by_mode(out, **options)
+    _assert_same(batches)
+    count_args = {k: options[k] for k in ("targets", "sampling_rate", "time_range", "padding") if k in options}
+    total = readers.info(out).num_windows("train", 3, options["shift"], **count_args)
+    assert sum(len(k["episode"]) for k, _ in batches["resident"]) == total
+    assert len(readers.windows(out, shuffle=False, drop_remainder=False, **options)) == -(-total // 3)
+
+
+def test_a_nan_pad_keeps_the_mask_and_the_real_points(short_dtypes):
+    """pad_value=NaN on a float feature: the mask is where points are real, the real points are the episode's and
+    only the padded ones are NaN."""
+    out, episodes = short_dtypes
+    ds = readers.windows(out, length=3, batch_size=64, features="x", padding="start", pad_value=float("nan"),
+                         shuffle=False, drop_remainder=False, with_keys=True)
+    for keys, x in ds:
+        for e, s, window, mask in zip(keys["episode"].numpy(), keys["step"].numpy(), x["inputs"].numpy(),
+                                      x["mask"].numpy()):
+            points = s + np.arange(3)
+            np.testing.assert_array_equal(mask, points >= 0)
+            assert np.isnan(window[~mask]).all()
+            np.testing.assert_array_equal(window[mask], episodes[e]["x"][points[mask]])
+
+
+def test_pad_values_a_dtype_cannot_hold_are_refused_naming_the_feature(short_dtypes):
+    """uint8 padded with 256 or -1, bool with 2, NaN for an int: refused before reading, naming feature and dtype."""
+    out, _ = short_dtypes
+    for feature, pad_value in (("u", 256), ("u", -1), ("b", 2), ("u", float("nan"))):
+        with pytest.raises(ValueError, match=rf"pad_value=.* cannot be held by feature '{feature}'"):
+            readers.windows(out, length=3, batch_size=2, features=feature, padding="start", pad_value=pad_value)
+
+
+@pytest.mark.parametrize("time_range, match", [
+    ((0.5,), "must be a pair"), ((True, 1), "not a mix"), ((0, 0.8), "not a mix"), ((0.8, 0.2), "0 <= a < b <= 1"),
+    ((0.0, float("nan")), "0 <= a < b <= 1"), ((3, 3), "0 <= a < b"),
+])
+def test_bad_time_ranges_are_refused_naming_the_argument(short_dtypes, time_range, match):
+    """Malformed time ranges are ValueErrors naming time_range, before anything is read."""
+    out, _ = short_dtypes
+    with pytest.raises(ValueError, match=rf"time_range: .*{match}"):
+        readers.windows(out, length=3, batch_size=2, features="x", time_range=time_range)
+
+
+def test_numpy_arguments_and_the_whole_range_are_the_plain_ones(short_dtypes):
+    """sampling_rate=np.int64(2) is accepted and equals 2; time_range=(0.0, 1.0) is exactly no time_range."""
+    out, _ = short_dtypes
+    options = dict(length=3, batch_size=64, features="x", shuffle=False, drop_remainder=False)
+    plain = next(iter(readers.windows(out, sampling_rate=2, **options))).numpy()
+    np.testing.assert_array_equal(next(iter(readers.windows(out, sampling_rate=np.int64(2), **options))), plain)
+    whole = next(iter(readers.windows(out, time_range=(0.0, 1.0), **options))).numpy()
+    np.testing.assert_array_equal(whole, next(iter(readers.windows(out, **options))).numpy())
+
+
+def test_value_labels_reach_each_replica_of_model_windows(value_labelled, strategies):
+    """Float labels with padding gathered by model_windows inside a MirroredStrategy step: each replica's labels
+    are its windows' episodes' labels (float32)."""
+    out, labels = value_labelled
+    strategy = strategies[2]
+    mw = readers.model_windows(out, length=3, shift=1, batch_size=4, targets="label", padding="start",
+                               pad_value=-1.0, shuffle=False, strategy=strategy)
+
+    @tf.function
+    def step(starts):
+        return strategy.run(lambda s: (mw.keys(s)["episode"], mw.element(s)[1]), (starts,))
+
+    checked = 0
+    for starts in strategy.experimental_distribute_dataset(mw.starts):
+        episodes, got = step(starts)
+        for e, y in zip(strategy.experimental_local_results(episodes), strategy.experimental_local_results(got)):
+            assert y.dtype == tf.float32
+            np.testing.assert_array_equal(y.numpy(), np.asarray(labels, np.float32)[e.numpy()])
+            checked += len(y)
+    assert checked == readers.info(out).num_windows("train", 3, targets="label", padding="start") // 4 * 4
+
+
+def test_a_manifest_label_that_disagrees_with_the_records_is_refused_in_every_mode(value_labelled, tmp_path):
+    """Two episodes' labels swapped in the manifest: resident, model_windows, streamed and readers.episodes refuse
+    (never yield the manifest's or the record's label silently)."""
+    import shutil
+
+    src, _ = value_labelled
+    out = str(tmp_path / "tampered")
+    shutil.copytree(src, out)
+
+    def swap(raw):
+        eps = raw["splits"]["train"]["episodes"]
+        eps[0]["label"], eps[1]["label"] = eps[1]["label"], eps[0]["label"]
+
+    edit_manifest(out, swap)
+    options = dict(length=3, batch_size=2, targets="label", shuffle=False)
+    with pytest.raises(ValueError, match="its records say label 0.5, the manifest says -1.25"):
+        readers.windows(out, **options)
+    with pytest.raises(ValueError, match="its records say label"):
+        readers.model_windows(out, **options)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="has label"):
+        list(readers.windows(out, resident=False, **options))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="has label"):
+        list(readers.episodes(out))

@@ -82,12 +82,19 @@ def _keys_of(ds, steps):
     return out, iterator
 
 
+@pytest.fixture(scope="module")
+def unlabelled(tmp_path_factory) -> str:
+    """``episodes_of(LENGTHS)`` converted once, without labels; tests only read it."""
+    root = tmp_path_factory.mktemp("unlabelled")
+    save_episodes(root / "src", {f"e{i}.npz": {n: v[i] for n, v in episodes_of(LENGTHS).items()}
+                                 for i in range(len(LENGTHS))})
+    convert_episode_tree(root / "src", root / "out")
+    return str(root / "out")
+
+
 @pytest.mark.parametrize("mode", ["resident", "model_windows"])
-def test_resume_is_exact_with_targets_sampling_time_range_and_padding(tmp_path, mode):
-    save_episodes(tmp_path / "src", {f"e{i}.npz": {n: v[i] for n, v in episodes_of(LENGTHS).items()}
-                                     for i in range(len(LENGTHS))})
-    convert_episode_tree(tmp_path / "src", tmp_path / "out")
-    out = str(tmp_path / "out")
+def test_resume_is_exact_with_targets_sampling_time_range_and_padding(unlabelled, tmp_path, mode):
+    out = unlabelled
     options = dict(length=3, shift=1, batch_size=4, features="obs", targets=readers.Targets("action", width=1,
                    offset=2), sampling_rate=2, time_range=(0.0, 0.8), padding="start", seed=5, repeat=True)
     if mode == "resident":
@@ -179,9 +186,22 @@ def by_id(out: str, episodes: dict, expected: dict):
     return {e.id: (episodes[e.source], expected[e.source]) for e in manifest.splits["train"].episodes}
 
 
+@pytest.fixture(scope="module")
+def labelled(tmp_path_factory):
+    """``labelled(kind)``: ``labelled_dataset`` converted once per kind for the module; tests only read it."""
+    built = {}
+
+    def get(kind: str):
+        if kind not in built:
+            built[kind] = labelled_dataset(tmp_path_factory.mktemp(f"labelled-{kind}"), kind)
+        return built[kind]
+
+    return get
+
+
 @pytest.mark.parametrize("kind", ["class", "value"])
-def test_converted_labels_round_trip_in_every_mode(tmp_path, kind):
-    out, episodes, expected = labelled_dataset(tmp_path, kind)
+def test_converted_labels_round_trip_in_every_mode(labelled, kind):
+    out, episodes, expected = labelled(kind)
     truth = by_id(out, episodes, expected)
     dtype = np.int64 if kind == "class" else np.float32
     info = readers.info(out)
@@ -209,9 +229,9 @@ def test_converted_labels_round_trip_in_every_mode(tmp_path, kind):
         assert ep["label"].dtype == dtype
 
 
-def test_converted_labels_under_a_mirrored_strategy(tmp_path, strategies):
+def test_converted_labels_under_a_mirrored_strategy(labelled, strategies):
     strategy = strategies[2]
-    out, episodes, expected = labelled_dataset(tmp_path, "class")
+    out, episodes, expected = labelled("class")
     truth = by_id(out, episodes, expected)
     for make in ("resident", "streamed"):
         ds = readers.windows(out, length=4, shift=2, batch_size=4, features="obs", targets="label", seed=1,
@@ -229,9 +249,7 @@ def test_converted_labels_under_a_mirrored_strategy(tmp_path, strategies):
     assert len(strategy.experimental_local_results(labels)) == 2
 
 
-def test_label_targets_on_an_unlabelled_dataset_are_refused(tmp_path):
-    save_episodes(tmp_path / "src", {f"e{i}.npy": np.zeros((8, 2), np.float32) for i in range(3)})
-    convert_episode_tree(tmp_path / "src", tmp_path / "out")
+def test_label_targets_on_an_unlabelled_dataset_are_refused(unlabelled):
     for make in (readers.windows, readers.model_windows):
         with pytest.raises(ValueError, match=r"targets='label' needs episode labels, and this data has none"):
-            make(str(tmp_path / "out"), length=4, batch_size=2, targets="label")
+            make(unlabelled, length=4, batch_size=2, targets="label")
