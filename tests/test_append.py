@@ -8,8 +8,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 from helpers import (
@@ -21,6 +19,7 @@ from helpers import (
     snapshot,
     write_jpeg,
 )
+from stop_point import kill_group, start_held
 from tfshard import readers
 from tfshard.format.dataset import load_manifest
 from tfshard.format.inputs import load_inputs
@@ -32,7 +31,6 @@ from tfshard.ingest.holdout import Holdout
 from tfshard.tools.verify import verify
 
 INPUTS = "inputs.json"
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _inputs_raw(out) -> dict:
@@ -406,36 +404,32 @@ def test_an_append_killed_between_its_manifest_and_its_inputs_file_finishes_on_r
 
 
 @pytest.mark.slow
-def test_kill_9_during_an_append_then_rerun_is_byte_identical(tmp_path):
+def test_kill_9_during_an_append_then_rerun_is_byte_identical(tmp_path, cli):
+    """The append runs as the real command, held as it starts the new generation's third shard (tests/stop_point.py)
+    and killed there with its decode worker; the other runs are in-process (their process is not the point)."""
     src, out = tmp_path / "src", tmp_path / "out"
-    make_tree(src, classes=("a", "b"), per_class=10, size=(160, 160))
-    command = [sys.executable, "-m", "tfshard", "images", str(src), "OUT", "--num-shards", "4", "--quiet",
-               "--workers", "1"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    make_tree(src, classes=("a", "b"), per_class=10, size=(32, 32))
+    args = ["images", str(src), "OUT", "--num-shards", "4", "--quiet", "--workers", "1"]
 
     def run(folder, *extra):
-        done = subprocess.run([str(folder) if a == "OUT" else a for a in command] + list(extra), cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
+        done = cli(*[str(folder) if a == "OUT" else a for a in args], *extra)
+        assert done.exit_code == 0, done.output
 
     run(out)
-    make_tree(src, classes=("c", "d"), per_class=60, size=(160, 160), seed=100)
+    make_tree(src, classes=("c", "d"), per_class=8, size=(32, 32), seed=100)
     shutil.copytree(out, tmp_path / "clean")
     run(tmp_path / "clean", "--append")
-    proc = subprocess.Popen([str(out) if a == "OUT" else a for a in command] + ["--append"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:  # killed once some of the new generation's shards are committed; dataset.json never lies meanwhile
-        while len([n for n in os.listdir(out) if n.startswith("train-g0001") and n.endswith(".tfrecord")]) < 2:
-            assert proc.poll() is None, "the append ended before the kill point"
-            assert _listed_shards_exist(out)
-            time.sleep(0.001)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    assert _listed_shards_exist(out)
+    proc = start_held([str(out) if a == "OUT" else a for a in args] + ["--append"], "write_shard#3",
+                      str(tmp_path / "held"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert len([n for n in os.listdir(out) if n.startswith("train-g0001") and n.endswith(".tfrecord")]) == 2
+    assert _listed_shards_exist(out)  # dataset.json never lies meanwhile
+    kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL
     assert _listed_shards_exist(out) and not read_manifest(out).get("appends")
     run(out, "--append")
     assert_same_tree(snapshot(out), snapshot(tmp_path / "clean"))
-    assert load_manifest(str(out)).appends[0]["records_added"] == 120
+    assert load_manifest(str(out)).appends[0]["records_added"] == 16
 
 
 def test_an_unfinished_append_of_other_inputs_is_discarded_and_the_new_one_done(base_and_clean):
