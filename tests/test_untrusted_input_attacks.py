@@ -30,7 +30,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Callable
 from typing import Any
@@ -50,6 +49,7 @@ from helpers import (
     require,
     snapshot,
 )
+from stop_point import kill_group, let_go, start_held
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
 
@@ -858,9 +858,10 @@ def test_cache_filled_from_a_damaged_shard_is_not_served_after_the_repair(world,
 
 @pytest.fixture(scope="module")
 def busy_source(tmp_path_factory) -> str:
-    """6 classes x 40 96x96 JPEGs: a couple of seconds of conversion, so two runs started together overlap."""
+    """6 classes x 10 48x48 JPEGs, in 4 shards. Two runs started together spend seconds starting TensorFlow side by
+    side before they reach the lock, so they still nearly always overlap."""
     src = str(tmp_path_factory.mktemp("busy") / "src")
-    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=40, size=(96, 96))
+    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=10, size=(48, 48))
     return src
 
 
@@ -889,57 +890,50 @@ def _assert_finished(cli, out: str) -> None:
 def test_two_conversions_started_together_never_both_write(world, busy_source):
     # Started together they nearly always overlap, and then one must be refused; if one happens to finish before
     # the other reaches the lock, the other finds the finished dataset and exits 0 (the next test forces overlap).
+    # One pair a run: the race is the point, and the next test holds the overlap deterministically.
     before = snapshot(world.root, skip=("out",))
-    for attempt in range(3):
-        out = world.path(f"out{attempt}")
-        procs = [subprocess.Popen(_busy_command(busy_source, out), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        try:
-            results = [p.communicate(timeout=300) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-        codes = [p.returncode for p in procs]
-        assert 0 in codes and set(codes) <= {0, 1}, (attempt, codes, [r[1] for r in results])
-        for i, code in enumerate(codes):
-            if code == 1:
-                _assert_refused_by_lock(Ran(1, *results[i], in_process=False), out, procs[1 - i].pid)
-        _assert_finished(world.cli, out)
-    assert_untouched(before, snapshot(world.root, skip=("out0", "out1", "out2")))
+    out = world.out
+    procs = [subprocess.Popen(_busy_command(busy_source, out), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        results = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    codes = [p.returncode for p in procs]
+    assert 0 in codes and set(codes) <= {0, 1}, (codes, [r[1] for r in results])
+    for i, code in enumerate(codes):
+        if code == 1:
+            _assert_refused_by_lock(Ran(1, *results[i], in_process=False), out, procs[1 - i].pid)
+    _assert_finished(world.cli, out)
+    assert_untouched(before, snapshot(world.root, skip=("out",)))
 
 
 @pytest.mark.slow
 def test_a_second_conversion_while_one_is_writing_is_refused_by_the_lock(world, busy_source):
-    # Deterministic overlap: the first run is frozen (SIGSTOP) once its lock file names it, or, with no lock at all,
-    # once it has committed a shard; the second runs to its end meanwhile.
+    # Deterministic overlap: the first run is held (tests/stop_point.py) as it starts its second shard, its lock
+    # taken and a shard committed; the second runs to its end meanwhile, then the first is let go.
     out = world.out
     before = snapshot(world.root, skip=("out",))
-    first = subprocess.Popen(_busy_command(busy_source, out), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ready = world.path("held")
+    first = start_held(_busy_command(busy_source, out)[3:], "write_shard#2", ready, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while not (_lock_owned(out) or
-                   (os.path.isdir(out) and any(n.endswith("-of-00004.tfrecord") for n in os.listdir(out)))):
-            assert first.poll() is None, f"the first run ended (exit {first.returncode}) before it was frozen"
-            assert time.monotonic() < deadline, "the first run never took the lock nor wrote a shard"
-            time.sleep(0.001)
-        os.killpg(first.pid, signal.SIGSTOP)  # its own session: its decode worker freezes with it
+        assert _lock_owned(out), "the first run holds no lock while it writes"
 
         second = run_process(*_busy_command(busy_source, out)[3:], timeout=120, cap=False)
 
-        os.killpg(first.pid, signal.SIGCONT)
+        let_go(ready)
         first_out, first_err = first.communicate(timeout=300)
     finally:
         if first.poll() is None:
-            os.killpg(first.pid, signal.SIGCONT)
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+            kill_group(first)
     _assert_refused_by_lock(second, out, first.pid)
     assert first.returncode == 0, first_err
     _assert_finished(world.cli, out)
-    assert_untouched(before, snapshot(world.root, skip=("out",)))
+    assert_untouched(before, snapshot(world.root, skip=("out", "held", "held.go")))
 
 
 def test_a_stale_lock_of_a_dead_process_does_not_block(world):
@@ -961,53 +955,36 @@ def test_a_stale_lock_of_a_dead_process_does_not_block(world):
 # --- kill -9 during --overwrite, just after the old manifest is removed --------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def slow_source(tmp_path_factory) -> str:
-    """6 classes x 60 160x160 JPEGs: slow enough to kill the run mid-way (as tests/test_resume.py's kill_source)."""
-    src = str(tmp_path_factory.mktemp("slow") / "src")
-    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=60, size=(160, 160))
-    return src
-
-
-OLD_SHARDS = 200
+OLD_SHARDS = 8
 
 
 @pytest.mark.slow
-def test_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world, slow_source):
-    # A has many shards, not 8: removing them takes tens of ms, so the kill lands during the removal, not after it.
+def test_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world):
+    # The overwrite runs as the real command, held (tests/stop_point.py) at its first call after the old manifest is
+    # removed, so the kill lands during the removal of the old shards; the rerun is in-process.
     w = world
     make_tree(w.src, classes=("a", "b"), per_class=OLD_SHARDS // 2)
     ok(w.cli("images", w.src, w.out, "--num-shards", str(OLD_SHARDS), "--workers", "0", "--quiet"))
     manifest = os.path.join(w.out, MANIFEST)
+    new_src = w.path("new")
+    make_tree(new_src, classes=[f"class{i}" for i in range(3)], per_class=4, seed=50)
     before = snapshot(w.root, skip=("out",))
-    command = [sys.executable, "-m", "tfshard", "images", slow_source, w.out, "--overwrite", "--num-shards", "3",
-               "--workers", "1", "--quiet"]
+    args = ["images", new_src, w.out, "--overwrite", "--num-shards", "3", "--workers", "1", "--quiet"]
 
-    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while os.path.exists(manifest):
-            if proc.poll() is not None:
-                pytest.fail(f"the overwrite ended (exit {proc.returncode}) with the old manifest still there: "
-                            f"{proc.stderr.read().decode()}")
-            assert time.monotonic() < deadline, "the old manifest was never removed"
-            time.sleep(0.001)
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the decode worker dies with it
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        proc.stderr.close()
+    proc = start_held(args, f"missing={manifest}", w.out + "-held", stdout=subprocess.DEVNULL,
+                      stderr=subprocess.PIPE)
+    old_left = [n for n in os.listdir(w.out) if n.endswith(f"-of-{OLD_SHARDS:05d}.tfrecord")]
+    assert old_left, "held after every old shard was removed: the kill would not land during the removal"
+    kill_group(proc)  # its own session: the decode worker dies with it
+    proc.stderr.close()
     assert proc.returncode == -signal.SIGKILL
 
-    rerun = run_process(*command[3:], timeout=300, cap=False)
+    ok(w.cli(*args))
 
-    assert rerun.code == 0, rerun.stderr
     ok(w.cli("verify", w.out))
     assert sorted(os.listdir(w.out)) == [MANIFEST, "inputs.json"] + [f"train-0000{i}-of-00003.tfrecord"
                                                                        for i in range(3)]
-    assert_untouched(before, snapshot(w.root, skip=("out",)))
+    assert_untouched(before, snapshot(w.root, skip=("out", "out-held")))
 
 
 # --- a deleted shard read with ignore_errors -----------------------------------------------------------------------
