@@ -176,6 +176,9 @@ HELD_AT_THE_THIRD_SHARD = "write_shard#3"  # two shards committed, four to go, h
 
 @pytest.mark.parametrize("stop", STOPPED)
 def test_ctrl_c_or_sigterm_says_so_and_the_same_command_resumes(kill_source, tmp_path, stop):
+    """The conversion is held where it starts its third shard and stays there until the signal arrives, so the signal
+    lands mid-conversion whatever the machine's speed or load (it once finished all 360 records first, on a fast
+    machine, and the row failed)."""
     src, clean = kill_source
     signum, send, code, said = STOPS["ctrl-c-process-group" if stop == STARTED_IGNORING_CTRL_C else stop]
     out = str(tmp_path / "out")
