@@ -36,7 +36,26 @@ def parse(when: str) -> tuple[dict[str, int], list[str], list[str]]:
     return calls, present, absent
 
 
+def load_quietly() -> None:
+    """TensorFlow and the converter, imported before the hook is set (watched, their import takes twice as long),
+    with TensorFlow's start-up chatter kept off stderr as the command itself keeps it (an fd-level redirect)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            import tensorflow as tf
+
+            tf.config.list_physical_devices()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    import tfshard.ingest  # noqa: F401
+
+
 def main(ready: str, when: str, args: list[str]) -> None:
+    load_quietly()
     from tfshard import cli
 
     wanted, present, absent = parse(when)
