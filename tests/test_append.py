@@ -1,5 +1,6 @@
 """The inputs file (``inputs.json``) every image conversion writes, and ``--append``, which converts only the inputs
-not yet in the dataset into new shards of the next generation and leaves every existing shard as it was."""
+not yet in the dataset into new shards of the next generation and leaves every existing shard as it was; and hostile
+inputs to ``--append`` (a tampered inputs.json, appends record or state folder, planted shard names)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 from helpers import (
@@ -21,18 +20,26 @@ from helpers import (
     snapshot,
     write_jpeg,
 )
+from stop_point import kill_group, start_held
 from tfshard import readers
 from tfshard.format.dataset import load_manifest
 from tfshard.format.inputs import load_inputs
 from tfshard.format.manifest import ManifestError, is_output_name
-from tfshard.ingest import ConvertOptions, ImageOptions, InputError, convert_episodes, convert_images
+from tfshard.ingest import (
+    ConvertOptions,
+    ImageOptions,
+    InputError,
+    OutputExistsError,
+    convert_episodes,
+    convert_images,
+)
 from tfshard.ingest import append as append_lib
 from tfshard.ingest.beam_runner import BeamRunner
 from tfshard.ingest.holdout import Holdout
 from tfshard.tools.verify import verify
 
 INPUTS = "inputs.json"
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STATE = ".tfshard-state"
 
 
 def _inputs_raw(out) -> dict:
@@ -406,36 +413,32 @@ def test_an_append_killed_between_its_manifest_and_its_inputs_file_finishes_on_r
 
 
 @pytest.mark.slow
-def test_kill_9_during_an_append_then_rerun_is_byte_identical(tmp_path):
+def test_kill_9_during_an_append_then_rerun_is_byte_identical(tmp_path, cli):
+    """The append runs as the real command, held as it starts the new generation's third shard (tests/stop_point.py)
+    and killed there with its decode worker; the other runs are in-process (their process is not the point)."""
     src, out = tmp_path / "src", tmp_path / "out"
-    make_tree(src, classes=("a", "b"), per_class=10, size=(160, 160))
-    command = [sys.executable, "-m", "tfshard", "images", str(src), "OUT", "--num-shards", "4", "--quiet",
-               "--workers", "1"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    make_tree(src, classes=("a", "b"), per_class=10, size=(32, 32))
+    args = ["images", str(src), "OUT", "--num-shards", "4", "--quiet", "--workers", "1"]
 
     def run(folder, *extra):
-        done = subprocess.run([str(folder) if a == "OUT" else a for a in command] + list(extra), cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
+        done = cli(*[str(folder) if a == "OUT" else a for a in args], *extra)
+        assert done.exit_code == 0, done.output
 
     run(out)
-    make_tree(src, classes=("c", "d"), per_class=60, size=(160, 160), seed=100)
+    make_tree(src, classes=("c", "d"), per_class=8, size=(32, 32), seed=100)
     shutil.copytree(out, tmp_path / "clean")
     run(tmp_path / "clean", "--append")
-    proc = subprocess.Popen([str(out) if a == "OUT" else a for a in command] + ["--append"], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:  # killed once some of the new generation's shards are committed; dataset.json never lies meanwhile
-        while len([n for n in os.listdir(out) if n.startswith("train-g0001") and n.endswith(".tfrecord")]) < 2:
-            assert proc.poll() is None, "the append ended before the kill point"
-            assert _listed_shards_exist(out)
-            time.sleep(0.001)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    assert _listed_shards_exist(out)
+    proc = start_held([str(out) if a == "OUT" else a for a in args] + ["--append"], "write_shard#3",
+                      str(tmp_path / "held"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert len([n for n in os.listdir(out) if n.startswith("train-g0001") and n.endswith(".tfrecord")]) == 2
+    assert _listed_shards_exist(out)  # dataset.json never lies meanwhile
+    kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL
     assert _listed_shards_exist(out) and not read_manifest(out).get("appends")
     run(out, "--append")
     assert_same_tree(snapshot(out), snapshot(tmp_path / "clean"))
-    assert load_manifest(str(out)).appends[0]["records_added"] == 120
+    assert load_manifest(str(out)).appends[0]["records_added"] == 16
 
 
 def test_an_unfinished_append_of_other_inputs_is_discarded_and_the_new_one_done(base_and_clean):
@@ -600,3 +603,135 @@ def test_append_with_tfds_of_a_class_tfds_cannot_hold_is_refused_before_anything
                        tfds=True)
     assert_same_tree(snapshot(out), before)
     verify(str(out))
+
+
+# --- hostile inputs to --append: a tampered inputs.json, appends record or state folder, planted shard names --------
+
+
+def _append_manifest(src, out, **options):
+    """convert_images(..., append=True) in-process, skipping bad inputs unless told; returns the manifest."""
+    options.setdefault("on_error", "skip")
+    options.setdefault("num_shards", 2)
+    return convert_images(str(src), str(out), ConvertOptions(**options), workers=0, progress=False, append=True)
+
+
+@pytest.fixture
+def grown_cats(tmp_path):
+    """(src, out): a dataset of 3 cats and 3 dogs, then SRC grown by two new cats."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=3)
+    convert_image_tree(src, out, num_shards=2)
+    for i in range(2):
+        write_jpeg(src / "cat" / f"new-{i}.jpg", 200 + i)
+    return src, out
+
+
+def _edit_json(path, change):
+    raw = json.loads(path.read_text())
+    change(raw)
+    path.write_text(json.dumps(raw))
+
+
+@pytest.mark.parametrize("bad", ["../cat/000.jpg", "/etc/passwd", "cat/../cat/000.jpg", "cat//000.jpg", "./cat/0.jpg"])
+def test_an_inputs_file_path_outside_src_is_refused(grown_cats, bad):
+    src, out = grown_cats
+    _edit_json(out / INPUTS, lambda raw: raw["inputs"][0].update(path=bad))
+    with pytest.raises(ManifestError, match=r"inputs\[0\]\.path: must be a relative path inside SRC") as caught:
+        _append_manifest(src, out)
+    assert "\n" not in str(caught.value) and INPUTS in str(caught.value)
+    assert not any("g0001" in n for n in os.listdir(out))
+
+
+def test_appends_past_the_last_generation_are_refused_naming_out_and_the_fix(grown_cats):
+    src, out = grown_cats
+    _edit_json(out / "dataset.json", lambda raw: raw.update(appends=[{
+        "generation": 9999, "records_added": 0, "new_classes": [], "changed": 0, "deleted": 0,
+        "changed_paths": [], "deleted_paths": []}]))
+    with pytest.raises(InputError, match=r"out: --append: the dataset already has generation 9999.*--overwrite"):
+        _append_manifest(src, out)
+    assert not (out / STATE).exists()
+
+
+def test_an_append_killed_while_removing_its_state_folder_finishes_on_rerun(grown_cats):
+    src, out = grown_cats
+    _append_manifest(src, out)
+    after = load_manifest(str(out))
+    (out / STATE).mkdir()  # the staged inputs file already removed, append.json not yet
+    (out / STATE / "append.json").write_text(json.dumps({"base": "a" * 64, "target": after.fingerprint}))
+    manifest = _append_manifest(src, out)
+    assert manifest.fingerprint == after.fingerprint and not (out / STATE).exists()
+    assert load_inputs(str(out), manifest) is not None
+
+
+def test_a_finished_append_record_with_no_inputs_file_anywhere_is_one_line_with_the_fix(grown_cats):
+    src, out = grown_cats
+    _append_manifest(src, out)
+    (out / INPUTS).unlink()
+    (out / STATE).mkdir()
+    target = load_manifest(str(out)).fingerprint
+    (out / STATE / "append.json").write_text(json.dumps({"base": "a" * 64, "target": target}))
+    with pytest.raises(OutputExistsError, match=r"inputs.json is in neither .*--overwrite") as caught:
+        _append_manifest(src, out)
+    assert "\n" not in str(caught.value)
+
+
+# --- guards: cases that held ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, problem", [
+    (lambda p: os.mkfifo(p), "a FIFO, not a regular file"),
+    (lambda p: p.write_text("{garbage"), "not valid JSON"),
+    (lambda p: p.write_text(json.dumps({"base": "a" * 64, "target": "b" * 64})), "an append to another dataset"),
+    (lambda p: os.symlink(p.parent.parent.parent / "elsewhere.json", p), "a symlink"),
+])
+def test_a_tampered_append_record_is_refused_in_one_line(grown_cats, make, problem):
+    src, out = grown_cats
+    (out.parent / "elsewhere.json").write_text("{}")
+    (out / STATE).mkdir()
+    make(out / STATE / "append.json")
+    with pytest.raises(Exception, match=problem) as caught:
+        _append_manifest(src, out)
+    assert "\n" not in str(caught.value)
+    assert (out.parent / "elsewhere.json").read_text() == "{}"
+
+
+def test_a_planted_file_at_the_next_generations_name_is_never_replaced(grown_cats):
+    src, out = grown_cats
+    (out / "train-g0001-00000-of-00002.tfrecord").write_text("mine")
+    with pytest.raises(Exception, match=r"tfshard did not write .*train-g0001-00000-of-00002"):
+        _append_manifest(src, out)
+    assert (out / "train-g0001-00000-of-00002.tfrecord").read_text() == "mine"
+    assert load_manifest(str(out)).appends == []
+
+
+def test_an_inputs_file_symlink_is_not_written_through(grown_cats, tmp_path):
+    src, out = grown_cats
+    shutil.move(out / INPUTS, tmp_path / "real.json")
+    before = (tmp_path / "real.json").read_text()
+    os.symlink(tmp_path / "real.json", out / INPUTS)
+    _append_manifest(src, out)
+    assert (tmp_path / "real.json").read_text() == before
+    verify(str(out))
+
+
+def test_an_append_of_only_a_new_split_and_dedupe_within_a_split(tmp_path):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src / "train", per_class=3)
+    convert_image_tree(src, out, num_shards=1, dedupe=True)
+    make_tree(src / "val", per_class=2, seed=50)
+    shutil.copyfile(src / "train" / "cat" / "000.jpg", src / "train" / "cat" / "copy.jpg")
+    manifest = _append_manifest(src, out, num_shards=1, dedupe=True)
+    assert {k: v.records for k, v in manifest.splits.items()} == {"train": 6, "val": 4}
+    assert [s.file for s in manifest.splits["val"].shards] == ["val-g0001-00000-of-00001.tfrecord"]
+    states = {r.path: r.state for r in load_inputs(str(out), manifest).inputs}
+    assert states["train/cat/copy.jpg"] == "dropped"
+    assert manifest.duplicates["within_split"] == 1
+
+
+def test_every_new_image_rejected_adds_no_shard(grown_cats):
+    src, out = grown_cats
+    for i in range(2):
+        (src / "cat" / f"new-{i}.jpg").write_bytes(b"not a jpeg")
+    manifest = _append_manifest(src, out)
+    assert manifest.total_records == 6 and not any("g0001" in n for n in os.listdir(out))
+    assert not (out / STATE).exists()

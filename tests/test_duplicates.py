@@ -13,12 +13,11 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 import tensorflow as tf
 from helpers import assert_same_tree, edit_manifest, image_features, make_tree, snapshot
+from stop_point import kill_group, start_held
 from tfshard.format.dataset import load_manifest
 from tfshard.format.duplicates import MAX_LISTED_DUPLICATES, summarize
 from tfshard.format.manifest import ManifestError
@@ -26,7 +25,6 @@ from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, conver
 from tfshard.ingest.beam_runner import BeamRunner
 from tfshard.ingest.duplicates import write_order
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = ".tfshard-state"
 
 
@@ -264,31 +262,25 @@ def test_a_commit_record_with_tampered_hashes_rewrites_its_shard(interrupted_ded
 
 
 @pytest.mark.slow
-def test_kill_9_during_dedupe_then_rerun_is_byte_identical(tmp_path):
+def test_kill_9_during_dedupe_then_rerun_is_byte_identical(tmp_path, cli):
+    """The real command, held once val's shards and one of train's are committed (tests/stop_point.py) and killed
+    there with its decode worker: the rerun (in-process) must rebuild the kept hashes."""
     src = str(tmp_path / "src")
-    make_tree(src, classes=[f"c{i}" for i in range(4)], per_class=40, splits=("train", "val"), size=(160, 160))
-    for i in range(0, 40, 3):
+    make_tree(src, classes=[f"c{i}" for i in range(4)], per_class=12, splits=("train", "val"), size=(16, 16))
+    for i in range(0, 12, 3):
         _copy(src, f"val/c1/{i:03d}.jpg", f"train/c2/dup-{i:03d}.jpg")
-    command = [sys.executable, "-m", "tfshard", "images", src, "OUT", "--num-shards", "4", "--dedupe", "--quiet",
-               "--workers", "1"]
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    args = ["images", src, "OUT", "--num-shards", "4", "--dedupe", "--quiet", "--workers", "1"]
     clean = str(tmp_path / "clean")
-    done = subprocess.run([clean if a == "OUT" else a for a in command], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = cli(*[clean if a == "OUT" else a for a in args])
+    assert done.exit_code == 0, done.output
     out = str(tmp_path / "out")
-    proc = subprocess.Popen([out if a == "OUT" else a for a in command], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:  # killed once val's shards and some of train's are committed: the rerun must rebuild the kept hashes
-        while len([n for n in os.listdir(out) if n.endswith(".tfrecord")] if os.path.isdir(out) else []) < 5:
-            assert proc.poll() is None, "the conversion ended before the kill point"
-            time.sleep(0.001)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    proc = start_held([out if a == "OUT" else a for a in args], "write_shard#6", str(tmp_path / "held"),
+                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    kill_group(proc)
+    assert proc.returncode == -signal.SIGKILL
+    assert len([n for n in os.listdir(out) if n.endswith(".tfrecord")]) == 5
     assert not os.path.exists(os.path.join(out, "dataset.json"))
-    rerun = subprocess.run([out if a == "OUT" else a for a in command], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
+    rerun = cli(*[out if a == "OUT" else a for a in args])
+    assert rerun.exit_code == 0, rerun.output
     assert_same_tree(snapshot(out), snapshot(clean))
-    assert load_manifest(out).duplicates["dropped"] == 14
+    assert load_manifest(out).duplicates["dropped"] == 4

@@ -1,9 +1,9 @@
 """Atomic, resumable conversion: kill -9 anywhere, rerun, and get the bytes of an uninterrupted run.
 
-The kill tests run the real CLI in a subprocess and SIGKILL it at points chosen
-by watching the output folder; the rest interrupt a conversion in-process (a bad
-file with ``on_error="fail"``) and check what a rerun keeps, rewrites, refuses
-and never deletes.
+The kill and signal tests run the real CLI in a subprocess held at a chosen point of the conversion
+(tests/stop_point.py), SIGKILL or signal it there, and run the same command again in-process (the rerun's process
+is not the point); the rest interrupt a conversion in-process (a bad file with ``on_error="fail"``) and check what a
+rerun keeps, rewrites, refuses and never deletes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 
 import pytest
 from helpers import assert_same_tree, ignoring_ctrl_c, make_tree, snapshot, write_jpeg
+from stop_point import kill_group, start_held
 from tfshard.ingest import ConvertOptions, InputError, OutputExistsError, convert_images, verify
 
 pytestmark = pytest.mark.slow
@@ -29,6 +30,7 @@ STATE = ".tfshard-state"
 MANIFEST = "dataset.json"
 FINAL_SHARD = re.compile(r"^train-\d{5}-of-\d{5}\.tfrecord$")
 KILL_SHARDS = 6
+PER_SHARD = 8
 
 
 def stats(folder: str) -> dict[str, tuple[int, int]]:
@@ -67,83 +69,58 @@ def flip_middle_byte(path: str) -> None:
 # --- kill -9 a real conversion, rerun the same command -------------------------------------------
 
 
-def convert_command(src: str, out: str) -> list[str]:
-    options = ["--num-shards", str(KILL_SHARDS), "--quiet", "--workers", "1"]
-    return [sys.executable, "-m", "tfshard", "images", src, out, *options]
+def convert_args(src: str, out: str) -> list[str]:
+    """``tfshard images SRC OUT ...`` with a decode worker: the command killed, stopped and rerun here."""
+    return ["images", src, out, "--num-shards", str(KILL_SHARDS), "--quiet", "--workers", "1"]
+
+
+def run_tfshard(*args):
+    """The ``tfshard`` command in-process (as the ``cli`` fixture, usable from a module fixture)."""
+    from tfshard import cli as cli_module
+    from typer.testing import CliRunner
+
+    return CliRunner().invoke(cli_module.app, cli_module.global_flags_first([str(a) for a in args]))
 
 
 @pytest.fixture(scope="module")
 def kill_source(tmp_path_factory):
-    """6 classes x 60 160x160 JPEGs (slow enough to stop between shards) and an uninterrupted run's files."""
+    """6 classes x 8 32x32 JPEGs (8 records a shard) and an uninterrupted run's files. The runs are held at their
+    kill points (tests/stop_point.py), so the size of the inputs does not decide where a kill lands."""
     root = tmp_path_factory.mktemp("resume")
     src = str(root / "src")
-    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=60, size=(160, 160))
+    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=PER_SHARD, size=(32, 32))
     clean = str(root / "clean")
-    done = subprocess.run(convert_command(src, clean), cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = run_tfshard(*convert_args(src, clean))
+    assert done.exit_code == 0, done.output
     files = snapshot(clean)
     assert len([n for n in files if FINAL_SHARD.match(n)]) == KILL_SHARDS and MANIFEST in files
     return src, files
 
 
-def _state_folder(out):
-    return os.path.isdir(os.path.join(out, STATE))
-
-
-def _shards_at_least(n):
-    return lambda out: len(final_shards(out)) >= n
-
-
-def _manifest(out):
-    return os.path.exists(os.path.join(out, MANIFEST))
-
-
-# name: (when to kill, the final shards there may be at that moment, tamper with a committed shard before the rerun)
+# name: (where the run is held and killed, the final shards there then, tamper with a committed shard before the
+# rerun). Killed while writing any shard after the first, a run leaves the same things (committed shards, a partial
+# temporary file): one row covers them, and tampers with one of its committed shards as well.
 KILL_POINTS = {
-    "state-folder-before-any-shard": (_state_folder, range(0, 1), False),
-    "after-1-shard": (_shards_at_least(1), range(1, KILL_SHARDS), False),
-    "after-3-shards": (_shards_at_least(3), range(3, KILL_SHARDS), False),
-    "after-3-shards-then-one-changed": (_shards_at_least(3), range(3, KILL_SHARDS), True),
-    "after-manifest": (_manifest, range(KILL_SHARDS, KILL_SHARDS + 1), False),
+    "state-folder-before-any-shard": ("exists={out}/.tfshard-state", 0, False),
+    "mid-shard-after-2-committed-then-one-changed": (f"ShardWriter.append#{2 * PER_SHARD + PER_SHARD // 2}", 2, True),
+    "after-manifest": ("exists={out}/dataset.json", KILL_SHARDS, False),
 }
-
-
-def kill_when(command: list[str], when, out: str, log_path: str) -> None:
-    """Starts ``command``; SIGKILLs it (and its decode workers) as soon as ``when(out)`` holds."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            command, cwd=REPO, env=ENV, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True
-        )
-    killed = False
-    try:
-        deadline = time.monotonic() + 240
-        while not when(out):
-            if proc.poll() is not None:
-                with open(log_path) as f:
-                    pytest.fail(f"the conversion ended (exit {proc.returncode}) before the kill point: {f.read()}")
-            if time.monotonic() > deadline:
-                pytest.fail("the kill point never came")
-            time.sleep(0.001)
-        os.killpg(proc.pid, signal.SIGKILL)  # its own session: the decode workers and forkserver die with it
-        killed = True
-    finally:
-        if not killed and proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    assert proc.returncode == -signal.SIGKILL
 
 
 @pytest.mark.parametrize("point", KILL_POINTS.keys())
 def test_kill_then_rerun_ends_byte_identical_to_an_uninterrupted_run(kill_source, tmp_path, point):
     src, clean = kill_source
-    when, shards_allowed, tamper = KILL_POINTS[point]
+    when, shards_then, tamper = KILL_POINTS[point]
     out = str(tmp_path / "out")
-    command = convert_command(src, out)
-    kill_when(command, when, out, str(tmp_path / "killed.log"))
+    args = convert_args(src, out)
+    proc = start_held(args, when.format(out=out), str(tmp_path / "held"), stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL)
+    kill_group(proc)  # its own session: the decode workers and forkserver die with it
+    assert proc.returncode == -signal.SIGKILL
 
     # What the kill left: no partial file under a final name, and nothing that differs from the clean run.
     at_kill = final_shards(out)
-    assert len(at_kill) in shards_allowed, (point, sorted(os.listdir(out)))
+    assert len(at_kill) == shards_then, (point, sorted(os.listdir(out)))
     for name in at_kill:
         assert count_records(os.path.join(out, name)) > 0
         with open(os.path.join(out, name), "rb") as f:
@@ -163,40 +140,18 @@ def test_kill_then_rerun_ends_byte_identical_to_an_uninterrupted_run(kill_source
         assert keep, "no committed shard with a record to tamper with"
         tampered = os.path.join(out, keep.pop(0))
         flip_middle_byte(tampered)
-        refused = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
-        assert refused.returncode == 1 and f"{tampered}: does not match its commit record" in refused.stderr
+        refused = run_tfshard(*args)
+        assert refused.exit_code == 1 and f"{tampered}: does not match its commit record" in refused.stderr
         os.remove(tampered)  # what the message says to do with a damaged shard
     before = stats(out)
 
-    rerun = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr
+    rerun = run_tfshard(*args)
+    assert rerun.exit_code == 0, rerun.output
 
     assert_same_tree(snapshot(out), clean)
     after = stats(out)
     for name in keep:
         assert after[name] == before[name], f"{name}: committed shard was rewritten instead of kept"
-
-
-def _listing(folder: str) -> list[str]:
-    try:
-        return os.listdir(folder)
-    except FileNotFoundError:
-        return []
-
-
-def _start_and_wait_for_a_commit(command: list[str], out: str, ignore_ctrl_c: bool = False) -> subprocess.Popen:
-    """Starts a conversion in its own session and returns once it has committed a shard."""
-    proc = subprocess.Popen(command, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=ignoring_ctrl_c if ignore_ctrl_c else None)
-    deadline = time.monotonic() + 240
-    while not any(FINAL_SHARD.match(n[: -len(".json")]) for n in _listing(os.path.join(out, STATE))):  # committed
-        if proc.poll() is not None:
-            pytest.fail(f"the conversion ended before committing a shard: {proc.communicate()}")
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail("no shard was ever committed")
-        time.sleep(0.001)
-    return proc
 
 
 def _session_processes(sid: int) -> list[str]:
@@ -213,33 +168,41 @@ STOPS = {  # (signal, sent to, exit code, message)
     "sigterm-process-group": (signal.SIGTERM, os.killpg, 143, "terminated (SIGTERM)"),  # Slurm's scancel
 }
 STARTED_IGNORING_CTRL_C = "ctrl-c-process-group-started-ignoring-it"  # `tfshard images ... &` in a script
+# Sent to the process group, a signal reaches the parent as kill <pid> does, and the workers too: the group rows
+# cover the main-process ones (the finalizer test below sends to the main process).
+STOPPED = ["ctrl-c-process-group", "sigterm-process-group", STARTED_IGNORING_CTRL_C]
+HELD_AT_THE_THIRD_SHARD = "write_shard#3"  # two shards committed, four to go, however fast the machine
 
 
-@pytest.mark.parametrize("stop", [*STOPS, STARTED_IGNORING_CTRL_C])
+@pytest.mark.parametrize("stop", STOPPED)
 def test_ctrl_c_or_sigterm_says_so_and_the_same_command_resumes(kill_source, tmp_path, stop):
+    """The conversion is held where it starts its third shard and stays there until the signal arrives, so the signal
+    lands mid-conversion whatever the machine's speed or load (it once finished all 360 records first, on a fast
+    machine, and the row failed)."""
     src, clean = kill_source
     signum, send, code, said = STOPS["ctrl-c-process-group" if stop == STARTED_IGNORING_CTRL_C else stop]
     out = str(tmp_path / "out")
-    command = convert_command(src, out)
-    proc = _start_and_wait_for_a_commit(command, out, ignore_ctrl_c=stop == STARTED_IGNORING_CTRL_C)
+    args = convert_args(src, out)
+    proc = start_held(args, HELD_AT_THE_THIRD_SHARD, str(tmp_path / "held"), stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, text=True,
+                      preexec_fn=ignoring_ctrl_c if stop == STARTED_IGNORING_CTRL_C else None)
     try:
         send(proc.pid, signum)
         stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_group(proc)
     assert proc.returncode == code, stderr
     assert stderr == f"{out}: {said}; run the same command again to resume (committed shards are kept)\n"
     assert stdout == ""  # --quiet
     assert not os.path.exists(os.path.join(out, MANIFEST))
+    assert len(final_shards(out)) == 2, "a shard was committed after the stop"
 
-    again = subprocess.run([c for c in command if c != "--quiet"], cwd=REPO, env=ENV, capture_output=True, text=True,
-                           timeout=300, check=False)
-    assert again.returncode == 0, again.stderr
+    again = run_tfshard(*[a for a in args if a != "--quiet"])
+    assert again.exit_code == 0, again.output
     kept = re.search(rf"^{re.escape(out)}: resumed: kept (\d+) of {KILL_SHARDS} shards already committed$",
                      again.stdout, re.MULTILINE)
-    assert kept and 1 <= int(kept[1]) < KILL_SHARDS, again.stdout
+    assert kept and int(kept[1]) == 2, again.stdout
     assert_same_tree(snapshot(out), clean)
 
 
@@ -253,7 +216,7 @@ def test_a_stop_raised_inside_a_finalizer_still_stops_the_conversion(kill_source
     out = str(tmp_path / "out")
     first_commit = os.path.join(out, STATE, "train-*.tfrecord.json") + "@record_commit"  # as it returns
     command = [sys.executable, os.path.join(REPO, "tests", "finalizer_stop.py"), first_commit, signum.name,
-               *convert_command(src, out)[3:]]
+               *convert_args(src, out)]
     done = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == code, done.stderr
     assert done.stderr == f"{out}: {said}; run the same command again to resume (committed shards are kept)\n"
@@ -267,7 +230,9 @@ def test_kill_9_of_the_parent_alone_leaves_no_process_behind(kill_source, tmp_pa
     EOF."""
     src, _ = kill_source
     out = str(tmp_path / "out")
-    proc = _start_and_wait_for_a_commit(convert_command(src, out)[:-2] + ["--workers", "2"], out)
+    args = convert_args(src, out)[:-2] + ["--workers", "2"]
+    proc = start_held(args, HELD_AT_THE_THIRD_SHARD, str(tmp_path / "held"), stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE)
     assert len(_session_processes(proc.pid)) >= 4, "expected the parent, a forkserver and 2 workers"
     os.kill(proc.pid, signal.SIGKILL)
     try:

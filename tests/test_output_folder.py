@@ -1,18 +1,25 @@
-"""Attacks on what a conversion does to its output folder: files it never wrote, planned shards that come out empty,
-a read-only OUT, and arguments that name no folder at all."""
+"""What a conversion does to its output folder, attacked: files it never wrote, planned shards that come out empty,
+a read-only OUT, arguments that name no folder at all, two conversions into one OUT at once (the lock), kill -9
+mid-``--overwrite``, a full disk, and links planted in OUT. The rows from the untrusted-input table live in the
+world of tests/untrusted_world.py and check that nothing outside OUT changed.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, files_under, make_tree, require, save_episodes, write_jpeg
+from helpers import convert_episode_tree, files_under, make_tree, require, save_episodes, snapshot, write_jpeg
+from stop_point import kill_group, let_go, start_held
 from tfshard import readers
 from tfshard.ingest import (
     ConvertOptions,
@@ -23,11 +30,27 @@ from tfshard.ingest import (
     convert_images,
     verify,
 )
+from untrusted_world import (
+    ENV,
+    LOCK,
+    MANIFEST,
+    REPO,
+    STATE,
+    Ran,
+    World,
+    assert_cli_error,
+    assert_untouched,
+    new_world,
+    number,
+    ok,
+    run_cli,
+    run_process,
+)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-STATE = ".tfshard-state"
 
+@pytest.fixture
+def world(tmp_path, cli, request) -> World:
+    return new_world(tmp_path, cli, request)
 
 # --- --overwrite into a folder tfshard never wrote ---------------------------------------------------------------
 
@@ -335,3 +358,222 @@ def test_options_take_sizes_as_the_cli_does():
     with pytest.raises(TypeError, match=r"max_record_bytes: a byte count or a size"):
         EpisodeOptions(max_record_bytes=1.5)
     assert json.loads(json.dumps(ConvertOptions(shard_bytes="1KiB").identity("images")))["shard_bytes"] == 1024
+
+
+# --- two conversions into one OUT at once; a stale lock ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def busy_source(tmp_path_factory) -> str:
+    """6 classes x 10 48x48 JPEGs, in 4 shards. Two runs started together spend seconds starting TensorFlow side by
+    side before they reach the lock, so they still nearly always overlap."""
+    src = str(tmp_path_factory.mktemp("busy") / "src")
+    make_tree(src, classes=[f"class{i}" for i in range(6)], per_class=10, size=(48, 48))
+    return src
+
+
+def _busy_command(src: str, out: str) -> list[str]:
+    return [sys.executable, "-m", "tfshard", "images", src, out, "--num-shards", "4", "--workers", "1", "--quiet"]
+
+
+def _assert_refused_by_lock(ran: Ran, out: str, holder_pid: int) -> None:
+    assert_cli_error(ran, ["lock", os.path.join(out, LOCK), number(holder_pid)])
+
+
+def _lock_owned(out: str) -> bool:
+    """The lock file exists and holds its owner record (a run frozen between creating and filling it names no pid)."""
+    try:
+        return os.path.getsize(os.path.join(out, LOCK)) > 0
+    except OSError:
+        return False
+
+
+def _assert_finished(cli, out: str) -> None:
+    ok(cli("verify", out))
+    assert not os.path.lexists(os.path.join(out, LOCK)), "the lock outlived its conversion"
+
+
+@pytest.mark.slow
+def test_two_conversions_started_together_never_both_write(world, busy_source):
+    # Started together they nearly always overlap, and then one must be refused; if one happens to finish before
+    # the other reaches the lock, the other finds the finished dataset and exits 0 (the next test forces overlap).
+    # One pair a run: the race is the point, and the next test holds the overlap deterministically.
+    before = snapshot(world.root, skip=("out",))
+    out = world.out
+    procs = [subprocess.Popen(_busy_command(busy_source, out), cwd=REPO, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        results = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    codes = [p.returncode for p in procs]
+    assert 0 in codes and set(codes) <= {0, 1}, (codes, [r[1] for r in results])
+    for i, code in enumerate(codes):
+        if code == 1:
+            _assert_refused_by_lock(Ran(1, *results[i], in_process=False), out, procs[1 - i].pid)
+    _assert_finished(world.cli, out)
+    assert_untouched(before, snapshot(world.root, skip=("out",)))
+
+
+@pytest.mark.slow
+def test_a_second_conversion_while_one_is_writing_is_refused_by_the_lock(world, busy_source):
+    # Deterministic overlap: the first run is held (tests/stop_point.py) as it starts its second shard, its lock
+    # taken and a shard committed; the second runs to its end meanwhile, then the first is let go.
+    out = world.out
+    before = snapshot(world.root, skip=("out",))
+    ready = world.path("held")
+    first = start_held(_busy_command(busy_source, out)[3:], "write_shard#2", ready, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    try:
+        assert _lock_owned(out), "the first run holds no lock while it writes"
+
+        second = run_process(*_busy_command(busy_source, out)[3:], timeout=120, cap=False)
+
+        let_go(ready)
+        first_out, first_err = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            kill_group(first)
+    _assert_refused_by_lock(second, out, first.pid)
+    assert first.returncode == 0, first_err
+    _assert_finished(world.cli, out)
+    assert_untouched(before, snapshot(world.root, skip=("out", "held", "held.go")))
+
+
+def test_a_stale_lock_of_a_dead_process_does_not_block(world):
+    w = world.images(convert=False)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    os.makedirs(w.out)
+    with open(os.path.join(w.out, LOCK), "w") as f:
+        json.dump({"host": socket.gethostname(), "pid": gone.pid, "start": "1"}, f)
+    before = snapshot(w.root, skip=("out",))
+
+    ok(w.cli("images", w.src, w.out, "--workers", "0", "--quiet"))
+
+    ok(w.cli("verify", w.out))
+    assert not os.path.lexists(os.path.join(w.out, LOCK))
+    assert_untouched(before, snapshot(w.root, skip=("out",)))
+
+
+# --- kill -9 during --overwrite, just after the old manifest is removed --------------------------------------------
+
+
+OLD_SHARDS = 8
+
+
+@pytest.mark.slow
+def test_kill_during_overwrite_then_rerun_leaves_only_the_new_dataset(world):
+    # The overwrite runs as the real command, held (tests/stop_point.py) at its first call after the old manifest is
+    # removed, so the kill lands during the removal of the old shards; the rerun is in-process.
+    w = world
+    make_tree(w.src, classes=("a", "b"), per_class=OLD_SHARDS // 2)
+    ok(w.cli("images", w.src, w.out, "--num-shards", str(OLD_SHARDS), "--workers", "0", "--quiet"))
+    manifest = os.path.join(w.out, MANIFEST)
+    new_src = w.path("new")
+    make_tree(new_src, classes=[f"class{i}" for i in range(3)], per_class=4, seed=50)
+    before = snapshot(w.root, skip=("out",))
+    args = ["images", new_src, w.out, "--overwrite", "--num-shards", "3", "--workers", "1", "--quiet"]
+
+    proc = start_held(args, f"missing={manifest}", w.out + "-held", stdout=subprocess.DEVNULL,
+                      stderr=subprocess.PIPE)
+    old_left = [n for n in os.listdir(w.out) if n.endswith(f"-of-{OLD_SHARDS:05d}.tfrecord")]
+    assert old_left, "held after every old shard was removed: the kill would not land during the removal"
+    kill_group(proc)  # its own session: the decode worker dies with it
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+
+    ok(w.cli(*args))
+
+    ok(w.cli("verify", w.out))
+    assert sorted(os.listdir(w.out)) == [MANIFEST, "inputs.json"] + [f"train-0000{i}-of-00003.tfrecord"
+                                                                       for i in range(3)]
+    assert_untouched(before, snapshot(w.root, skip=("out", "out-held")))
+
+
+# --- disk full -----------------------------------------------------------------------------------------------------
+
+
+def test_disk_full_is_one_line_naming_the_path(world):
+    require(shutil.which("unshare") is not None, "no unshare(1) here")
+    mount = world.path("mnt")
+    os.makedirs(mount)
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=200k tmpfs "$1"', "sh", mount],
+                           capture_output=True, text=True)
+    require(probe.returncode == 0, f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}")
+    make_tree(world.src, classes=[f"class{i}" for i in range(4)], per_class=20, size=(96, 96))
+    total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(world.src) for f in fs)
+    assert total > 400 * 1024, "the source must not fit in the 200 kB tmpfs"
+    out = os.path.join(mount, "out")
+    script = 'mount -t tmpfs -o size=200k tmpfs "$1" && exec "$2" -m tfshard images "$3" "$4" --workers 0 --quiet'
+    before = snapshot(world.root, skip=("out", "mnt"))
+
+    try:
+        done = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", mount, sys.executable, world.src, out],
+                              cwd=REPO, env=ENV, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a conversion into a full disk hangs")
+
+    assert_cli_error(Ran(done.returncode, done.stdout, done.stderr, in_process=False),
+                     [re.compile("no space left", re.IGNORECASE), out])
+    assert_untouched(before, snapshot(world.root, skip=("out", "mnt")))
+
+
+# --- a second attack, on what the fixes added (the lock, commit records, the removal journal, bench) ---------------
+
+
+@pytest.mark.parametrize("plant", ["hard-link", "fifo", "folder"])
+def test_lock_file_planted_by_someone_else_is_refused_and_never_written_through(world, plant):
+    world.images(convert=False)
+    os.makedirs(world.out)
+    lock = os.path.join(world.out, LOCK)
+    victim = os.path.join(world.victim, "precious.txt")
+    plants = {"hard-link": lambda: os.link(victim, lock), "fifo": lambda: os.mkfifo(lock),
+              "folder": lambda: os.mkdir(lock)}
+    plants[plant]()
+    before = snapshot(world.root, skip=("out",))
+    ran = run_cli(world.cli, ["images", world.src, world.out, "--workers", "0", "--quiet"])
+    assert_cli_error(ran, [lock, "remove it"])
+    assert_untouched(before, snapshot(world.root, skip=("out",)))
+
+
+# --- a third attack: links planted in the state folder and at temporary names (removal on proof only) ---------------
+
+
+def _plant(world: World, plant: str) -> list[str]:
+    """Plants a link to the victim in OUT's state folder or at a temporary name; returns the command to run."""
+    state = os.path.join(world.out, STATE)
+    precious = os.path.join(world.victim, "precious.txt")
+    os.makedirs(state, exist_ok=True)
+    if plant == "symlink-to-a-folder-inside-the-state-folder":
+        os.symlink(world.victim, os.path.join(state, "sub"))  # the state folder's removal must not follow it
+    elif plant == "hard-link-at-a-state-files-temporary-name":  # beside no dataset: the state folder is reused
+        shutil.rmtree(world.out)
+        os.makedirs(state)
+        os.link(precious, os.path.join(state, ".tmp-plan.json"))  # written in place, it would overwrite the victim
+        return ["images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet"]
+    elif plant == "hard-link-at-a-shards-temporary-name":
+        os.link(precious, os.path.join(world.out, ".tmp-train-00000-of-00003.tfrecord"))
+    else:  # a removal record naming a hard link to the victim, with the victim's real size and sha256
+        link = os.path.join(world.out, "train-00000-of-00009.tfrecord")
+        os.link(precious, link)
+        sha256, size = hashlib.sha256(open(precious, "rb").read()).hexdigest(), os.path.getsize(precious)
+        with open(os.path.join(state, "removing.json"), "w") as f:
+            json.dump({"files": [{"name": os.path.basename(link), "bytes": size, "sha256": sha256, "limit": None}]}, f)
+    return ["images", world.src, world.out, "--num-shards", "3", "--workers", "0", "--quiet", "--overwrite"]
+
+
+@pytest.mark.parametrize("plant", ["symlink-to-a-folder-inside-the-state-folder",
+                                   "hard-link-at-a-state-files-temporary-name", "hard-link-at-a-shards-temporary-name",
+                                   "removal-record-of-a-hard-link-to-a-users-file"])
+def test_a_link_planted_in_out_is_never_followed_or_written_through(world, plant):
+    world.images()
+    args = _plant(world, plant)
+    before = snapshot(world.root, skip=("out",))
+    ok(world.cli(*args))
+    ok(world.cli("verify", world.out))
+    assert not os.path.lexists(os.path.join(world.out, STATE))
+    assert_untouched(before, snapshot(world.root, skip=("out",)))

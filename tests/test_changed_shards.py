@@ -1,5 +1,5 @@
-"""Attacks on a pipeline whose dataset is converted again while it reads: it must never mix the two datasets in one
-epoch, nor save such an epoch as a complete cache (``readers/guard.py``)."""
+"""Shards that change under a pipeline (its dataset converted again while it reads): it must never mix the two
+datasets in one epoch, nor save such an epoch as a complete cache (``readers/guard.py``)."""
 
 from __future__ import annotations
 
