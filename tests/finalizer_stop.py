@@ -7,7 +7,7 @@ the test chooses, where nothing holds a stop back on purpose), the main thread d
 object whose ``__del__`` raises SIGNAL (``SIGINT`` or ``SIGTERM``) in this process. Python runs the signal handler right
 there, inside the finalizer, where an exception can only be printed ("Exception ignored in ...") and the
 program goes on: what happens when a Ctrl-C lands in one of TensorFlow's many ``__del__`` methods, or in a
-weakref callback, on a busy machine (tests/test_resume.py and tests/test_cli_attacks.py run this).
+weakref callback, on a busy machine (tests/test_resume.py and tests/test_cli.py run this).
 """
 
 from __future__ import annotations
