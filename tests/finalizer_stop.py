@@ -7,7 +7,7 @@ the test chooses, where nothing holds a stop back on purpose), the main thread d
 object whose ``__del__`` raises SIGNAL (``SIGINT`` or ``SIGTERM``) in this process. Python runs the signal handler right
 there, inside the finalizer, where an exception can only be printed ("Exception ignored in ...") and the
 program goes on: what happens when a Ctrl-C lands in one of TensorFlow's many ``__del__`` methods, or in a
-weakref callback, on a busy machine (tests/test_resume.py and tests/test_cli_attacks.py run this).
+weakref callback, on a busy machine (tests/test_resume.py and tests/test_cli.py run this).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import signal
 import sys
+import threading
 import time
 
 
@@ -31,21 +32,31 @@ def main(watch: str, signal_name: str, args: list[str]) -> None:
 
     watch, _, function = watch.partition("@")
     held = [RaisesWhenCollected(getattr(signal, signal_name))]
-    last_look = [0.0]
 
-    def watching(frame, event, arg) -> None:
-        if function and (event != "return" or frame.f_code.co_name != function):
+    def drop(frame, event, arg) -> None:
+        if not held or frame.f_code is arm.__code__:
             return
-        now = time.monotonic()
-        if not held or (not function and now - last_look[0] < 0.005):
+        if function and (event != "return" or frame.f_code.co_name != function or not glob.glob(watch)):
             return
-        last_look[0] = now
-        if glob.glob(watch):
-            sys.setprofile(None)
-            held.pop()  # the finalizer runs here, on the main thread, between two calls of the command
+        sys.setprofile(None)
+        held.pop()  # the finalizer runs here, on the main thread, between two calls of the command
 
-    sys.setprofile(watching)
+    def arm(signum, frame) -> None:
+        sys.setprofile(drop)  # the main thread's next call or return (after this handler's own) drops it
+
+    if function:  # the file and the return must meet: look at every return of the function
+        sys.setprofile(drop)
+    else:  # a profile function on every call from the start would slow the command (TensorFlow's import) manyfold
+        signal.signal(signal.SIGUSR1, arm)
+        threading.Thread(target=_when_found, args=(watch,), daemon=True).start()
     cli.main(args)
+
+
+def _when_found(watch: str) -> None:
+    """Sends the main thread SIGUSR1 once a file matching ``watch`` exists (looked for every 5 ms)."""
+    while not glob.glob(watch):
+        time.sleep(0.005)
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
 
 
 if __name__ == "__main__":

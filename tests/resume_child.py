@@ -23,6 +23,34 @@ import tensorflow as tf  # noqa: E402
 from tfshard import readers  # noqa: E402
 
 
+def images_reader(dataset: str, start_step: int = 0):
+    """The images job's input (the test reads it in-process too, as the uninterrupted job's reference)."""
+    return readers.images(dataset, batch_size=4, image_size=8, seed=7, repeat=True, start_step=start_step)
+
+
+def images_line(images, labels) -> str:
+    """What the images job logs of a batch: ``label:pixel sum`` of each image."""
+    sums = tf.reduce_sum(images, axis=[1, 2, 3]).numpy()
+    return ",".join(f"{int(label)}:{total:.4f}" for label, total in zip(labels.numpy(), sums))
+
+
+def windows_reader(dataset: str, strategy=None, start_step: int = 0):
+    """The windows job's input (the test reads it in-process too, as the uninterrupted job's reference)."""
+    return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", targets=1, seed=11,
+                           with_keys=True, repeat=True, start_step=start_step, strategy=strategy)
+
+
+def local(value, strategy=None):
+    """A per-replica value as one tensor, the replicas' parts in order (the value itself without a strategy)."""
+    return tf.concat(strategy.experimental_local_results(value), 0) if strategy is not None else value
+
+
+def windows_line(keys, strategy=None) -> str:
+    """What the windows job logs of a batch: ``episode:step`` of each window."""
+    keys = {k: local(v, strategy) for k, v in keys.items()}
+    return ",".join(f"{e}:{s}" for e, s in zip(keys["episode"].numpy(), keys["step"].numpy()))
+
+
 def images_job(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str) -> None:
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(24)])
     model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -30,16 +58,13 @@ def images_job(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: st
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=step)
     manager = tf.train.CheckpointManager(checkpoint, ckpt_dir, max_to_keep=2)
     manager.restore_or_initialize()
-    iterator = iter(readers.images(dataset, batch_size=4, image_size=8, seed=7, repeat=True,
-                                   start_step=int(step.numpy())))
+    iterator = iter(images_reader(dataset, start_step=int(step.numpy())))
     with open(log, "a") as out:
         while int(step.numpy()) < int(steps):
             images, labels = next(iterator)
             model.train_on_batch(images, labels)
             step.assign_add(1)
-            sums = tf.reduce_sum(images, axis=[1, 2, 3]).numpy()
-            pairs = ",".join(f"{int(label)}:{total:.4f}" for label, total in zip(labels.numpy(), sums))
-            out.write(f"{int(step.numpy())}\t{pairs}\n")
+            out.write(f"{int(step.numpy())}\t{images_line(images, labels)}\n")
             out.flush()
             if int(step.numpy()) % int(save_every) == 0:
                 manager.save(checkpoint_number=int(step.numpy()))
@@ -59,10 +84,10 @@ def main(kind: str, dataset: str, ckpt_dir: str, log: str, steps: str, save_ever
         model = keras.Sequential([keras.Input((8, 2)), keras.layers.Flatten(), keras.layers.Dense(2)])
         model.compile(keras.optimizers.SGD(0.01), "mse")
         step = tf.Variable(0, dtype=tf.int64)
+    distributed = strategy if replicas_ else None
+
     def windows(start_step=0):
-        return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", targets=1, seed=11,
-                               with_keys=True, repeat=True, start_step=start_step,
-                               strategy=strategy if replicas_ else None)
+        return windows_reader(dataset, distributed, start_step)
 
     if replicas_:
         checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, step=step)
@@ -77,13 +102,9 @@ def main(kind: str, dataset: str, ckpt_dir: str, log: str, steps: str, save_ever
     with open(log, "a") as out:
         while int(step.numpy()) < int(steps):
             keys, (x, y) = next(iterator)
-            if replicas_:
-                keys = {k: tf.concat(strategy.experimental_local_results(v), 0) for k, v in keys.items()}
-                x, y = (tf.concat(strategy.experimental_local_results(v), 0) for v in (x, y))
-            model.train_on_batch(x, tf.reshape(y, [-1, 2]))
+            model.train_on_batch(local(x, distributed), tf.reshape(local(y, distributed), [-1, 2]))
             step.assign_add(1)
-            pairs = ",".join(f"{e}:{s}" for e, s in zip(keys["episode"].numpy(), keys["step"].numpy()))
-            out.write(f"{int(step.numpy())}\t{pairs}\n")
+            out.write(f"{int(step.numpy())}\t{windows_line(keys, distributed)}\n")
             out.flush()
             if int(step.numpy()) % int(save_every) == 0:
                 manager.save(checkpoint_number=int(step.numpy()))

@@ -1,17 +1,56 @@
-"""Pictures of a dataset (`tfshard preview`, readers.preview): real conversions, real decodes, pixels read back."""
+"""Pictures of a dataset (`tfshard preview`, readers.preview): real conversions, real decodes, pixels read back.
+
+Then the attacks: sizes that would not fit in memory, window arguments the reader refuses, options of the other kind
+of dataset, names in scripts Pillow's own font does not have, odd classes, episodes and shards, and the CLI's output
+paths. Found bugs, since fixed: a planted temporary of `tfshard preview -o`, newlines in names. Datasets that tests
+only read are converted once for the module; a test that changes one gets a copy.
+"""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import os
+import re
+import shutil
 import sys
 
 import numpy as np
 import pytest
-from helpers import convert_episode_tree, random_episodes, save_episodes
-from PIL import Image
+import tensorflow as tf
+from helpers import (
+    convert_episode_tree,
+    convert_image_tree,
+    image_features,
+    make_tree,
+    random_episodes,
+    save_episodes,
+    write_jpeg,
+)
+from PIL import Image, ImageDraw
 from tfshard import readers
-from tfshard.ingest import ConvertOptions, convert_images
-from tfshard.tools.preview import GAP, LABEL_WIDTH, sheet_size, tile_box
+from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
+from tfshard.readers.image_ops import decode_center_crop
+from tfshard.tools import fonts
+from tfshard.tools.preview import (
+    GAP,
+    LABEL_WIDTH,
+    MAX_EPISODES,
+    MAX_PANELS,
+    MAX_PER_CLASS,
+    MAX_ROWS,
+    MAX_SHEET_PIXELS,
+    MAX_TILE,
+    MIN_TILE,
+    _stats_text,
+    check_sheet,
+    image_sheet,
+    sheet_size,
+    tile_box,
+)
+
+WHITE = 255
+
 
 COLORS = {"blue": (20, 40, 230), "red": (230, 30, 20)}
 
@@ -24,11 +63,12 @@ def _solid_tree(root, per_class: int = 3) -> None:
             Image.new("RGB", (48 + 8 * i, 36), color).save(root / name / f"{name}_{i}.jpg", quality=95)
 
 
-@pytest.fixture
-def solid_dataset(tmp_path):
-    _solid_tree(tmp_path / "src")
-    out = tmp_path / "out"
-    convert_images(str(tmp_path / "src"), str(out), ConvertOptions(num_shards=2), workers=0, progress=False)
+@pytest.fixture(scope="module")
+def solid_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("solid")
+    _solid_tree(root / "src")
+    out = root / "out"
+    convert_images(str(root / "src"), str(out), ConvertOptions(num_shards=2), workers=0, progress=False)
     return str(out)
 
 
@@ -78,18 +118,19 @@ def test_cli_writes_a_png_of_the_sheet_and_refuses_bad_outputs(solid_dataset, tm
     assert bad.exit_code == 1 and f"{tmp_path / 'sheet.gif'}: --output must end in .png, .jpg or .jpeg" in bad.output
     missing = cli("preview", solid_dataset, "-o", tmp_path / "nowhere" / "x.png")
     assert missing.exit_code == 1 and "does not exist; create it or choose another --output" in missing.output
-    assert sorted(os.listdir(tmp_path)) == sorted(["out", "sheet.png", "src"])  # no temporary left behind
+    assert os.listdir(tmp_path) == ["sheet.png"]  # no temporary left behind
     split = cli("preview", solid_dataset, "-o", path, "--split", "test")
     assert split.exit_code == 1 and "no split 'test'" in split.output
 
 
-@pytest.fixture
-def episode_dataset(tmp_path):
+@pytest.fixture(scope="module")
+def episode_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("episodes")
     episodes = random_episodes([120, 90, 200], width=3)
-    save_episodes(tmp_path / "episodes", {f"e{i}.npz": {"obs": e, "act": np.arange(len(e), dtype=np.int32)}
-                                          for i, e in enumerate(episodes)})
-    out = tmp_path / "episodes-out"
-    convert_episode_tree(tmp_path / "episodes", out)
+    save_episodes(root / "episodes", {f"e{i}.npz": {"obs": e, "act": np.arange(len(e), dtype=np.int32)}
+                                      for i, e in enumerate(episodes)})
+    out = root / "episodes-out"
+    convert_episode_tree(root / "episodes", out)
     return str(out)
 
 
@@ -123,7 +164,7 @@ def test_kind_specific_drawings_refuse_the_other_kind(solid_dataset, episode_dat
 
 @pytest.mark.parametrize("bad", [{"n": 0}, {"length": 0}, {"shift": -2}])
 def test_counts_below_one_are_refused_naming_the_dataset(episode_dataset, bad):
-    (what, value), = bad.items()  # length and shift in readers.windows' own words (test_preview_attacks.py)
+    (what, value), = bad.items()  # length and shift in readers.windows' own words (below)
     with pytest.raises(ValueError, match=f"{episode_dataset}: {what} must be .*\\(got ({what}=)?{value}\\)"):
         readers.preview(episode_dataset, **bad)
 
@@ -139,3 +180,465 @@ def test_episode_plot_names_episodes_by_their_ids_and_labels(tmp_path):
     assert [_label_text(manifest, i) for i in (0, 1)] == ["run", "walk"]
     picture = readers.preview(str(tmp_path / "out"), n=2, length=8)
     assert picture.size[0] > 0
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("photos")
+    make_tree(str(root / "src"), per_class=2, size=(20, 20))
+    convert_image_tree(root / "src", root / "out")
+    return str(root / "out")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Episodes of 5 and 100 steps, in that order (no write-time shuffle): the first is shorter than most windows."""
+    root = tmp_path_factory.mktemp("runs")
+    save_episodes(root / "eps", {"a.npy": np.arange(5, dtype=np.float32)[:, None],
+                                 "b.npy": np.arange(100, dtype=np.float32)[:, None] * 0.5})
+    out = root / "eps-out"
+    convert_episode_tree(root / "eps", out, seed=None)
+    assert readers.info(str(out)).episode_lengths("train") == [5, 100]
+    return str(out)
+
+
+def _without_shards(golden: str, copy) -> str:
+    """A copy of ``golden`` with its shards removed. Refusals up front read no record: with the shards gone, a read
+    would fail with another error."""
+    out = str(shutil.copytree(golden, copy))
+    for split in readers.info(out).splits:
+        for path in readers.info(out).shard_paths(split):
+            os.remove(path)
+    return out
+
+
+@pytest.fixture
+def bare_photos(photos, tmp_path):
+    return _without_shards(photos, tmp_path / "bare-photos")
+
+
+@pytest.fixture
+def bare_runs(runs, tmp_path):
+    return _without_shards(runs, tmp_path / "bare-runs")
+
+
+# ------------------------------------------------------------------------------------------------------ bounded sizes
+
+
+def test_sheet_limits_match_the_sheet_size_over_a_product_of_arguments():
+    for rows, per_class, tile in itertools.product([0, 1, 2, 16], [-1, 0, 1, 3, 4, 58, 60, 64, 65, 100_000],
+                                                   [0, 15, 16, 128, 1000, 1024, 1025, 100_000]):
+        width, height = sheet_size(max(rows, 1), per_class, tile)  # a sheet of no classes is budgeted as one row
+        fits = MIN_TILE <= tile <= MAX_TILE and 1 <= per_class <= MAX_PER_CLASS and width * height <= MAX_SHEET_PIXELS
+        try:
+            check_sheet("ds", rows, per_class, tile)
+        except ValueError as e:
+            assert not fits, (rows, per_class, tile, e)
+            assert str(e).startswith("ds: ") and "(got " in str(e) and "; pass " in str(e)
+        else:
+            assert fits and width <= 65535, (rows, per_class, tile)  # JPEG's largest width
+    check_sheet("ds", 16, 3, MAX_TILE)  # the largest tiles still fit three a row of sixteen classes
+    with pytest.raises(ValueError, match=r"ds: 16 rows of 4 tiles of 1024 pixels make a 4266x16724 sheet, 71\.3 "
+                                         r"megapixels, over the limit of 64 \(got n=4, tile=1024\); pass a smaller"):
+        check_sheet("ds", 16, 4, MAX_TILE)
+
+
+@pytest.mark.parametrize("bad, named", [
+    ({"tile": 100_000}, "tile must be an integer of at least 16 (got tile=100000), in [16, 1,024]"),
+    ({"n": 100_000}, "n must be a positive integer (got n=100000), in [1, 64]"),
+    ({"n": 60, "tile": 1024}, "megapixels, over the limit of 64"),
+])
+def test_huge_sheets_are_refused_up_front_in_one_line(bare_photos, tmp_path, cli, bad, named):
+    photos = bare_photos
+    with pytest.raises(ValueError, match=re.escape(named)) as caught:
+        readers.preview(photos, **bad)
+    assert str(caught.value).startswith(f"{photos}: ") and "(got " in str(caught.value)
+    flags = [arg for option, value in bad.items() for arg in ({"n": "-n"}.get(option, f"--{option}"), str(value))]
+    result = cli("preview", photos, "-o", tmp_path / "x.png", *flags)
+    assert result.exit_code == 1 and named in result.output and str(bad.get("n", bad.get("tile"))) in result.output
+    assert result.output.strip().count("\n") == 0 and "Traceback" not in result.output
+    assert not os.path.exists(tmp_path / "x.png")
+
+
+def test_the_largest_tile_draws_the_readers_decode(tmp_path):
+    write_jpeg(str(tmp_path / "src" / "a" / "big.jpg"), 1, size=(1100, 1030))
+    out = str(tmp_path / "out")
+    convert_image_tree(tmp_path / "src", out)
+    sheet = readers.preview(out, n=1, tile=MAX_TILE)
+    assert sheet.size == sheet_size(1, 1, MAX_TILE)
+    assert np.asarray(sheet.crop(tile_box(0, 0, MAX_TILE))).std() > 20  # the random image, not white
+
+
+def test_huge_episode_counts_are_refused_before_reading_the_split(bare_runs, tmp_path, cli):
+    runs = bare_runs  # a read of the split would now fail: the refusal comes first
+    message = f"{runs}: n must be a positive integer (got n=100000), in [1, {MAX_EPISODES}]; pass an -n (episodes drawn"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        readers.preview(runs, n=100_000)
+    result = cli("preview", runs, "-o", tmp_path / "x.png", "-n", "100000")
+    assert result.exit_code == 1 and "n must be a positive integer (got n=100000), in [1, 10]" in result.output
+
+
+def test_n_up_to_the_limit_draws_the_episodes_there_are(runs):
+    assert readers.preview(runs, n=MAX_EPISODES).size == (1000, 440)  # two episodes, one feature, the windows
+
+
+def test_features_past_the_panel_limit_are_left_out_not_stacked_on(tmp_path):
+    save_episodes(tmp_path / "eps", {"e.npz": {f"f{i:02d}": np.arange(10.0) * i for i in range(MAX_PANELS + 2)}})
+    convert_episode_tree(tmp_path / "eps", tmp_path / "out")
+    assert readers.preview(str(tmp_path / "out")).size == (1000, 220 * (MAX_PANELS + 1))  # and the windows panel
+
+
+# --------------------------------------------------------------------------------------------- the reader's refusals
+
+
+def _refusal(call) -> str | None:
+    try:
+        call()
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def test_window_arguments_are_refused_exactly_as_readers_windows_refuses_them(runs):
+    for length, shift in itertools.product([0, -1, True, 2.5, "4", 16, 100, 101, 10**12],
+                                           [0, -2, False, 1.0, 7, 10**12]):
+        theirs = _refusal(functools.partial(readers.windows, runs, length=length, shift=shift, batch_size=1,
+                                            shuffle=False, drop_remainder=False))
+        ours = _refusal(functools.partial(readers.preview, runs, length=length, shift=shift))
+        assert ours == theirs, (length, shift)
+    assert _refusal(lambda: readers.preview(runs, length=101)) == (
+        f"{runs}: split 'train' has no episode of at least 101 steps (longest 100); pass a shorter length, or "
+        "padding='start' (padded windows)")
+
+
+def _windows_panel(picture: Image.Image) -> np.ndarray:
+    """The lower of the two panels (one feature, then the windows), inside its axes."""
+    pixels = np.asarray(picture.convert("RGB")).astype(int)
+    return pixels[pixels.shape[0] // 2 + 40 : -50, 60:-20]
+
+
+def _grey(pixels: np.ndarray) -> int:
+    """Pixels of the episode's grey span (matplotlib's "0.7"), which antialiased text hardly ever hits."""
+    return int(np.all(np.abs(pixels - 179) <= 1, axis=-1).sum())
+
+
+def test_a_first_episode_shorter_than_the_window_is_a_line_of_text_not_a_grey_block(runs, tmp_path, cli):
+    short = readers.preview(runs, length=20, shift=5)  # episode 0 has 5 steps; episode 1 has 17 windows of 20
+    panel = _windows_panel(short)
+    assert _grey(panel) < 50  # no span drawn for windows that do not exist
+    assert (panel.min(-1) < 100).sum() > 200  # but the line of text saying so
+    with_windows = readers.preview(runs, length=4, shift=1)  # episode 0 holds two windows: the span is drawn
+    assert _grey(_windows_panel(with_windows)) > 2000
+    result = cli("preview", runs, "-o", tmp_path / "x.png", "--length", "20", "--shift", "5")
+    assert result.exit_code == 0, result.output
+
+
+# ------------------------------------------------------------------------------------ options of the other kind
+
+
+@pytest.mark.parametrize("option, value", [("length", 4), ("shift", 2)])
+def test_window_options_on_an_images_dataset_are_refused(photos, tmp_path, cli, option, value):
+    with pytest.raises(ValueError, match=re.escape(f"{photos}: {option} (--{option}) applies to episode datasets, "
+                                                   f"and this one holds images (got {option}={value}); drop it")):
+        readers.preview(photos, **{option: value})
+    result = cli("preview", photos, "-o", tmp_path / "x.png", f"--{option}", str(value))
+    assert result.exit_code == 1 and f"--{option}) applies to episode datasets" in result.output
+    assert not os.path.exists(tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("option, value, flags", [("augmented", True, ["--augmented"]), ("augmented", False, None),
+                                                  ("seed", 0, ["--seed", "0"]), ("tile", 128, ["--tile", "128"])])
+def test_image_options_on_an_episodes_dataset_are_refused(runs, tmp_path, cli, option, value, flags):
+    with pytest.raises(ValueError, match=re.escape(f"{runs}: {option} (--{option}) applies to image datasets, and "
+                                                   f"this one holds episodes (got {option}={value!r}); drop it")):
+        readers.preview(runs, **{option: value})  # a default value passed is still passed: None is "not given"
+    if flags:
+        result = cli("preview", runs, "-o", tmp_path / "x.png", *flags)
+        assert result.exit_code == 1 and f"--{option}) applies to image datasets" in result.output
+
+
+def test_options_left_out_take_their_defaults(photos, runs, tmp_path, cli):
+    assert readers.preview(photos).size == sheet_size(2, 8, 128)
+    assert readers.preview(photos, augmented=True, seed=3).size == sheet_size(2, 8, 128)
+    assert readers.preview(runs).size == (1000, 440)
+    for out in (photos, runs):
+        assert cli("preview", out, "-o", tmp_path / "x.png").exit_code == 0
+
+
+# --------------------------------------------------------------------------------------------------------- fonts
+
+
+def _labels(sheet: Image.Image, rows: int, tile: int) -> list[np.ndarray]:
+    boxes = [(GAP, tile_box(row, 0, tile)[1], LABEL_WIDTH - GAP, tile_box(row, 0, tile)[3]) for row in range(rows)]
+    return [np.asarray(sheet.crop(box).convert("L")) for box in boxes]
+
+
+NAMES = ["Кошка", "Жираф", "γάτα", "σκύλ", "\ufffd" * 5, "?????"]  # pairs of one script and length, and the marks
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("scripts")
+    for i, name in enumerate(sorted(NAMES)):
+        write_jpeg(str(root / "src" / name / f"{i}.jpg"), i)
+    convert_image_tree(root / "src", root / "out")
+    return str(root / "out")
+
+
+def test_cyrillic_and_greek_names_are_drawn_in_their_own_letters(scripts):
+    names = readers.info(scripts).class_names
+    labels = dict(zip(names, _labels(readers.preview(scripts, n=1, tile=32), len(names), 32)))
+    for name in NAMES:
+        assert labels[name].min() < 100, name  # every name is drawn
+    for one, other in itertools.combinations(NAMES, 2):  # Pillow's Latin font drew both Cyrillic words as "�����"
+        assert not np.array_equal(labels[one], labels[other]), (one, other)
+
+
+def test_with_pillow_alone_every_name_is_still_drawn_and_unknown_letters_are_boxes(scripts):
+    names = readers.info(scripts).class_names
+    labels = dict(zip(names, _labels(image_sheet(scripts, per_class=1, tile=32, fonts=()), len(names), 32)))
+    assert all(label.min() < 100 for label in labels.values())
+    assert np.array_equal(labels["Кошка"], labels["Жираф"])  # five placeholders each: no wrong glyphs
+    assert not np.array_equal(labels["Кошка"], labels["?????"])
+    pillow = fonts.Labeller(())
+    assert pillow.face_of("Ж") is None and pillow.face_of("a") is pillow.faces[0]
+
+
+def test_default_fonts_without_matplotlib_are_the_system_fonts(monkeypatch, scripts):
+    assert fonts.default_fonts()[0].endswith(os.path.join("mpl-data", "fonts", "ttf", "DejaVuSans.ttf"))
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if only Pillow were installed
+    assert fonts.default_fonts() == list(fonts.SYSTEM_FONTS)
+    assert readers.preview(scripts, n=1, tile=16).size == sheet_size(len(NAMES), 1, 16)
+
+
+def test_a_character_no_font_has_is_a_visible_placeholder_not_a_wrong_glyph():
+    labeller = fonts.Labeller(fonts.default_fonts())
+    assert labeller.face_of("Ж") is labeller.faces[0]  # DejaVu Sans
+    unassigned = "\u0378"  # no character at all: Last Resort's box, or the drawn one
+    face = labeller.face_of(unassigned)
+    assert face is None or face.path.endswith("LastResortHE-Regular.ttf")
+
+    def drawn(text):
+        picture = Image.new("L", (80, 16), WHITE)
+        labeller.draw(ImageDraw.Draw(picture), (0, 0), text, 80, 0)
+        return np.asarray(picture)
+
+    assert drawn(unassigned).min() < 100
+    assert labeller.face_of("\udcff") is None  # a lone surrogate (an undecodable byte escaped) is no character
+    assert not np.array_equal(drawn(unassigned), drawn("?")) and not np.array_equal(drawn(unassigned), drawn("\ufffd"))
+
+
+def test_fit_cuts_to_the_longest_prefix_that_fits():
+    labeller = fonts.Labeller(fonts.default_fonts())
+    text = "Кошка γάτα cat 猫\u0378 Жираф"
+    for width in range(0, int(labeller.length(text)) + 2):
+        fitted = labeller.fit(text, width)
+        if fitted == text:
+            assert labeller.length(text) <= width
+            continue
+        prefix = fitted[:-1]
+        assert fitted.endswith("…") and text.startswith(prefix)
+        fits = [k for k in range(len(text) + 1) if labeller.length(text[:k] + "…") <= width]
+        assert len(prefix) == max(fits, default=0), width
+    assert labeller.fit("two\nlines", 1000) == "two?lines"
+
+
+# --- odd classes, episodes, shards and output paths ------------------------------------------------------------------
+
+
+def _records(out: str, split: str = "train") -> list[dict]:
+    """Every record of a split in manifest order, parsed with the manifest's own feature table."""
+    paths = readers.info(out).shard_paths(split)
+    return [{k: v.numpy() for k, v in tf.io.parse_single_example(r, image_features()).items()}
+            for r in tf.data.TFRecordDataset(paths)]
+
+
+def _tile(sheet, row, column, tile) -> np.ndarray:
+    return np.asarray(sheet.crop(tile_box(row, column, tile)))
+
+
+def _first_of_each_class(out: str, split: str = "train") -> dict:
+    first = {}
+    for record in _records(out, split):
+        first.setdefault(int(record["image/class/label"]), record["image/encoded"])
+    return first
+
+
+# ----------------------------------------------------------------------------------------------------- preview: images
+
+
+@pytest.fixture(scope="module")
+def tree_out(tmp_path_factory):
+    """The two-class tree of 12 seeded 16x16 JPEGs (conftest's ``image_tree``), converted once for the module."""
+    root = tmp_path_factory.mktemp("tree")
+    make_tree(str(root / "src"))
+    convert_image_tree(root / "src", root / "out")
+    return str(root / "out")
+
+
+def test_over_max_rows_classes_first_sixteen_rows_hold_the_readers_decode(tmp_path):
+    make_tree(str(tmp_path / "src"), classes=[f"c{i:02d}" for i in range(MAX_ROWS + 4)], per_class=1, size=(40, 30))
+    out = str(tmp_path / "out")
+    convert_image_tree(tmp_path / "src", out, num_shards=2)
+    sheet = readers.preview(out, n=3, tile=16)  # n larger than the one image per class
+    assert sheet.size == sheet_size(MAX_ROWS, 3, 16)  # 16 rows, the footer says how many more
+    first = _first_of_each_class(out)
+    for row in range(MAX_ROWS):
+        assert np.array_equal(_tile(sheet, row, 0, 16), decode_center_crop(first[row], (16, 16)).numpy()), row
+        assert _tile(sheet, row, 1, 16).min() == WHITE and _tile(sheet, row, 2, 16).min() == WHITE
+    footer = np.asarray(sheet.convert("L"))[-14:]
+    assert footer.min() < 100  # the footer line is drawn
+
+
+def test_grayscale_cmyk_unicode_and_overlong_names_draw_at_the_minimum_tile(tmp_path):
+    src = tmp_path / "src"
+    long_class, long_file = "ü" * 120, "é" * 100 + ".jpg"
+    write_jpeg(str(src / "猫🐱" / "gray.jpg"), 1, size=(30, 20), mode="L")
+    os.makedirs(src / long_class)
+    Image.new("CMYK", (24, 36), (10, 200, 30, 0)).save(src / long_class / "cmyk.jpg")
+    write_jpeg(str(src / long_class / long_file), 2, size=(17, 17))
+    out = str(tmp_path / "out")
+    convert_image_tree(src, out)
+    names = readers.info(out).class_names
+    first = {label: [r["image/encoded"] for r in _records(out) if r["image/class/label"] == label] for label in (0, 1)}
+    for augmented in (False, True):
+        sheet = readers.preview(out, n=2, tile=16, augmented=augmented, seed=7)
+        assert sheet.size == sheet_size(len(names), 2, 16) and sheet.mode == "RGB"
+    sheet = readers.preview(out, n=2, tile=16)
+    for label in (0, 1):
+        for column, encoded in enumerate(first[label]):
+            assert np.array_equal(_tile(sheet, label, column, 16), decode_center_crop(encoded, (16, 16)).numpy())
+
+
+@pytest.mark.parametrize("bad", [{"tile": 15}, {"tile": 0}, {"n": -1}, {"n": 0}, {"split": "nope"}])
+def test_bad_sheet_arguments_are_value_errors_naming_the_dataset(tree_out, tmp_path, cli, bad):
+    out = tree_out
+    with pytest.raises(ValueError, match=str(out)):
+        readers.preview(out, **bad)
+    (option, value), = bad.items()
+    flag = {"n": "-n"}.get(option, f"--{option}")
+    result = cli("preview", out, "-o", tmp_path / "x.png", flag, value)
+    assert result.exit_code == 1 and f"error: {out}" in result.output and not os.path.exists(tmp_path / "x.png")
+
+
+def test_a_class_with_no_images_in_the_split_is_an_empty_labelled_row(tmp_path):
+    src = tmp_path / "src"
+    make_tree(str(src), classes=("a", "b"), per_class=2, splits=["train"])
+    write_jpeg(str(src / "val" / "a" / "only.jpg"), 50, size=(20, 20))
+    out = str(tmp_path / "out")
+    convert_image_tree(src, out)
+    assert readers.info(out).manifest.splits["val"].class_counts == {"a": 1, "b": 0}
+    sheet = readers.preview(out, "val", n=2, tile=16)
+    assert sheet.size == sheet_size(2, 2, 16)
+    assert _tile(sheet, 0, 0, 16).min() < WHITE and _tile(sheet, 1, 0, 16).min() == WHITE
+    top = tile_box(1, 0, 16)[1]
+    assert np.asarray(sheet.crop((4, top, 140, top + 16)).convert("L")).min() < 100  # the name "b" is still written
+
+
+def test_deleted_truncated_or_corrupt_shards_fail_clearly(tree_out, tmp_path, cli):
+    out = str(shutil.copytree(tree_out, tmp_path / "out"))
+    shard = readers.info(out).shard_paths("train")[0]
+    data = open(shard, "rb").read()
+    cases = [(data[: len(data) // 2], ValueError, "not the size the manifest says"),
+             (data[:100] + bytes(len(data) - 100), tf.errors.DataLossError, "corrupted record"),
+             (None, FileNotFoundError, "is missing")]
+    for content, error, message in cases:
+        if content is None:
+            os.remove(shard)
+        else:
+            with open(shard, "wb") as f:
+                f.write(content)
+        with pytest.raises(error, match=message):
+            readers.preview(out, tile=16)
+        result = cli("preview", out, "-o", tmp_path / "x.png", "--tile", "16")
+        assert result.exit_code == 1 and message in result.output, result.output
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp")]
+
+
+def test_newline_in_class_and_file_names_does_not_break_the_sheet(tmp_path):
+    write_jpeg(str(tmp_path / "src" / "two\nlines" / "a\nb.jpg"), 3)
+    out = str(tmp_path / "out")
+    convert_image_tree(tmp_path / "src", out)
+    assert readers.info(out).class_names == ["two\nlines"]  # the converter accepts it, so the sheet must draw it
+    assert readers.preview(out, n=1, tile=16).size == sheet_size(1, 1, 16)
+
+
+# -------------------------------------------------------------------------------------------------- preview: episodes
+
+
+@pytest.fixture(scope="module")
+def odd_episodes(tmp_path_factory):
+    """1-, 3- and 2-step episodes: 4-d float64, complex64, bool, int64, uint8, and inf/NaN kept (--on-nan keep)."""
+    files = {}
+    for i, steps in enumerate([1, 3, 2]):
+        files[f"e{i}.npz"] = {"m": np.arange(steps * 24, dtype=np.float64).reshape(steps, 2, 3, 4),
+                              "z": (np.arange(steps) + 1j).astype(np.complex64), "b": np.arange(steps) % 2 == 0,
+                              "i": np.arange(steps, dtype=np.int64) * -5, "u": np.arange(steps, dtype=np.uint8),
+                              "n": np.array([np.inf, np.nan, -np.inf][:steps], np.float32)}
+    root = tmp_path_factory.mktemp("odd-episodes")
+    save_episodes(root / "eps", files)
+    convert_episode_tree(root / "eps", root / "eps-out", episode=EpisodeOptions(on_nan="keep"))
+    return str(root / "eps-out")
+
+
+def test_episode_plot_of_odd_features_and_short_episodes(odd_episodes):
+    info = readers.info(odd_episodes).manifest.splits["train"]
+    assert info.feature_mean["n"] == [None]  # NaN kept: null in the manifest, n/a in the title
+    assert _stats_text(info.feature_mean["n"], info.feature_std["n"]) == "mean [n/a], std [n/a]"
+    assert "mean n/a" in _stats_text(info.feature_mean.get("z"), None)
+    for options in ({}, {"length": 1, "shift": 1}, {"length": 3}, {"n": 10}):  # episode 0 has 1 step: no windows
+        picture = readers.preview(odd_episodes, **options)
+        assert picture.size == (1000, 220 * 7) and len(picture.getcolors(2**24)) > 50, options
+
+
+@pytest.mark.parametrize("bad", [{"length": 0}, {"length": -3}, {"shift": 0}, {"shift": -1}, {"n": -2}, {"length": 50},
+                                 {"length": 50, "shift": -1}, {"split": "nope"}])
+def test_bad_episode_plot_arguments_are_value_errors_naming_the_dataset(odd_episodes, bad):
+    with pytest.raises(ValueError, match=str(odd_episodes)):
+        readers.preview(odd_episodes, **bad)
+
+
+def test_episode_split_with_no_episodes_is_a_clear_error(tmp_path, cli):
+    save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32),
+                                   "val/b.npy": np.full((4, 2), np.nan, np.float32)})
+    out = tmp_path / "out"
+    convert_episode_tree(tmp_path / "e", out, episode=EpisodeOptions(on_nan="skip"))
+    assert list(readers.info(str(out)).manifest.splits) == ["train"]  # a split of only rejected inputs is left out
+    with pytest.raises(ValueError, match=f"{out}.*no split 'val'"):
+        readers.preview(str(out), "val")
+
+
+# ------------------------------------------------------------------------------------------------------- preview: CLI
+
+
+def test_cli_output_paths_directory_symlink_overwrite_and_failed_draws(tree_out, tmp_path, cli):
+    out = tree_out
+    pics = tmp_path / "pics"
+    os.makedirs(pics / "taken.png")
+    result = cli("preview", out, "-o", pics / "taken.png", "--tile", "16")
+    assert result.exit_code == 1 and str(pics / "taken.png") in result.output
+    assert os.path.isdir(pics / "taken.png") and os.listdir(pics) == ["taken.png"]  # no temporary left
+    result = cli("preview", out, "-o", pics / "none" / "x.png")
+    assert result.exit_code == 1 and "does not exist" in result.output
+    (pics / "old.png").write_bytes(b"old")
+    assert cli("preview", out, "-o", pics / "old.png", "--split", "nope").exit_code == 1
+    assert (pics / "old.png").read_bytes() == b"old"  # a failed draw leaves the previous picture
+    assert cli("preview", out, "-o", pics / "old.png", "--tile", "16", "-n", "1").exit_code == 0
+    with Image.open(pics / "old.png") as picture:
+        assert picture.format == "PNG" and picture.size == sheet_size(2, 1, 16)
+    os.symlink(pics / "old.png", pics / "link.jpg")
+    assert cli("preview", out, "-o", pics / "link.jpg", "--tile", "16").exit_code == 0
+    with Image.open(pics / "link.jpg") as picture:
+        assert picture.format == "JPEG" and picture.size == sheet_size(2, 8, 16)
+    assert sorted(os.listdir(pics)) == ["link.jpg", "old.png", "taken.png"]
+
+
+def test_cli_preview_does_not_write_through_a_planted_temporary_symlink(tree_out, tmp_path, cli):
+    out = tree_out
+    os.makedirs(tmp_path / "shared")
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"precious")
+    os.symlink(victim, tmp_path / "shared" / f".tmp-{os.getpid()}-sheet.png")  # the CLI runs in this process
+    result = cli("preview", out, "-o", tmp_path / "shared" / "sheet.png", "--tile", "16")
+    assert victim.read_bytes() == b"precious", result.output
+    assert not os.path.islink(tmp_path / "shared" / "sheet.png")

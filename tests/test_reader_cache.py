@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -66,9 +67,29 @@ print("done", json.dumps(sorted(labels)), flush=True)
 """
 
 
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    """24 classes of one 40x32 JPEG each in 4 shards (labels identify records), converted once: (src, out)."""
+    root = tmp_path_factory.mktemp("golden")
+    src, out = str(root / "src"), str(root / "out")
+    make_tree(src, classes=CLASSES, per_class=1, size=(40, 32))
+    convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False)
+    return src, out
+
+
 @pytest.fixture
-def dataset(tmp_path):
-    """24 classes of one 40x32 JPEG each in 4 shards (labels identify records): (src, out)."""
+def dataset(golden, tmp_path):
+    """A fresh copy of ``golden`` (files written now, as a conversion would): (src, out). Tests change both."""
+    src, out = str(tmp_path / "src"), str(tmp_path / "out")
+    shutil.copytree(golden[0], src, copy_function=shutil.copy)
+    shutil.copytree(golden[1], out, copy_function=shutil.copy)
+    return src, out
+
+
+@pytest.fixture
+def converted(tmp_path):
+    """The same dataset converted here, for tests that convert SRC again into OUT: the fingerprint of a conversion
+    names its source, so a copy's reconversion would never give the copied fingerprint back: (src, out)."""
     src, out = str(tmp_path / "src"), str(tmp_path / "out")
     make_tree(src, classes=CLASSES, per_class=1, size=(40, 32))
     convert_images(src, out, ConvertOptions(num_shards=4), workers=0, progress=False)
@@ -342,8 +363,8 @@ def test_owner_on_another_host_is_assumed_alive(dataset, tmp_path, caplog):
 # ---------------------------------------------------------------- never stale, never partial
 
 
-def test_changed_image_size_or_data_never_reads_a_stale_cache(dataset, tmp_path):
-    src, out = dataset
+def test_changed_image_size_or_data_never_reads_a_stale_cache(converted, tmp_path):
+    src, out = converted
     cache = str(tmp_path / "cache")
 
     def read(size, cache_dir):
@@ -447,11 +468,11 @@ def _set_fingerprint(out: str, fingerprint: str) -> None:
     edit_manifest(out, lambda raw: raw.update(fingerprint=fingerprint))
 
 
-def test_dataset_rewritten_from_other_pixels_under_the_same_fingerprint_gets_a_new_cache(dataset, tmp_path):
+def test_dataset_rewritten_from_other_pixels_under_the_same_fingerprint_gets_a_new_cache(converted, tmp_path):
     """The fingerprint covers the sources' names, sizes and times, which can stay the same while the
     pixels change (an object store keeps no ctime; a copy keeps the times). Here the rewritten dataset's manifest is
     given back the old fingerprint to stand for that: the cache must still follow the shards."""
-    _, out = dataset
+    _, out = converted
     cache = str(tmp_path / "cache")
     old = _by_label(readers.images(out, cache=cache, **EVAL))
     fingerprint = readers.info(out).manifest.fingerprint
@@ -469,10 +490,10 @@ def test_dataset_rewritten_from_other_pixels_under_the_same_fingerprint_gets_a_n
     assert len(_cache_files(cache, "tfshard-*.index")) == 2
 
 
-def test_shard_repaired_byte_identically_after_a_cached_read_with_ignore_errors_gets_a_new_cache(dataset, tmp_path):
+def test_shard_repaired_byte_identically_after_a_cached_read_with_ignore_errors_gets_a_new_cache(converted, tmp_path):
     """A cache filled with ignore_errors while a shard was corrupt must not outlive the repair, even though
     ``--overwrite`` writes byte-identical shards (same manifest, same sha256)."""
-    src, out = dataset
+    src, out = converted
     cache = str(tmp_path / "cache")
     manifest = readers.info(out).manifest
     shard = readers.info(out).shard_paths("train")[1]
@@ -526,8 +547,8 @@ def test_two_pipelines_of_one_process_on_one_cache_iterated_together_both_read_e
     assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL  # the first one's cache is whole
 
 
-def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_the_process(dataset, tmp_path, caplog):
-    _, out = dataset
+def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_the_process(converted, tmp_path, caplog):
+    _, out = converted
     cache = str(tmp_path / "cache")
     options = tf.data.Options()
     options.threading.private_threadpool_size = 2  # bounds read-ahead, so take(2) really stops the cache early
@@ -579,8 +600,8 @@ def test_a_repeated_cached_pipeline_checks_every_epoch(dataset, tmp_path):
             next(iterator)
 
 
-def test_an_append_keeps_a_cached_pipeline_reading_and_a_later_overwrite_fails_it(dataset, tmp_path):
-    src, out = dataset
+def test_an_append_keeps_a_cached_pipeline_reading_and_a_later_overwrite_fails_it(converted, tmp_path):
+    src, out = converted
     ds = readers.images(out, cache="memory", **EVAL)
     assert sorted(labels_of(ds)) == ALL
     write_jpeg(os.path.join(src, CLASSES[0], "new.jpg"), seed=500, size=(40, 32))

@@ -1,11 +1,17 @@
 """TFDS opens a tfshard dataset: metadata written by `tfshard tfds OUT` (or by a conversion's `--tfds`, the same
-bytes), read by the real tensorflow-datasets."""
+bytes), read by the real tensorflow-datasets.
+
+Then the attacks: real conversions, the real tensorflow-datasets, real processes. Found bugs, since fixed: a symlink
+planted at OUT/.tmp-tfds, a deeply nested dataset_info.json, an empty split, and a user's *.labels.txt file."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -14,7 +20,9 @@ import tensorflow_datasets as tfds
 from helpers import (
     assert_same_tree,
     convert_episode_tree,
+    convert_image_tree,
     files_under,
+    image_features,
     make_tree,
     random_episodes,
     save_episodes,
@@ -247,3 +255,216 @@ def test_tfds_that_tfds_could_not_open_is_refused_before_any_shard_is_written(tm
     assert result.exit_code == 1
     assert "error: tfds: TFDS opens TFRecord files uncompressed only (got compression='gzip')" in result.output
     assert not os.path.exists(tmp_path / "gz")  # refused before any work
+
+
+# --- attacks: odd datasets, planted files, locks and other processes --------------------------------------------------
+
+TFDS_NAMES = {"dataset_info.json", "features.json", "image.class.label.labels.txt"}
+
+
+def _records(out: str, split: str = "train") -> list[dict]:
+    """Every record of a split in manifest order, parsed with the manifest's own feature table."""
+    paths = readers.info(out).shard_paths(split)
+    return [{k: v.numpy() for k, v in tf.io.parse_single_example(r, image_features()).items()}
+            for r in tf.data.TFRecordDataset(paths)]
+
+
+def _write(path, content: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(content)
+
+
+def _snapshot(root, skip) -> dict:
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        if os.path.abspath(folder).startswith(os.path.abspath(skip)):
+            continue
+        for name in files + dirs:
+            path = os.path.join(folder, name)
+            if os.path.abspath(path) != os.path.abspath(skip):
+                found[path] = (os.lstat(path).st_size, os.lstat(path).st_mtime_ns)
+    return found
+
+
+def test_tfds_train_val_index_and_an_empty_class_match_every_record(tmp_path, cli):
+    src = tmp_path / "src"
+    make_tree(str(src), classes=("a", "b", "c"), per_class=3, splits=["train"], size=(20, 12))
+    write_jpeg(str(src / "val" / "a" / "v0.jpg"), 70, size=(10, 14), mode="L")
+    write_jpeg(str(src / "val" / "c" / "v1.jpg"), 71)
+    out = str(tmp_path / "out")
+    convert_image_tree(src, out, index=True, num_shards=2)
+    before = _snapshot(tmp_path, out)
+    first = cli("tfds", out)
+    assert first.exit_code == 0, first.output
+    contents = {n: open(os.path.join(out, n), "rb").read() for n in TFDS_NAMES}
+    assert cli("tfds", out).exit_code == 0  # twice: the same files again
+    assert {n: open(os.path.join(out, n), "rb").read() for n in TFDS_NAMES} == contents
+    builder = tfds.builder_from_directory(out)
+    assert builder.info.features["image/class/label"].names == ["a", "b", "c"]
+    for split, count in (("train", 9), ("val", 2)):
+        theirs = list(builder.as_dataset(split=split).as_numpy_iterator())
+        ours = _records(out, split)
+        assert len(theirs) == len(ours) == count == builder.info.splits[split].num_examples
+        for element, record in zip(theirs, ours):
+            assert np.array_equal(element["image/encoded"],
+                                  tf.io.decode_jpeg(record["image/encoded"], channels=3).numpy())
+            for key in ("image/class/label", "image/filename", "image/class/text", "image/height", "image/width",
+                        "image/channels", "image/format"):
+                assert element[key] == record[key], key
+    verify(out)
+    assert _snapshot(tmp_path, out) == before  # nothing outside OUT changed
+    assert not [n for n in os.listdir(out) if n.startswith(".tmp")]
+
+
+def test_episode_dtypes_are_refused_with_a_reason_or_read_back_exactly(tmp_path):
+    for dtype in ("float16", "uint64", "uint32", "complex64", "int8", "bool", "uint16"):
+        values = (np.arange(14).reshape(7, 2) * 37 % 11).astype(dtype)
+        if dtype == "uint64":
+            values[3, 1] = 2**64 - 3
+        save_episodes(tmp_path / dtype, {"e.npz": {"x": values}})
+        out = str(tmp_path / f"{dtype}-out")
+        convert_episode_tree(tmp_path / dtype, out)
+        try:
+            write_tfds_metadata(out)
+        except ValueError as e:
+            assert f"{out}: feature 'x': TFDS cannot decode" in str(e) and dtype in str(e)
+            assert not TFDS_NAMES & set(os.listdir(out)), dtype
+            continue
+        (element,) = tfds.builder_from_directory(out).as_dataset(split="train").as_numpy_iterator()
+        assert element["data/x"].dtype == values.dtype and np.array_equal(element["data/x"], values), dtype
+
+
+def test_tfds_metadata_with_an_empty_split_opens_in_tfds(tmp_path):
+    save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32),
+                                   "val/b.npy": np.full((4, 2), np.nan, np.float32)})
+    out = str(tmp_path / "out")
+    convert_episode_tree(tmp_path / "e", out, episode=EpisodeOptions(on_nan="skip"))
+    try:
+        write_tfds_metadata(out)
+    except ValueError as e:  # refusing, naming the split, is fine too
+        assert "val" in str(e)
+        return
+    datasets = tfds.builder_from_directory(out).as_dataset()
+    assert {s: len(list(d)) for s, d in datasets.items()} in ({"train": 1}, {"train": 1, "val": 0})
+
+
+def test_tfds_while_another_process_holds_the_lock_fails_and_writes_nothing(image_tree, tmp_path, cli):
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, json, os, sys, time\n"
+        f"fd = os.open({os.path.join(out, '.tfshard-lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.pwrite(fd, json.dumps({'pid': os.getpid(), 'host': 'elsewhere'}).encode(), 0)\n"
+        "print('locked', flush=True)\n"
+        "time.sleep(120)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match=f"{out}: locked by pid {holder.pid}"):
+            write_tfds_metadata(out)
+        result = cli("tfds", out)
+        assert result.exit_code == 1 and "locked by" in result.output
+        assert not TFDS_NAMES & set(os.listdir(out)) and ".tmp-tfds" not in os.listdir(out)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert set(write_tfds_metadata(out)) == TFDS_NAMES
+
+
+def test_a_file_or_fifo_planted_at_the_temporary_folder_is_replaced(image_tree, tmp_path):
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
+    temp = os.path.join(out, ".tmp-tfds")
+    with open(temp, "w") as f:
+        f.write("planted")
+    assert set(write_tfds_metadata(out)) == TFDS_NAMES and not os.path.lexists(temp)
+    os.mkfifo(temp)
+    assert set(write_tfds_metadata(out)) == TFDS_NAMES and not os.path.lexists(temp)
+    verify(out)
+
+
+def test_a_symlink_planted_at_the_temporary_folder_deletes_nothing_outside_out(image_tree, tmp_path):
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
+    outside = tmp_path / "precious"
+    os.makedirs(outside)
+    (outside / "keep.txt").write_text("mine")
+    os.symlink(outside, os.path.join(out, ".tmp-tfds"))
+    try:
+        write_tfds_metadata(out)
+    except (ValueError, OSError, tf.errors.OpError):
+        pass  # refusing is fine; deleting someone else's files is not
+    assert (outside / "keep.txt").read_text() == "mine"
+
+
+def test_verify_reports_unreadable_dataset_info_without_hanging(image_tree, tmp_path):
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
+    path = os.path.join(out, "dataset_info.json")
+
+    def plant(make):
+        if os.path.lexists(path):
+            os.remove(path)
+        make()
+        with pytest.raises(VerifyError) as caught:
+            verify(out)
+        assert len(caught.value.problems) == 1 and caught.value.problems[0].startswith(f"{path}: not TFDS metadata")
+
+    plant(lambda: os.mkfifo(path))  # would block an open()
+    plant(lambda: os.symlink("/dev/zero", path))  # never ends
+    for content in (b"\xff\x00 not json", json.dumps({"splits": {"train": 1}}).encode(), b"[1, 2]",
+                    json.dumps({"splits": [{"name": "train", "shardLengths": ["x"]}]}).encode(), b""):
+        plant(functools.partial(_write, path, content))
+    plant(lambda: (_write(path, b""), os.truncate(path, (1 << 30) + 1)))  # sparse: over the size limit
+
+
+def test_verify_reports_deeply_nested_dataset_info(image_tree, tmp_path):
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
+    with open(os.path.join(out, "dataset_info.json"), "w") as f:
+        f.write("[" * 100_000)
+    with pytest.raises(VerifyError, match="dataset_info.json: not TFDS metadata"):
+        verify(out)
+
+
+def test_conversions_after_tfds_leave_metadata_consistent_or_gone(tmp_path, cli):
+    src = tmp_path / "src"
+    make_tree(str(src), per_class=4)
+    out = str(tmp_path / "out")
+    assert cli("images", src, out, "-q", "--workers", "0", "--num-shards", "2").exit_code == 0
+    assert cli("tfds", out).exit_code == 0
+    shard = readers.info(out).shard_paths("train")[0]
+    os.remove(shard)  # damaged: a same-inputs rerun writes the same bytes again and keeps the metadata
+    assert cli("images", src, out, "-q", "--workers", "0", "--num-shards", "2").exit_code == 0
+    assert TFDS_NAMES <= set(os.listdir(out))
+    verify(out)
+    assert len(list(tfds.builder_from_directory(out).as_dataset(split="train"))) == 8
+    result = cli("images", src, out, "-q", "--workers", "0", "--num-shards", "2", "--overwrite")  # same inputs
+    assert result.exit_code == 0, result.output
+    verify(out)  # the metadata went with the old shards, or still describes the new ones
+    if TFDS_NAMES & set(os.listdir(out)):
+        assert len(list(tfds.builder_from_directory(out).as_dataset(split="train"))) == 8
+
+
+def test_tfds_on_a_missing_or_non_dataset_folder_fails_and_creates_nothing(tmp_path, cli):
+    from tfshard.format.names import is_output_name, is_tfds_name
+
+    for name in ("../dataset_info.json", "a/features.json", "x.labels.txt/", "labels.txt", "dataset_info.json.tmp"):
+        assert not is_tfds_name(name) and not is_output_name(name), name
+    os.makedirs(tmp_path / "empty")
+    for out in (tmp_path / "missing", tmp_path / "empty"):
+        result = cli("tfds", out)
+        assert result.exit_code == 1 and f"error: {out}" in result.output, result.output
+    assert sorted(os.listdir(tmp_path)) == ["empty"] and os.listdir(tmp_path / "empty") == []
+
+
+def test_overwrite_removes_only_the_tfds_files_tfshard_wrote(image_tree, tmp_path):
+    out = str(tmp_path / "out")
+    convert_image_tree(image_tree[0], out)
+    write_tfds_metadata(out)
+    for name in ("notes.txt", "my.labels.txt"):
+        _write(os.path.join(out, name), b"user data")
+    convert_images(image_tree[0], out, ConvertOptions(num_shards=2), workers=0, progress=False, overwrite=True)
+    left = set(os.listdir(out))
+    assert not TFDS_NAMES & left and "notes.txt" in left
+    assert "my.labels.txt" in left
