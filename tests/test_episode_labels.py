@@ -1,5 +1,5 @@
 """Episode labels at conversion (issue 22): class folders, a ``--labels`` CSV, their records, manifest, checks;
-the last section (once test_episode_label_attacks.py) holds hostile labels files and tampered manifests."""
+the last section holds hostile labels files and tampered manifests."""
 
 from __future__ import annotations
 
@@ -546,7 +546,6 @@ def test_info_of_value_labels_shows_their_range(tmp_path):
 
 
 # =====================================================================================================================
-# Folded in from test_episode_label_attacks.py
 # Hostile-user attacks on episode labels (issue 22): labels files that are not files, rows that play with paths,
 # tampered manifests. Failing tests here are confirmed bugs.
 # =====================================================================================================================

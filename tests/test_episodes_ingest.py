@@ -1,5 +1,5 @@
 """Episode conversion end to end: numpy files → shards + dataset.json → readers.episodes, compared with the source;
-the last section (once test_episode_input_attacks.py) holds hostile episode inputs."""
+the last section holds hostile episode inputs."""
 
 from __future__ import annotations
 
@@ -664,7 +664,6 @@ def test_cli_bench_times_windows(tmp_path, cli):
 
 
 # =====================================================================================================================
-# Folded in from test_episode_input_attacks.py
 # Hostile episode inputs: .npz files of very many members, dtypes TensorFlow cannot hold, null statistics in `info`.
 # =====================================================================================================================
 

@@ -4,8 +4,7 @@ Every bad-input test builds a tree of good JPEGs plus one bad thing, and checks 
 ``on_error="skip"`` leaves the bad file in ``manifest.rejected`` and loses no good file;
 ``on_error="fail"`` raises ``InputError`` naming the file's path and commits no manifest.
 
-The last section (once
-test_image_validation_attacks.py) attacks the JPEG validation: corrupt entropy-coded data PIL decodes without a word,
+The last section attacks the JPEG validation: corrupt entropy-coded data PIL decodes without a word,
 and grayscale content at every bit depth.
 """
 
@@ -678,7 +677,7 @@ def test_cli_skip_is_the_default_and_lists_the_rejected_file(cli, tmp_path):
 
 
 # =====================================================================================================================
-# Folded in from test_image_validation_attacks.py: JPEG validation and grayscale depths
+# JPEG validation and grayscale depths
 # Attacks on the converter's image validation (ingest/images.py): JPEGs whose entropy-coded data is cut short or
 # garbled, which PIL decodes with only a swallowed libjpeg warning, and grayscale content at every bit depth, which
 # must stay 1-channel unless ``rgb``.

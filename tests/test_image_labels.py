@@ -1,6 +1,6 @@
 """Images labelled by a file (``--labels``): class, multi-label and value labels, split columns, Kaggle ids,
 through the converter, ``readers.images``, ``model.fit``, ``info``, ``verify``, ``preview`` and TFDS; the last section
-(once test_image_label_attacks.py) holds the bugs hostile labels files found, one test each."""
+holds the bugs hostile labels files found, one test each."""
 
 from __future__ import annotations
 
@@ -559,7 +559,6 @@ def test_a_tampered_multi_label_record_fails_verify(flat, tmp_path, cli):
 
 
 # =====================================================================================================================
-# Folded in from test_image_label_attacks.py
 # Attacks on images labelled by a file (``--labels``): odd labels files, JSON Lines corners, names that only look
 # alike, tampered manifests, and what reads the dataset back. A test per bug found (each failed before its fix), then
 # guards for tricky cases that held.

@@ -1,4 +1,4 @@
-"""The write path (once test_write_attacks.py), attacked: the worker-side record building and framing
+"""The write path, attacked: the worker-side record building and framing
 (format/tfrecord.py, ingest/examples.py, ingest/write.py), the sums-first NaN check (ingest/episodes.py), the histogram
 pixel sums and the end-of-image check (ingest/images.py).
 
