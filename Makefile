@@ -24,8 +24,11 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/tfshard demo
 
+# The suite on one worker process per core, at most 4 (pytest-xdist; a test file stays on one worker, so its
+# golden datasets are built once). `make test PYTEST_WORKERS=0` runs it in this process.
+PYTEST_WORKERS ?= auto
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/ingest.py

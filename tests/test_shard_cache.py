@@ -639,10 +639,10 @@ def test_a_cache_folder_removed_between_epochs_is_made_again_and_its_copies_pinn
 
 def test_concurrent_fetches_never_cache_more_than_the_limit(tmp_path):
     """Eight threads fetch sixteen shards into room for three, many times over: a download finishing while another
-    fetch takes the usage must not let a fourth in (every copy stays pinned, so none can be evicted). 60 trials (each
+    fetch takes the usage must not let a fourth in (every copy stays pinned, so none can be evicted). 200 trials (each
     a fresh folder and 128 racing fetches)."""
     shards = shared.remote_shards(tmp_path / "remote", 16)
-    for trial in range(60):
+    for trial in range(200):
         store = ShardStore(str(tmp_path / f"c{trial}"), 3000)
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             found = list(pool.map(store.fetch, shards))
