@@ -38,19 +38,11 @@ def parse(when: str) -> tuple[dict[str, int], list[str], list[str]]:
 
 def load_quietly() -> None:
     """TensorFlow and the converter, imported before the hook is set (watched, their import takes twice as long),
-    with TensorFlow's start-up chatter kept off stderr as the command itself keeps it (an fd-level redirect)."""
+    quietly, as the command itself loads them (``tools/console.py``)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            import tensorflow as tf
+    from tfshard.tools.console import load_tensorflow
 
-            tf.config.list_physical_devices()
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+    load_tensorflow(debug=False)
     import tfshard.ingest  # noqa: F401
 
 
