@@ -1,5 +1,6 @@
 """The typer layer as a new user meets it: one-line errors and usage errors with their exit codes, info from the
-manifest alone, the demo end to end, and a bench stopped midway (a real signal to a real ``python -m tfshard``)."""
+manifest alone, the demo end to end, a bench stopped midway and a command stopped by
+SIGTERM (a real signal to a real ``tfshard``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 import pytest
 from helpers import convert_image_tree, ignoring_ctrl_c, make_tree, save_episodes
 from PIL import Image
+from stop_point import kill_group, start_held
 from tfshard import cli as cli_module
 from tfshard.ingest import ConvertOptions, convert_images
 
@@ -272,3 +274,17 @@ def test_bench_stopped_inside_a_finalizer_still_stops(bench_dataset, tmp_path, s
                              signum.name, BENCH[0], out, *BENCH[1:]], cwd=REPO, env={**ENV, "TMPDIR": temp},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _stopped_bench(proc, out, code, temp, timeout_s=300)  # start, first epoch, then the finalizer's stop
+
+
+def test_sigterm_stops_a_command_without_a_stop_line_of_its_own_with_143(converted_images, tmp_path):
+    """``tfshard verify`` says nothing of its own on a stop: ``run`` says it, with the code of the signal. Held as it
+    reads the first shard (tests/stop_point.py), SIGTERM exited 130 with nothing said: typer 0.2x's main turned the
+    stop into a bare exit 130 before ``run`` could see it."""
+    proc = start_held(["verify", converted_images.out], "read_shard", str(tmp_path / "held"), stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, text=True)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert (proc.returncode, stderr, stdout) == (143, "tfshard: terminated (SIGTERM)\n", "")
