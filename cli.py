@@ -383,7 +383,7 @@ def service_worker(
 
 def main(args: list[str] | None = None) -> None:
     """The ``tfshard`` command (``python -m tfshard``); exits with one of ``EXIT_CODES``."""
-    sys.exit(console.run(app, sys.argv[1:] if args is None else list(args), "tfshard"))
+    sys.exit(console.exiting(console.run(app, sys.argv[1:] if args is None else list(args), "tfshard")))
 
 
 if __name__ == "__main__":
