@@ -46,11 +46,15 @@ def _label_kind(manifest) -> str:
     score)``."""
     if manifest.labels == "value":
         columns = manifest.label_columns
-        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {', '.join(columns)})"
+        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {_first(columns)})"
     names = manifest.class_names
-    shown = ", ".join(names[:10]) + (f", ... {len(names) - 10} more" if len(names) > 10 else "")
     kind = "multi-label" if manifest.labels == "multi" else "class"
-    return f"{kind}, {len(names)} classes ({shown})"
+    return f"{kind}, {len(names)} classes ({_first(names)})"
+
+
+def _first(names: list[str], shown: int = 10) -> str:
+    """``a, b, ... 3 more``: a summary line stays one line however many names a labels file gives."""
+    return ", ".join(names[:shown]) + (f", ... {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _split_rule(manifest) -> str | None:
