@@ -150,7 +150,13 @@ def append_lines(out: str, found, complete: bool, shown: int = 5) -> list[str]:
     if not complete:
         classes = f" (new classes: {', '.join(found.new_classes[:20])})" if found.new_classes else ""
         lines.append(f"  appended: {found.new_inputs:,} new images as generation {found.generation}{classes}")
-    for paths, what, fix in ((found.changed, "changed since they were converted", "take the new versions"),
+    unlabelled = set(found.unlabelled)
+    if unlabelled:  # not changed: the labels file leaves them out, and reconverting with it would drop them
+        more = f", ... {len(unlabelled) - shown} more" if len(unlabelled) > shown else ""
+        lines.append(f"  no row in the labels file: {len(unlabelled):,} images of the dataset, kept as converted: "
+                     f"{', '.join(found.unlabelled[:shown])}{more}; pass the whole labels file (old rows and new)")
+    changed = [path for path in found.changed if path not in unlabelled]
+    for paths, what, fix in ((changed, "changed since they were converted", "take the new versions"),
                              (found.deleted, "deleted from SRC", "drop them")):
         if paths:
             more = f", ... {len(paths) - shown} more" if len(paths) > shown else ""
