@@ -11,9 +11,9 @@ scripts; here those are names. The kind, unless ``--label-kind`` gives it:
 Empty values decide nothing (a bad row, except in multi-label: an input of no class). ``Kind.rule`` says in words
 which rule applied, for the summary.
 
-In a file whose delimiter is not a comma (a spreadsheet's ``;``-separated export), ``comma=True``: where the labels
-are read as numbers (``--label-kind value``, several label columns), ``0,5`` is 0.5 too. It never decides the kind:
-``0,5`` might as well be a name, so the rule points it out and says how to read such labels as numbers.
+In a file separated by ``;`` (a spreadsheet's export where the comma is the decimal mark), ``comma=True``: where
+the labels are read as numbers (``--label-kind value``, several label columns), ``0,5`` is 0.5 too. It never decides
+the kind: ``0,5`` might as well be a name, so the rule points it out and says how to read such labels as numbers.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def label_kind(values: Iterable[str], kinds: Iterable[str] = LABEL_KINDS, forced
       forced: ``--label-kind``: the kind to use.
       columns: label columns; several are always ``"value"`` (a vector of numbers).
       lists: the labels are JSON lists of names: ``"multi"``, even when every list holds one name (or none).
-      comma: numbers may be written with a decimal comma (the file's delimiter is not one); it only changes the hint.
+      comma: numbers may be written with a decimal comma (a file separated by ';'); it only changes the hint.
 
         label_kind(["2", "10", "-1"])[:2], label_kind(["0.5", "1"])[:2]  # (('class', ['-1', '2', '10']), ('value', []))
         label_kind(["cat;outdoor", "dog"])[:2]  # ('multi', ['cat', 'dog', 'outdoor'])
@@ -181,7 +181,7 @@ def label_of(value: str | tuple[str, ...], kind: str, index: dict[str, int], *,
 
 def bad_value(value: str | tuple[str, ...], kind: str, comma: bool = False) -> str:
     """Why ``label_of`` found no label in ``value``, with the fix."""
-    point = "" if comma else " (with a decimal point: a comma is one only in a file separated by ';' or tab)"
+    point = "" if comma else " (with a decimal point: a comma is one only in a file separated by ';')"
     if isinstance(value, tuple):
         bad = next(v for v in value if float32(v, comma) is None)
         mark = point if is_decimal(bad.replace(",", ".", 1)) else ""

@@ -178,9 +178,10 @@ class LabelRows:
         self.columns = self._columns.names
         self.header_path = header[self._columns.path]  # the path column's name: a file's if the header is data
         self.dialect = self._format.describe()
-        # A spreadsheet separated by ';' or tab writes 0.5 as 0,5: there a comma is no delimiter, so a number may use
-        # it as its decimal mark (``label_kinds``: only where the labels are read as numbers)
-        self.decimal_comma = getattr(self._format, "delimiter", ",") != ","
+        # A spreadsheet separates by ';' where a comma is the decimal mark (0,5): there a number may use it
+        # (``label_kinds``: only where the labels are read as numbers). Not in a TSV: one from a locale that groups
+        # thousands with a comma writes 1,000 for a thousand.
+        self.decimal_comma = getattr(self._format, "delimiter", ",") == ";"
 
     def _header_line(self) -> tuple[int, str]:
         number, line = self._decoded(next, self._lines, None) or (0, None)

@@ -390,14 +390,18 @@ def test_a_decimal_comma_is_pointed_out_and_read_as_a_number_where_numbers_are_a
                                                       "numbers")
     labels, bad = decided(values, tmp_path, names, forced="value")
     assert labels.by_path == {"img00.jpg": 0.5, "img01.jpg": -1.25, "img02.jpg": 2.0} and list(bad) == []
-    two = write(tmp_path / "t.tsv", "path\tage\tscore\nimg00.jpg\t31,5\t1\nimg01.jpg\t2\t0,25\n")
+    two = write(tmp_path / "t.csv", "path;age;score\nimg00.jpg;31,5;1\nimg01.jpg;2;0,25\n")
     assert decided(two, tmp_path, names)[0].by_path == {"img00.jpg": (31.5, 1.0), "img01.jpg": (2.0, 0.25)}
-    # a comma is a decimal mark only where it is no delimiter: a quoted 0,5 in a CSV stays a name, and says how
+    # only there: in a TSV 1,000 may be a thousand, never 1.0
+    tsv = write(tmp_path / "t.tsv", "path\tage\tscore\nimg00.jpg\t1,000\t1\nimg01.jpg\t2\t3\n")
+    labels, bad = decided(tsv, tmp_path, names)
+    assert labels.by_path == {"img01.jpg": (2.0, 3.0)} and bad[0].problem.startswith("label '1,000' is not a finite")
+    # a quoted 0,5 in a CSV stays a name, and says how
     quoted = write(tmp_path / "q.csv", 'path,label\nimg00.jpg,"0,5"\nimg01.jpg,1.5\n')
     assert "(a decimal comma? write numbers with a point)" in decided(quoted, tmp_path, names)[0].rule
     labels, bad = decided(quoted, tmp_path, names, forced="value")
     assert labels.by_path == {"img01.jpg": 1.5} and "0.5 (with a decimal point: a comma is one only in a file " \
-                                                    "separated by ';' or tab)" in bad[0].problem
+                                                    "separated by ';')" in bad[0].problem
 
 
 def test_words_float_takes_are_class_names_never_values(flat, tmp_path):
