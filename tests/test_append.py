@@ -254,6 +254,29 @@ def test_labels_file_append_puts_a_new_class_after_the_old(tmp_path, kind):
         assert sorted(labels_read) == [0, 0, 1, 1, 2]
 
 
+def test_an_append_whose_labels_file_has_only_the_new_rows_says_so_not_changed(tmp_path, cli):
+    # Was: every old image was "changed since they were converted", and the fix given, --overwrite with that labels
+    # file, would have left every old image out of the dataset.
+    src, out = tmp_path / "src", tmp_path / "out"
+    for i in range(3):
+        write_jpeg(src / f"{i}.jpg", i)
+    first = tmp_path / "first.csv"
+    first.write_text("path,label\n0.jpg,a\n1.jpg,b\n2.jpg,a\n")
+    convert_image_tree(src, out, image=ImageOptions(labels_file=str(first)))
+    write_jpeg(src / "3.jpg", 3)
+    write_jpeg(src / "1.jpg", 99)  # a changed file is still called one
+    new = tmp_path / "new.csv"
+    new.write_text("path,label\n1.jpg,b\n3.jpg,b\n")
+    result = cli("images", src, out, "--labels", new, "--append", "--workers", "0")
+    assert result.exit_code == 0, result.output
+    assert ("no row in the labels file: 2 images of the dataset, kept as converted: 0.jpg, 2.jpg; pass the whole "
+            "labels file (old rows and new)") in result.output
+    assert "changed since they were converted: 1, kept as converted (shards are never rewritten): 1.jpg;" in \
+        result.output
+    manifest = load_manifest(str(out))
+    assert manifest.splits["train"].records == 4 and manifest.appends[0]["changed_paths"] == ["0.jpg", "1.jpg", "2.jpg"]
+
+
 def test_value_labels_append_with_the_same_columns_only(tmp_path):
     src, out = tmp_path / "src", tmp_path / "out"
     for i in range(3):
