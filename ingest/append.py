@@ -307,4 +307,5 @@ def _append_locked(out, base, inputs, job, options, plan: JobPlan, found, retrie
         ignored_files=job.ignored_files, duplicates=done.duplicates, appends=[*base.appends, record])
     records = {r.path: r for r in inputs.inputs}
     records.update({r.path: r for r in done.read})
-    return manifest, inputs_lib.to_json(inputs_lib.Inputs(target, sums, list(records.values())))
+    text = inputs_lib.to_json(inputs_lib.Inputs(target, sums, list(records.values())))
+    return dataclasses.replace(manifest, inputs_sha256=inputs_lib.text_sha256(text)), text
