@@ -14,19 +14,31 @@ they were converted, and merge the pixel statistics from exact integer sums rath
 have no size or time and are not listed. ``label``: the class name (class folders, or labels ``"class"``), the
 list of class names (``"multi"``), or the list of floats (``"value"``). Read back as untrusted input: size-capped
 before it is read, then checked field by field against the manifest it belongs to (one ``ManifestError`` naming
-the file and the field).
+the file and the field). The manifest written with it records its sha256 (``inputs_sha256``), and it is believed
+only while its bytes are those: a path renamed, an entry dropped or a sha256 edited would otherwise have an append
+convert an image again or drop a new one as a copy, and pass every check above.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import hashlib
 import json
 from typing import Any
 
 from .dataset import read_small_file
-from .json_checks import SHA256, Checker, parse_json
-from .manifest import FORMAT_VERSION, MAX_MANIFEST_BYTES, Manifest, check_format_version, is_count, is_finite_number
+from .errors import ManifestError
+from .json_checks import REWRITE, SHA256, Checker, parse_json
+from .manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    check_format_version,
+    is_count,
+    is_finite_number,
+)
 from .names import INPUTS_NAME, SPLIT_NAME
 from .statistics import pixel_sums_problem
 from .storage import gfile, join
@@ -161,10 +173,44 @@ def inputs_from_dict(raw: Any, source: str, manifest: Manifest) -> Inputs:
     return Inputs(raw["fingerprint"], raw["pixel_sums"], records, raw.get("format_version", FORMAT_VERSION))
 
 
-def load_inputs(out: str, manifest: Manifest, name: str = INPUTS_NAME) -> Inputs | None:
-    """``out/inputs.json`` read (size-capped first, regular files only) and validated; None when there is none."""
+def text_sha256(text: str) -> str:
+    """The sha256 of an inputs file's text as it is written (UTF-8): what the manifest's ``inputs_sha256`` holds."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _read(path: str) -> bytes:
+    return read_small_file(path, "inputs file", MAX_MANIFEST_BYTES)
+
+
+def recorded_bytes_problem(path: str, manifest: Manifest, data: bytes | None = None) -> str | None:
+    """Why the inputs file at ``path`` (its bytes ``data``, read when None) is not the one the manifest recorded
+    writing (``inputs_sha256``), or None: it is, or the manifest records none (episodes, or written before)."""
+    if manifest.inputs_sha256 is None:
+        return None
+    found = hashlib.sha256(_read(path) if data is None else data).hexdigest()
+    if found == manifest.inputs_sha256:
+        return None
+    return (f"{path}: not the inputs file {MANIFEST_NAME} was written with (got sha256 {found[:12]}..., its "
+            f"inputs_sha256 is {manifest.inputs_sha256[:12]}...): edited or replaced since, so which inputs the "
+            f"dataset holds cannot be told from it; {REWRITE}")
+
+
+def load_inputs(out: str, manifest: Manifest, name: str = INPUTS_NAME, *, recorded: bool = True) -> Inputs | None:
+    """``out/inputs.json`` read (size-capped first, regular files only) and validated; None when there is none.
+
+    ``recorded``: once every field is checked, its bytes must also be those the manifest recorded
+    (``recorded_bytes_problem``); ``verify``, which weighs every field against the records, passes False and reports
+    that separately.
+
+    Raises:
+      ManifestError: not an inputs file of this dataset (naming the field), or not the one it was written with.
+    """
     path = join(out, name)
     if not gfile().exists(path):
         return None
-    return inputs_from_dict(parse_json(read_small_file(path, "inputs file", MAX_MANIFEST_BYTES), path), path,
-                            manifest)
+    data = _read(path)
+    inputs = inputs_from_dict(parse_json(data, path), path, manifest)
+    problem = recorded_bytes_problem(path, manifest, data) if recorded else None
+    if problem is not None:
+        raise ManifestError(problem)
+    return inputs

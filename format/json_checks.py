@@ -22,12 +22,32 @@ SHA256 = re.compile(r"^[0-9a-f]{64}$")
 REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
 
 
+class _DuplicateKey(Exception):
+    pass
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict, refusing a key given twice: ``json`` keeps the last value silently, where another
+    reader of the same file may keep the first (and tfshard never writes one)."""
+    found = dict(pairs)
+    if len(found) < len(pairs):  # rare: only then is the key looked for
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return found
+
+
 def parse_json(text: str | bytes, source: str) -> Any:
     """JSON text of an untrusted file → Python values; any problem is one ``ManifestError`` naming ``source``."""
     try:
         if isinstance(text, bytes):
             text = text.decode("utf-8")
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_one_value_per_key)
+    except _DuplicateKey as e:
+        raise ManifestError(f"{source}: an object gives key {e.args[0]!r:.80} twice (JSON readers disagree on which "
+                            f"value counts, and tfshard never writes one); {REWRITE}") from None
     except UnicodeDecodeError as e:
         raise ManifestError(f"{source}: not UTF-8 text (byte {e.start}); {REWRITE}") from None
     except RecursionError:

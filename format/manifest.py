@@ -141,6 +141,10 @@ class Manifest:
     # Rejections left out of ``rejected``: a labels file's bad rows naming no input past the first 100 (only the
     # file's size bounds them), so a manifest stays small whatever the file claims.
     rejected_unlisted: int = 0
+    # Images: the sha256 of the inputs.json written with this manifest, which --append believes only while its bytes
+    # are these (a path renamed or a sha256 edited there would duplicate a record or drop a new image as a copy);
+    # None for episodes and for a manifest written before it was recorded.
+    inputs_sha256: str | None = None
 
     def __post_init__(self):
         check_format_version(self.format_version, MANIFEST_NAME)

@@ -201,7 +201,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
     """
     check = Checker(source)
     optional = {"format_version", "ignored_files", "labels", "label_columns", "split_rule", "duplicates", "appends",
-                "rejected_unlisted"}
+                "rejected_unlisted", "inputs_sha256"}
     check.keys(check.mapping(raw, "(top level)"), "(top level)", _MANIFEST_KEYS - optional, optional)
     check_format_version(raw.get("format_version", FORMAT_VERSION), source)
     if raw["kind"] not in KINDS:
@@ -232,6 +232,10 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
     if raw.get("duplicates") is not None and raw["kind"] != "images":
         check.fail("duplicates", f"must be null for a {raw['kind']} dataset (image datasets only)", raw["duplicates"])
     check_duplicates(check, raw.get("duplicates"))
+    inputs_sha256 = raw.get("inputs_sha256")
+    if inputs_sha256 is not None and not (raw["kind"] == "images" and isinstance(inputs_sha256, str)
+                                          and SHA256.match(inputs_sha256)):
+        check.fail("inputs_sha256", "must be null, or for an images dataset 64 lowercase hex digits", inputs_sha256)
     splits = {}
     for name, split in check.mapping(raw["splits"], "splits").items():
         if not SPLIT_NAME.match(name):

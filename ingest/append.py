@@ -69,6 +69,7 @@ class AppendFound:
       new_classes: classes they bring, after the dataset's own.
       changed: paths in the dataset whose file (size, mtime, ctime), label or split is not what was converted.
       deleted: paths in the dataset gone from SRC.
+      unlabelled: those of ``changed`` the append's labels file has no row for (a file of the new images only).
     """
 
     generation: int
@@ -76,6 +77,7 @@ class AppendFound:
     new_classes: list[str]
     changed: list[str]
     deleted: list[str]
+    unlabelled: list[str] = dataclasses.field(default_factory=list)
 
 
 def _settle_state(out: str) -> dict | None:
@@ -226,8 +228,14 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
             raise InputError(f"{out}: --append: the dataset already has generation {generation - 1}, the last one "
                              f"shard names allow ({MAX_GENERATION}); {RECONVERT} into one generation")
         new_classes = job.class_names[len(base.class_names):]
-        found = AppendFound(generation, sum(map(len, new.values())), new_classes, changed, deleted)
-        for what, paths in (("changed since they were converted", changed), ("deleted from SRC", deleted)):
+        unlabelled = [path for path in changed if path in job.unlabelled]
+        found = AppendFound(generation, sum(map(len, new.values())), new_classes, changed, deleted, unlabelled)
+        if unlabelled:  # --overwrite with this labels file would leave them out: the fix is the whole file
+            log.warning("%s: %d input(s) in the dataset have no row in %s, e.g. %s; their records stay as converted; "
+                        "pass the whole labels file (old rows and new) to append", out, len(unlabelled),
+                        options.image.labels_file, unlabelled[0])
+        changed_files = [path for path in changed if path not in job.unlabelled]
+        for what, paths in (("changed since they were converted", changed_files), ("deleted from SRC", deleted)):
             if paths:
                 log.warning("%s: %d input(s) in the dataset %s, e.g. %s; their records stay as converted (shards "
                             "are never rewritten); %s to take SRC as it is now", out, len(paths), what, paths[0],
@@ -299,4 +307,5 @@ def _append_locked(out, base, inputs, job, options, plan: JobPlan, found, retrie
         ignored_files=job.ignored_files, duplicates=done.duplicates, appends=[*base.appends, record])
     records = {r.path: r for r in inputs.inputs}
     records.update({r.path: r for r in done.read})
-    return manifest, inputs_lib.to_json(inputs_lib.Inputs(target, sums, list(records.values())))
+    text = inputs_lib.to_json(inputs_lib.Inputs(target, sums, list(records.values())))
+    return dataclasses.replace(manifest, inputs_sha256=inputs_lib.text_sha256(text)), text

@@ -226,6 +226,7 @@ def _run_locked(job: Kind, out, options, plan: JobPlan, *, workers, overwrite, p
         text = inputs_lib.to_json(inputs_lib.Inputs(fingerprint, sums, done.read))
         write_text_atomic(state_file(out, INPUTS_NAME), text)  # staged: what proves the one in OUT to a rerun
         write_text_atomic(join(out, INPUTS_NAME), text)
+        manifest = dataclasses.replace(manifest, inputs_sha256=inputs_lib.text_sha256(text))  # what --append believes
     write_text_atomic(join(out, manifest_lib.MANIFEST_NAME), manifest_lib.to_json(manifest))
     remove_state_folder(out)
     return manifest

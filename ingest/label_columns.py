@@ -17,8 +17,19 @@ from ..format.errors import InputError
 from .label_formats import column_key, fold
 
 PATH_COLUMN, SPLIT_COLUMN, LABEL_COLUMN = "path", "split", "label"
-# In a label: invisible, or it breaks the line it is printed on (the summary, TFDS's one-name-per-line file).
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+# In a label: it breaks the line it is printed on (the summary, TFDS's one-name-per-line file), is invisible (two
+# classes would print alike: a zero-width space, a word joiner), reorders the text printed after it (bidi overrides
+# and isolates), or is no character at all (a lone surrogate, which only a JSON \ud800 escape gives and UTF-8 cannot
+# write). The joiners U+200C/U+200D and the marks U+200E/U+200F stay: Persian words and emoji sequences need them.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\u200b\u2060\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def unseen(character: str) -> str:
+    """What a character ``CONTROL`` finds is, in words: ``the control character U+001B``."""
+    code = ord(character)
+    what = "lone surrogate" if 0xD800 <= code <= 0xDFFF else \
+        "control character" if code < 0xA0 or code in (0x2028, 0x2029) else "invisible character"
+    return f"the {what} U+{code:04X}"
 
 
 def _bad_header(path: str, problem: str, fix: str) -> InputError:
@@ -47,8 +58,8 @@ def columns_of(path: str, header: list[str], splits: bool, many: bool) -> Column
     names = [fold(name.strip()) for name in header]
     control = next((name for name in names if CONTROL.search(name)), None)
     if control is not None:  # a label column's name is printed, in the summary and by info
-        raise _bad_header(path, f"header names a column with a control character (got {control!r:.60})",
-                        "name the columns in visible text")
+        raise _bad_header(path, f"header names a column holding {unseen(CONTROL.search(control).group())} (got "
+                        f"{control!r:.60})", "name the columns in visible text")
     first: dict[str, int] = {}  # a name, matched ignoring case -> its column
     for i, name in enumerate(names):
         key = column_key(name)
@@ -70,6 +81,9 @@ def columns_of(path: str, header: list[str], splits: bool, many: bool) -> Column
     if label is not None and label != at:
         labels = [label]
     elif spread:
+        if not many and len(spread) > 1:  # JSON: "label": [0.5, 2.0] is a vector, one value each episode
+            raise _bad_header(path, f"gives the label as a list of {len(spread)} numbers (got {header!r:.100}), a "
+                            "vector, but an episode's label is one value", "give each episode one number or class name")
         labels = spread
     elif len(rest) == 1 or (many and rest):
         if not all(names[i] for i in rest):

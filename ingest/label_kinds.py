@@ -10,6 +10,10 @@ scripts; here those are names. The kind, unless ``--label-kind`` gives it:
   - anything else → ``"class"``, the names sorted.
 Empty values decide nothing (a bad row, except in multi-label: an input of no class). ``Kind.rule`` says in words
 which rule applied, for the summary.
+
+In a file separated by ``;`` (a spreadsheet's export where the comma is the decimal mark), ``comma=True``: where
+the labels are read as numbers (``--label-kind value``, several label columns), ``0,5`` is 0.5 too. It never decides
+the kind: ``0,5`` might as well be a name, so the rule points it out and says how to read such labels as numbers.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from .label_formats import MULTI_SEPARATOR
 LABEL_KINDS = ("class", "multi", "value")  # what --label-kind takes
 _INTEGER = re.compile(r"[+-]?[0-9]+")  # ASCII digits only: [0-9], never \d
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DECIMAL_COMMA = re.compile(r"[+-]?[0-9]+,[0-9]+(?:[eE][+-]?[0-9]+)?")  # 0,5 and -1,25e-3; never 1,000,000 or ,5
 
 
 def is_integer(text: str) -> bool:
@@ -48,20 +53,21 @@ def _numeric_order(canonical: str) -> tuple:
     return 1, len(canonical), canonical
 
 
-def is_decimal(text: str) -> bool:
-    """A plain decimal number: ``-0.5``, ``1.``, ``.5``, ``1e-05``; not ``nan``, ``inf``, ``1_000`` or hex.
+def is_decimal(text: str, comma: bool = False) -> bool:
+    """A plain decimal number: ``-0.5``, ``1.``, ``.5``, ``1e-05``; not ``nan``, ``inf``, ``1_000`` or hex. With
+    ``comma``, ``0,5`` too (a decimal comma).
 
-        is_decimal("1e-05"), is_decimal("Infinity")  # (True, False)
+        is_decimal("1e-05"), is_decimal("Infinity"), is_decimal("0,5", comma=True)  # (True, False, True)
     """
-    return _DECIMAL.fullmatch(text) is not None
+    return _DECIMAL.fullmatch(text) is not None or (comma and _DECIMAL_COMMA.fullmatch(text) is not None)
 
 
-def float32(text: str) -> float | None:
-    """The float32 nearest a decimal number, as a Python float; None for no decimal number or out of float32's
-    range (``1e400``, ``3.5e38``)."""
-    if not is_decimal(text):
+def float32(text: str, comma: bool = False) -> float | None:
+    """The float32 nearest a decimal number (with ``comma``, one written with a decimal comma too), as a Python
+    float; None for no decimal number or out of float32's range (``1e400``, ``3.5e38``)."""
+    if not is_decimal(text, comma):
         return None
-    value = float(text)  # a decimal number is always a float, inf when it overflows float64
+    value = float(text.replace(",", "."))  # a decimal number is always a float, inf when it overflows float64
     try:
         return struct.unpack("<f", struct.pack("<f", value))[0] if math.isfinite(value) else None
     except OverflowError:
@@ -86,7 +92,7 @@ def _quoted(text: str, limit: int = 40) -> str:
     return repr(text) if len(text) <= limit else repr(text[:limit]) + "..."
 
 
-def _decided(texts: list[str], kinds: Iterable[str]) -> tuple[str, str]:
+def _decided(texts: list[str], kinds: Iterable[str], comma: bool) -> tuple[str, str]:
     """The kind of labels ``texts`` (sorted, none empty) and the rule that decides it."""
     if not texts:
         return "class", "no row labels an input"
@@ -96,10 +102,15 @@ def _decided(texts: list[str], kinds: Iterable[str]) -> tuple[str, str]:
                          f"{MULTI_SEPARATOR!r}; pass --label-kind class to keep such names whole")
     name = next((v for v in texts if not is_decimal(v)), None)
     if name is not None:
-        comma = " (a decimal comma? write numbers with a point)" if is_decimal(name.replace(",", ".", 1)) else ""
-        numbers = any(map(is_decimal, texts))
+        comma_mark = is_decimal(name.replace(",", ".", 1))  # 0,5: a number with a decimal comma?
+        if comma_mark and comma:  # --label-kind value reads them as numbers when every one is a number
+            numbers = all(is_decimal(v, comma=True) for v in texts)
+        else:
+            numbers = any(map(is_decimal, texts))
+        mark = "" if not comma_mark else " (a decimal comma?)" if comma and numbers else \
+            " (a decimal comma? write numbers with a point)"  # only with a point can --label-kind value read them
         hint = "; pass --label-kind value to read the labels as numbers" if numbers else ""
-        return "class", f"{_quoted(name)} is not a decimal number{comma}: class names, sorted{hint}"
+        return "class", f"{_quoted(name)} is not a decimal number{mark}: class names, sorted{hint}"
     fractions = [v for v in texts if not is_integer(v)]
     if fractions:  # the example: one with a fraction, rather than 1.0 or 1e3
         shown = next((v for v in fractions if not float(v).is_integer()), fractions[0])
@@ -110,7 +121,7 @@ def _decided(texts: list[str], kinds: Iterable[str]) -> tuple[str, str]:
 
 
 def label_kind(values: Iterable[str], kinds: Iterable[str] = LABEL_KINDS, forced: str | None = None, *,
-               columns: int = 1, lists: bool = False) -> Kind:
+               columns: int = 1, lists: bool = False, comma: bool = False) -> Kind:
     """The kind of label every value is, its class names, and why (``Kind``).
 
     Args:
@@ -119,6 +130,7 @@ def label_kind(values: Iterable[str], kinds: Iterable[str] = LABEL_KINDS, forced
       forced: ``--label-kind``: the kind to use.
       columns: label columns; several are always ``"value"`` (a vector of numbers).
       lists: the labels are JSON lists of names: ``"multi"``, even when every list holds one name (or none).
+      comma: numbers may be written with a decimal comma (a file separated by ';'); it only changes the hint.
 
         label_kind(["2", "10", "-1"])[:2], label_kind(["0.5", "1"])[:2]  # (('class', ['-1', '2', '10']), ('value', []))
         label_kind(["cat;outdoor", "dog"])[:2]  # ('multi', ['cat', 'dog', 'outdoor'])
@@ -132,7 +144,7 @@ def label_kind(values: Iterable[str], kinds: Iterable[str] = LABEL_KINDS, forced
     elif lists and "multi" in kinds:
         kind, rule = "multi", "the labels are JSON lists of names; pass --label-kind class to read each as one name"
     else:
-        kind, rule = _decided(texts, kinds)
+        kind, rule = _decided(texts, kinds, comma)
     if kind == "value":
         return Kind("value", [], rule)
     if kind == "multi":
@@ -151,30 +163,35 @@ def _index(text: str, index: dict[str, int]) -> int | None:
     return found
 
 
-def label_of(value: str | tuple[str, ...], kind: str, index: dict[str, int]) -> int | float | tuple | None:
+def label_of(value: str | tuple[str, ...], kind: str, index: dict[str, int], *,
+             comma: bool = False) -> int | float | tuple | None:
     """A value as ``kind``: a class index (``index``: name → index), a sorted tuple of them (multi), a float32 (as a
-    Python float), or a tuple of float32 with several columns; None for a bad value (``bad_value`` says why)."""
+    Python float; ``0,5`` too with ``comma``), or a tuple of float32 with several columns; None for a bad value
+    (``bad_value`` says why)."""
     if kind == "multi":  # an empty value is an input of none of the classes
         found = [_index(part, index) for part in parts(value)]
         return None if None in found else tuple(sorted(set(found)))
     if isinstance(value, tuple):  # several columns: a value label of that many floats
-        numbers = tuple(map(float32, value))
+        numbers = tuple(float32(v, comma) for v in value)
         return None if None in numbers else numbers
     if not value:
         return None
-    return float32(value) if kind == "value" else _index(value, index)
+    return float32(value, comma) if kind == "value" else _index(value, index)
 
 
-def bad_value(value: str | tuple[str, ...], kind: str) -> str:
+def bad_value(value: str | tuple[str, ...], kind: str, comma: bool = False) -> str:
     """Why ``label_of`` found no label in ``value``, with the fix."""
+    point = "" if comma else " (with a decimal point: a comma is one only in a file separated by ';')"
     if isinstance(value, tuple):
-        bad = next(v for v in value if float32(v) is None)
-        return f"label {bad!r:.80} is not a finite float32 number; give every label column a decimal number"
+        bad = next(v for v in value if float32(v, comma) is None)
+        mark = point if is_decimal(bad.replace(",", ".", 1)) else ""
+        return f"label {bad!r:.80} is not a finite float32 number; give every label column a decimal number{mark}"
     if kind == "multi":
         return f"label {value!r:.80} holds a class no other row names; fix the row"
     if not value:
         return "an empty label; give every row a class name, an integer or a decimal number"
-    if not is_decimal(value):
-        return (f"label {value!r:.80} is not a number (--label-kind value); give a decimal number such as 0.5, or "
-                "another --label-kind")
+    if not is_decimal(value, comma):
+        mark = point if is_decimal(value.replace(",", ".", 1)) else ""
+        return (f"label {value!r:.80} is not a number (--label-kind value); give a decimal number such as 0.5{mark}, "
+                "or another --label-kind")
     return f"label {value!r:.80} is outside float32's range (±3.4e38); scale the values"

@@ -5,6 +5,9 @@ A row is one line: no labels file needs a field across lines, so a line that doe
 quote, text after a closing quote, a NUL, more than ``MAX_ROW_CHARS``) is a bad row named by its number, and the
 next line is read as usual (csv would read an unclosed quote on to the end of the file). Rows are yielded as they
 are read, so the caller keeps only those that name an input: memory follows the inputs, not what the file claims.
+The lines come from ``label_lines`` (bounded, numbered); a file written to while it is read is refused at its end.
+A label holding a control, invisible or bidi character or a lone surrogate, or a class name over
+``MAX_LABEL_CHARS``, is a bad row naming its input.
 
 The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per line):
   - a header row, each column named once. Names are stripped, folded to Unicode NFC and matched ignoring case
@@ -34,27 +37,39 @@ import typing
 
 from ..format.errors import InputError
 from ..format.names import SPLIT_NAME
-from ..format.storage import NotRegularFileError, file_kind, open_regular
-from .label_columns import CONTROL, columns_of
-from .label_formats import Csv, JsonLines, column_key, fold
+from .label_columns import CONTROL, columns_of, unseen
+from .label_formats import MULTI_SEPARATOR, Csv, JsonLines, column_key, fold
+from .label_lines import (
+    MAX_ROW_CHARS,
+    NUL_OR_BOM,
+    SHOWN,
+    UNSEEN,
+    TooLong,
+    bad_file,
+    line_problem,
+    numbered_lines,
+    open_labels,
+    version,
+)
 
-MAX_LABELS_BYTES = 1 << 30  # checked before the file is read
-# A longer line is a bad row, skipped a piece at a time (never held whole); csv's own field limit, so no field of a
-# row that fits is refused by csv.
-MAX_ROW_CHARS = 131_072
 MAX_LISTED_ROWS = 100  # bad rows naming no input listed in the manifest; the count covers every one
+# A label (each class name of a multi-label one) is printed whole by the summary, info and preview, and written in
+# every record and in dataset.json; a longer one is a bad row (a caption or a blob in the label column, not a class).
+MAX_LABEL_CHARS = 1_000
 JSON_LINES = (".jsonl", ".ndjson")
-_SHOWN = 200  # characters of a bad row kept to name it
-_UNSEEN = re.compile("[\x00\ufeff]")  # in no path or label: a NUL (UTF-16 read as UTF-8), a BOM inside the file
 _UNCLEAN = re.compile(r"\\|//|/\.")  # what a canonical relative path never holds (with no . or / first)
-_SEP_LINE = re.compile(r'sep=([^"\w\s])')  # Excel's first line naming the delimiter: sep=;
-_FIX = "fix the labels file (a header row, then one `path,label` row per input)"
+# Excel's first line naming the delimiter: sep=; (a tab too), quoted when a CSV writer wrote it as a row: "sep=;"
+_SEP_LINE = re.compile(r'(")?sep=(\t|[^"\w\s])(?(1)")')
+# No file name holds a lone surrogate but those Python gives undecodable bytes (U+DC80..U+DCFF); only a JSON \ud800
+# escape gives one, and it cannot be printed or written as UTF-8.
+_NO_FILE_NAME = re.compile("[\ud800-\udc7f\udd00-\udfff]")
 
 
 @dataclasses.dataclass(frozen=True)
 class RowProblem:
-    """A row of the labels file that labels nothing: its number, its text (the first ``_SHOWN`` characters), why
-    (with the fix), and the input it names when it names one (that input is then left out)."""
+    """A row of the labels file that labels nothing: its number, its text (the first ``SHOWN`` characters), why
+    (with the fix), and the input it names when it names one (that input is then left out). Read from the file, a
+    row whose path is clean carries that path; ``labels.decide`` turns it into the input it names, or None."""
 
     row: int
     text: str
@@ -62,7 +77,7 @@ class RowProblem:
     path: str | None = None
 
     def __post_init__(self):
-        object.__setattr__(self, "text", self.text[:_SHOWN])
+        object.__setattr__(self, "text", self.text[:SHOWN])
 
     def reason(self, labels_file: str) -> str:
         """``labels.csv row 7: ...``: the reason a skipped row is recorded with."""
@@ -110,10 +125,6 @@ class Row(typing.NamedTuple):  # a NamedTuple: made once a row, and cheap to mak
     split: str | None = None
 
 
-def _bad_file(path: str, problem: str, fix: str = _FIX) -> InputError:
-    return InputError(f"{path}: {problem}; {fix}")
-
-
 def _clean_path(text: str) -> str | None:
     """A row's path made canonical (``./a.npy`` → ``a.npy``), or None when it leaves SRC (absolute, ``..``)."""
     if text and text[0] not in "./" and text[-1] != "/" and text[1:2] != ":" and not _UNCLEAN.search(text):
@@ -124,49 +135,17 @@ def _clean_path(text: str) -> str | None:
     return None if clean == ".." or clean.startswith("../") or clean == "." else clean
 
 
-def _open(path: str):
-    try:
-        f = open_regular(path)
-    except FileNotFoundError:
-        raise _bad_file(path, "labels file not found", "pass the CSV of `path,label` rows (--labels FILE)") from None
-    except NotRegularFileError:
-        kind = file_kind(os.stat(path).st_mode)
-        raise _bad_file(path, f"labels file is {kind}, not a regular file", "pass a CSV file") from None
-    except OSError as e:
-        raise _bad_file(path, f"cannot open the labels file ({e.strerror})", "make it readable") from None
-    size = os.fstat(f.fileno()).st_size
-    if size > MAX_LABELS_BYTES:
-        f.close()
-        raise _bad_file(path, f"labels file of {size:,} bytes is over the {MAX_LABELS_BYTES:,}-byte limit",
-                        "split the dataset, or shorten the paths")
-    if f.peek(2)[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        f.close()
-        raise _bad_file(path, "is UTF-16 text (a spreadsheet's 'Unicode text')", "save the labels file as UTF-8 "
-                        "(CSV UTF-8)")
-    return f
-
-
-class _TooLong(str):
-    """A line over ``MAX_ROW_CHARS``: its first characters, to name it."""
-
-
-def _lines(path: str, text):
-    """``(number, line)`` without its line end, blank lines left out; a line over ``MAX_ROW_CHARS`` is a
-    ``_TooLong``, read a piece at a time and never held whole. A file still growing is read no further than the
-    size limit (a character is at least a byte)."""
-    number = read = 0
-    while line := text.readline(MAX_ROW_CHARS + 1):
-        number += 1
-        read += len(line)
-        if len(line) > MAX_ROW_CHARS and not line.endswith("\n"):
-            while (rest := text.readline(MAX_ROW_CHARS)) and not rest.endswith("\n") and read <= MAX_LABELS_BYTES:
-                read += len(rest)
-            yield number, _TooLong(line[:_SHOWN])
-        elif line.strip():
-            yield number, line[:-1] if line.endswith("\n") else line
-        if read > MAX_LABELS_BYTES:
-            raise _bad_file(path, f"labels file grew past the {MAX_LABELS_BYTES:,}-byte limit while it was read",
-                            "let whatever writes it finish, or split the dataset")
+def _label_problem(label: str | tuple[str, ...]) -> str | None:
+    """What makes a row's label no label, whatever its kind turns out to be, or None."""
+    texts = (label,) if isinstance(label, str) else label
+    control = next((m for m in map(CONTROL.search, texts) if m is not None), None)
+    if control is not None:
+        return f"label holds {unseen(control.group())}; remove it (a label is one line of visible text)"
+    longest = max((part for text in texts for part in text.split(MULTI_SEPARATOR)), key=len)
+    if len(longest) > MAX_LABEL_CHARS:
+        return (f"label {longest[:40]!r}... of {len(longest):,} characters is over the {MAX_LABEL_CHARS:,}-character "
+                "limit of a class name or number; shorten it (a caption or other text is no label)")
+    return None
 
 
 class LabelRows:
@@ -183,11 +162,12 @@ class LabelRows:
 
     def __init__(self, path: str, *, splits: bool = False, columns: bool = False):
         self.file = path
-        self._binary = _open(path)
+        self._binary = open_labels(path)
+        self._opened = version(self._binary)
         try:
             # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
             self._text = io.TextIOWrapper(self._binary, encoding="utf-8-sig", newline="\n")
-            self._lines = _lines(path, self._text)
+            self._lines = numbered_lines(path, self._text)
             self._number = 0
             self._first = None
             header = self._header()
@@ -198,18 +178,22 @@ class LabelRows:
         self.columns = self._columns.names
         self.header_path = header[self._columns.path]  # the path column's name: a file's if the header is data
         self.dialect = self._format.describe()
+        # A spreadsheet separates by ';' where a comma is the decimal mark (0,5): there a number may use it
+        # (``label_kinds``: only where the labels are read as numbers). Not in a TSV: one from a locale that groups
+        # thousands with a comma writes 1,000 for a thousand.
+        self.decimal_comma = getattr(self._format, "delimiter", ",") == ";"
 
     def _header_line(self) -> tuple[int, str]:
         number, line = self._decoded(next, self._lines, None) or (0, None)
         if line is None:
-            raise _bad_file(self.file, "empty labels file (no header row)",
-                            "start it with a header such as `path,label`")
-        problem = f"is over {MAX_ROW_CHARS:,} characters" if isinstance(line, _TooLong) else \
-            "holds a NUL or a byte-order mark (UTF-16 text read as UTF-8?)" if _UNSEEN.search(line) else \
+            raise bad_file(self.file, "empty labels file (no header row)",
+                           "start it with a header such as `path,label`")
+        problem = f"is over {MAX_ROW_CHARS:,} characters" if isinstance(line, TooLong) else \
+            "holds a NUL or a byte-order mark (UTF-16 text read as UTF-8?)" if UNSEEN.search(line) else \
             "holds a carriage return: lines end in \\r alone (classic Mac)?" if "\r" in line[:-1] else None
         if problem is not None:
-            raise _bad_file(self.file, f"header row {problem} (got {line!r:.80})", "save the labels file as UTF-8 "
-                            "text, lines ending in \\n or \\r\\n, with a short header row such as `path,label`")
+            raise bad_file(self.file, f"header row {problem} (got {line!r:.80})", "save the labels file as UTF-8 "
+                           "text, lines ending in \\n or \\r\\n, with a short header row such as `path,label`")
         return number, line
 
     def _header(self) -> list[str]:
@@ -219,17 +203,17 @@ class LabelRows:
         if self.file.lower().endswith(JSON_LINES):
             self._format = JsonLines(line)
             if self._format.problem is not None:  # no header to read the rest by
-                raise _bad_file(self.file, f"line {number} {self._format.problem.partition('; ')[0]}",
-                                'start with an object such as {"path": ..., "label": ...}')
+                raise bad_file(self.file, f"line {number} {self._format.problem.partition('; ')[0]}",
+                               'start with an object such as {"path": ..., "label": ...}')
             self._first = number, self._format.first, line
             return self._format.header
         named = _SEP_LINE.fullmatch(line.rstrip("\r"))
         if named is not None:
             number, line = self._header_line()
-        self._format = Csv(line, named and named.group(1))
+        self._format = Csv(line, named and named.group(2))
         header = self._format.fields(line)
         if isinstance(header, str):
-            raise _bad_file(self.file, f"header row {header.partition('; ')[0]} (got {line!r:.80})")
+            raise bad_file(self.file, f"header row {header.partition('; ')[0]} (got {line!r:.80})")
         return header
 
     @property
@@ -247,8 +231,8 @@ class LabelRows:
         try:
             return step(*args)
         except UnicodeDecodeError as e:
-            raise _bad_file(self.file, f"not UTF-8 text (near row {self._number + 1}: {e.reason})",
-                            "save the labels file as UTF-8") from None
+            raise bad_file(self.file, f"not UTF-8 text (near row {self._number + 1}: {e.reason})",
+                           "save the labels file as UTF-8") from None
 
     def __iter__(self):
         while True:
@@ -257,16 +241,27 @@ class LabelRows:
             else:
                 found = self._decoded(next, self._lines, None)
                 if found is None:
+                    self._unchanged()
                     return
                 number, line = found
                 self._number = number
-                if isinstance(line, _TooLong):
-                    yield RowProblem(number, line, f"is over {MAX_ROW_CHARS:,} characters; shorten the row")
+                problem = line_problem(line)
+                if problem is not None:
+                    yield RowProblem(number, line, problem)
                     continue
                 fields = self._format.fields(line)
             row = self._row(number, fields, line)
             if row is not None:
                 yield row
+
+    def _unchanged(self) -> None:
+        """Raises when the file was written to while it was read: its rows would be some of one version and some of
+        another, or stop where a writer still adds more."""
+        now = version(self._binary)
+        if now != self._opened:
+            raise bad_file(self.file, f"labels file changed while it was read (got {self._opened[0]:,} bytes when "
+                           f"opened, {now[0]:,} when read to its end)", "let whatever writes it finish, then run "
+                            "again")
 
     def _row(self, number: int, fields: list[str] | str, text: str) -> Row | RowProblem | None:
         """A row from its fields, or what is wrong with it; None for a row of empty fields (a spreadsheet's)."""
@@ -280,10 +275,12 @@ class LabelRows:
             sep = getattr(self._format, "delimiter", ",")
             return RowProblem(number, text, f"has {len(fields)} column{'s' * (len(fields) != 1)}, the header has "
                               f"{c.width}; quote a field that holds a {sep!r}")
-        if _UNSEEN.search(joined):
-            return RowProblem(number, text, "holds a NUL or a byte-order mark (files joined together, or UTF-16?); "
-                              "save the labels file as UTF-8 text")
+        if UNSEEN.search(joined):  # a JSON escape: \u0000, \ufeff
+            return RowProblem(number, text, NUL_OR_BOM)
         raw = fields[c.path]
+        if _NO_FILE_NAME.search(raw):
+            return RowProblem(number, text, f"path {raw!r:.80} holds a lone surrogate (half of a \\u escape pair), "
+                              "which no file name holds; write the path as it is, in UTF-8")
         clean = _clean_path(raw)
         if raw.endswith("/"):
             return RowProblem(number, text, f"path {raw!r:.80} names a folder, not an input file; give the file's "
@@ -296,16 +293,12 @@ class LabelRows:
             split = fields[c.split].strip()
             if not SPLIT_NAME.match(split):
                 return RowProblem(number, text, f"split {split!r:.80} is not a split name; use letters, digits or _ "
-                                  "(train, val, test)")
-        if len(c.labels) == 1:
-            label = fold(fields[c.labels[0]].strip())
-            control = CONTROL.search(label)
-        else:
-            label = tuple(fold(fields[i].strip()) for i in c.labels)
-            control = CONTROL.search("".join(label))
-        if control is not None:
-            return RowProblem(number, text, f"label holds the control character U+{ord(control.group()):04X}; "
-                              "remove it (a label is one line of visible text)")
+                                  "(train, val, test)", clean)
+        label = fold(fields[c.labels[0]].strip()) if len(c.labels) == 1 else \
+            tuple(fold(fields[i].strip()) for i in c.labels)
+        problem = _label_problem(label)
+        if problem is not None:  # the row names its input: that input is left out, not counted as without a row
+            return RowProblem(number, text, problem, clean)
         return Row(number, clean, label, split)
 
 

@@ -111,19 +111,27 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
         raise InputError(f"{rows.file}: its first row names an input (got {header!r:.80}), so the file has no "
                          "header row; start it with a header such as `path,label`")
     bad = BadRows()
-    named: dict[str, Row] = {}
+    named: dict[str, Row | RowProblem] = {}  # an input -> its first row (a bad one too: the input is then left out)
     splits = _Splits(rows.file)
     for row in rows:
-        found = None if isinstance(row, RowProblem) else match(row.path)
-        if found is not None and found not in named:
+        found = None if row.path is None else match(row.path)
+        if isinstance(row, RowProblem):  # named by its number; the input its path names, if any, is left out
+            if found is not None and found not in named:
+                named[found] = row = dataclasses.replace(row, path=found)
+            bad.add(row if row.path == found else dataclasses.replace(row, path=None))
+        elif found is not None and found not in named:
             named[found] = row
             splits.add(row)
-        elif isinstance(row, RowProblem) or not bad.full:  # past the listed ones, a row is only counted
-            bad.add(row if isinstance(row, RowProblem) else _unmatched(row, found, named, match, src))
+        elif not bad.full:  # past the listed ones, a row is only counted
+            bad.add(_unmatched(row, found, named, match, src))
         else:
             bad.unlisted += 1
+    if rows.lists and "multi" not in kinds:
+        raise InputError(f"{rows.file}: gives labels as JSON lists of names, which are multi-label, but an episode "
+                         "has one label; give each episode one class name or number")
+    named = {path: row for path, row in named.items() if isinstance(row, Row)}
     decided = label_kind((row.value for row in named.values() if isinstance(row.value, str)), tuple(kinds), forced,
-                         columns=len(rows.columns), lists=rows.lists)
+                         columns=len(rows.columns), lists=rows.lists, comma=rows.decimal_comma)
     if decided.kind == "multi" and not decided.class_names and named:  # a multi-hot of no classes: nothing to learn
         first = next(iter(named.values()))
         raise InputError(f"{rows.file}: its multi-label values name no class (got {first.value!r:.80} on row "
@@ -132,9 +140,9 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
     by_path: dict[str, int | float | tuple] = {}
     split_of: dict[str, str] = {}
     for path, row in named.items():
-        label = label_of(row.value, decided.kind, index)
+        label = label_of(row.value, decided.kind, index, comma=rows.decimal_comma)
         if label is None:
-            bad.add(RowProblem(row.number, _shown(row), bad_value(row.value, decided.kind), path))
+            bad.add(RowProblem(row.number, _shown(row), bad_value(row.value, decided.kind, rows.decimal_comma), path))
             continue
         by_path[path] = label
         if row.split is not None:
@@ -163,10 +171,13 @@ def _shown(row: Row) -> str:
     return ",".join((row.path, *((row.value,) if isinstance(row.value, str) else row.value)))
 
 
-def _unmatched(row: Row, found: str | None, named: dict[str, Row], match: _Matcher, src: str) -> RowProblem:
+def _unmatched(row: Row, found: str | None, named: dict[str, Row | RowProblem], match: _Matcher,
+               src: str) -> RowProblem:
     """The bad row of a row that names no input, or one a row before it named."""
     if found is not None:
-        return RowProblem(row.number, _shown(row), f"names {found!r:.80} again (first on row {named[found].number}); "
+        first = named[found]
+        number = first.number if isinstance(first, Row) else first.row
+        return RowProblem(row.number, _shown(row), f"names {found!r:.80} again (first on row {number}); "
                           "give each input one row")
     both = match.shared.get(fold(row.path))
     if both is not None:

@@ -20,6 +20,7 @@ import tensorflow as tf
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
 from ..format.errors import OutputExistsError
+from ..format.json_checks import REWRITE
 from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, index_file_name, is_shard_name
 from ..format.storage import NotRegularFileError, join, stat_regular
 from .plan import ShardSpec
@@ -127,10 +128,11 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
     if tf.io.gfile.exists(manifest_path):
         try:
             old = load_manifest(out, consistency=False)  # totals that lie must not stop --overwrite
-        except ValueError as e:
+        except ValueError as e:  # the loader's own fix (--overwrite) is this very command: not repeated
             raise OutputExistsError(
-                f"{out}: output folder holds a {manifest_lib.MANIFEST_NAME} tfshard cannot read ({e}); "
-                "nothing was removed: remove OUT yourself, or choose another folder"
+                f"{out}: output folder holds a {manifest_lib.MANIFEST_NAME} tfshard cannot read "
+                f"({str(e).removesuffix('; ' + REWRITE)}); nothing was removed: remove OUT yourself, or choose "
+                "another folder"
             ) from e
         if old.fingerprint == fingerprint and not overwrite:
             damaged = damaged_files(out, old)

@@ -28,6 +28,7 @@ from ..format import manifest as manifest_lib
 from ..format import stops, untrusted
 from ..format.dataset import read_small_file
 from ..format.errors import OutputExistsError
+from ..format.json_checks import REWRITE
 from ..format.names import STATE_DIR
 from ..format.storage import is_url, join
 from .plan import ShardSpec
@@ -61,10 +62,20 @@ def check_state_folder(out: str) -> None:
 
 
 def read_state(path: str) -> Any:
-    """A state file's JSON: a regular file of ours (never through a symlink), size-capped, parsed untrusted."""
+    """A state file's JSON: a regular file of ours (never through a symlink), size-capped, parsed untrusted.
+
+    Raises:
+      ManifestError: naming the file and the problem, with the fix that works: not ``--overwrite``, which reads the
+        state folder too, but removing it.
+    """
     if not is_url(path) and os.path.islink(path):
         raise manifest_lib.ManifestError(f"{path}: a symlink, not a state file tfshard wrote; remove it and run again")
-    return untrusted.parse_json(read_small_file(path, "state file"), path)
+    try:
+        return untrusted.parse_json(read_small_file(path, "state file"), path)
+    except ValueError as e:  # not a regular file, too large, not UTF-8 JSON, nested too deep, a key given twice
+        problem = str(e).removeprefix(f"{path}: ").removesuffix(f"; {REWRITE}")
+        raise manifest_lib.ManifestError(f"{path}: {problem}; not a state file tfshard wrote: remove "
+                                         f"{path.rsplit('/', 1)[0]} (or OUT) and run again") from None
 
 
 def remove_state_folder(out: str) -> None:

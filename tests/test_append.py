@@ -4,6 +4,7 @@ inputs to ``--append`` (a tampered inputs.json, appends record or state folder, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -252,6 +253,29 @@ def test_labels_file_append_puts_a_new_class_after_the_old(tmp_path, kind):
                                                    (1, 0, 1, 0)]
     else:
         assert sorted(labels_read) == [0, 0, 1, 1, 2]
+
+
+def test_an_append_whose_labels_file_has_only_the_new_rows_says_so_not_changed(tmp_path, cli):
+    # Was: every old image was "changed since they were converted", and the fix given, --overwrite with that labels
+    # file, would have left every old image out of the dataset.
+    src, out = tmp_path / "src", tmp_path / "out"
+    for i in range(3):
+        write_jpeg(src / f"{i}.jpg", i)
+    first = tmp_path / "first.csv"
+    first.write_text("path,label\n0.jpg,a\n1.jpg,b\n2.jpg,a\n")
+    convert_image_tree(src, out, image=ImageOptions(labels_file=str(first)))
+    write_jpeg(src / "3.jpg", 3)
+    write_jpeg(src / "1.jpg", 99)  # a changed file is still called one
+    new = tmp_path / "new.csv"
+    new.write_text("path,label\n1.jpg,b\n3.jpg,b\n")
+    result = cli("images", src, out, "--labels", new, "--append", "--workers", "0")
+    assert result.exit_code == 0, result.output
+    assert ("no row in the labels file: 2 images of the dataset, kept as converted: 0.jpg, 2.jpg; pass the whole "
+            "labels file (old rows and new)") in result.output
+    assert "changed since they were converted: 1, kept as converted (shards are never rewritten): 1.jpg;" in \
+        result.output
+    manifest = load_manifest(str(out))
+    assert manifest.splits["train"].records == 4 and manifest.appends[0]["changed_paths"] == ["0.jpg", "1.jpg", "2.jpg"]
 
 
 def test_value_labels_append_with_the_same_columns_only(tmp_path):
@@ -630,6 +654,46 @@ def _edit_json(path, change):
     raw = json.loads(path.read_text())
     change(raw)
     path.write_text(json.dumps(raw))
+
+
+def _entry(raw, path):
+    return next(e for e in raw["inputs"] if e["path"] == path)
+
+
+def _doubled_sums(raw):  # twice the pixels, the same mean and std: possible sums, wrong weight in the merge
+    raw["pixel_sums"]["train"] = {key: [2 * v for v in value] if isinstance(value, list) else 2 * value
+                                  for key, value in raw["pixel_sums"]["train"].items()}
+
+
+# Edits every field check passes (each value possible, the counts right): only the bytes dataset.json recorded tell.
+QUIET_INPUTS_EDITS = {
+    "sha256-of-a-new-image": lambda raw, src: _entry(raw, "cat/000.jpg").update(
+        sha256=hashlib.sha256((src / "cat" / "new-0.jpg").read_bytes()).hexdigest()),  # --dedupe: new-0 dropped
+    "path-renamed": lambda raw, src: _entry(raw, "cat/000.jpg").update(path="cat/zzz.jpg"),  # 000 converted again
+    "pixel-sums-doubled": lambda raw, src: _doubled_sums(raw),
+    "mtime-moved": lambda raw, src: _entry(raw, "cat/001.jpg").update(mtime_ns=_entry(raw, "cat/001.jpg")["mtime_ns"]
+                                                                       + 1),
+}
+
+
+@pytest.mark.parametrize("edit", QUIET_INPUTS_EDITS, ids=QUIET_INPUTS_EDITS.keys())
+def test_an_inputs_file_edited_past_its_field_checks_is_refused_and_the_true_one_appends(grown_cats, edit):
+    """dataset.json records the sha256 of the inputs.json written with it: an edited one is refused before anything
+    changes, naming it (else a new image is dropped as a copy, an old one converted twice, the statistics skewed);
+    the file as written appends as ever."""
+    src, out = grown_cats
+    true = (out / INPUTS).read_bytes()
+    _edit_json(out / INPUTS, lambda raw: QUIET_INPUTS_EDITS[edit](raw, src))
+    before = snapshot(out)
+    with pytest.raises(ManifestError, match=r"inputs\.json: not the inputs file dataset\.json was written with \(got "
+                                            r"sha256 [0-9a-f]{12}\.\.\., its inputs_sha256 is [0-9a-f]{12}\.\.\.\).*"
+                                            r"--overwrite") as caught:
+        _append_manifest(src, out)
+    assert "\n" not in str(caught.value)
+    assert_same_tree(snapshot(out), before)
+    (out / INPUTS).write_bytes(true)
+    manifest = _append_manifest(src, out)
+    assert manifest.appends[0]["records_added"] == 2 and verify(str(out)).splits["train"].records == 8
 
 
 @pytest.mark.parametrize("bad", ["../cat/000.jpg", "/etc/passwd", "cat/../cat/000.jpg", "cat//000.jpg", "./cat/0.jpg"])

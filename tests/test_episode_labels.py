@@ -318,6 +318,23 @@ def test_a_bad_labels_file_is_one_line_naming_it(tmp_path, content, match):
     assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("labels, match", [
+    ([[0.5, 1], [1, 2]], r"gives the label as a list of 2 numbers \(got \['id', 'label\[0\]', 'label\[1\]'\]\), a "
+                         "vector, but an episode's label is one value; give each episode one number or class name"),
+    ([["a", "b"], ["a"]], r"gives labels as JSON lists of names, which are multi-label, but an episode has one label"),
+])
+def test_json_lists_as_episode_labels_are_one_line(tmp_path, labels, match):
+    # Was: a list of numbers a TypeError traceback from a worker; a list of names silently the class 'a;b'.
+    src = tmp_path / "src"
+    flat_tree(src)
+    path = write_csv(tmp_path / "labels.jsonl", "".join(json.dumps({"id": f"ep{i}", "label": label}) + "\n"
+                                                        for i, label in enumerate(labels)))
+    with pytest.raises(InputError, match=match) as caught:
+        convert_episode_tree(src, tmp_path / "out", on_error="skip", episode=EpisodeOptions(labels_file=path))
+    assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+    assert not os.path.exists(tmp_path / "out")
+
+
 def test_rows_are_streamed_into_a_dict_of_paths(tmp_path):
     rows = 50_000  # linear in rows: one pass, one dict (quadratic would be ~10^9 steps: never ends)
     csv = write_csv(tmp_path / "big.csv", "path,label\n" + "".join(f"d/{i}.npy,{i % 7}\n" for i in range(rows)))

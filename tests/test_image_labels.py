@@ -283,13 +283,18 @@ NUL, BOM = "\x00", "\ufeff"
 
 @pytest.mark.parametrize("row, problem", [
     ('img01,"dog"s', "does not parse as CSV (',' expected after '\"')"),  # text after the closing quote
-    ("img01,dog\rcat", "does not parse as CSV (new-line character seen in unquoted field"),  # a lone CR
+    ("img01,dog\rcat", "holds a carriage return inside the line (lines ending in \\r alone"),  # a lone CR
     ("img01", "has 1 column, the header has 2"),  # a row of only a path
     ("img01,dog,x", "has 3 columns, the header has 2; quote a field that holds a ','"),
     (f"img01,d{NUL}og", "holds a NUL or a byte-order mark"),
     (f"{BOM}img01,dog", "holds a NUL or a byte-order mark"),  # two exports joined: a BOM mid-file
     ("img01,do\x1bg", "label holds the control character U+001B"),  # would reach the terminal in the summary
     ("img01," + "x" * 200_000, "is over 131,072 characters"),  # skipped without being held
+    # Was: classes that print alike ('ca\u200bt' and 'cat'), text the terminal prints reversed, a label of a caption
+    # printed whole by the summary (one 780 KB line for six such labels) and kept in every record
+    ("img01,ca\u200bt", "label holds the invisible character U+200B"),
+    ("img01,\u202edog", "label holds the invisible character U+202E"),
+    ("img01,a;" + "y" * 1001, f"label {'y' * 40!r}... of 1,001 characters is over the 1,000-character limit"),
 ])
 def test_a_row_that_does_not_parse_is_a_bad_row_of_its_own(tmp_path, row, problem):
     csv = write(tmp_path / "l.csv", f"path,label\r\nimg00,cat\r\n{row}\r\nimg02,dog\r\n\r\nimg03,cat\r\n")  # CRLF
@@ -353,7 +358,8 @@ def test_only_plain_decimal_numbers_are_numbers_and_the_rule_is_said(tmp_path, l
     ("path,split,label\nimg00,train,a\nimg01,Train,b\n", r"row 3 names the split 'Train', row 2 'train'; write "
                                                          "each split one way"),
     ("path,label\rimg00,cat\rimg01,dog\r", r"header row holds a carriage return: lines end in \\r alone"),
-    ('path,"lab\x1bel"\nimg00,cat\n', r"header names a column with a control character"),
+    ('path,"lab\x1bel"\nimg00,cat\n', r"header names a column holding the control character U\+001B"),
+    ('path,"lab\u202eel"\nimg00,cat\n', r"header names a column holding the invisible character U\+202E"),
 ])
 def test_a_file_read_wrong_without_a_word_is_one_line(flat, tmp_path, content, match):
     # Was: the first data row taken as the header (its image silently unlabelled); 'Train' and 'train' two splits;
@@ -364,14 +370,38 @@ def test_a_file_read_wrong_without_a_word_is_one_line(flat, tmp_path, content, m
     assert str(caught.value).startswith(f"{csv}: ") and "\n" not in str(caught.value)
 
 
-def test_excel_sep_line_names_the_delimiter(tmp_path):
-    csv = write(tmp_path / "l.csv", 'sep=;\r\npath;label\r\nimg00.jpg;"a;b"\r\nimg01.jpg;1,5\r\n')
+@pytest.mark.parametrize("sep_line, sep", [("sep=;", ";"), ("sep=\t", "\t"), ('"sep=;"', ";"), ("sep=|", "|")])
+def test_excel_sep_line_names_the_delimiter(tmp_path, sep_line, sep):
+    # Was: `sep=<tab>` and a quoted `"sep=;"` (a CSV writer's row) taken as the header: "no label column".
+    csv = write(tmp_path / "l.csv", f'{sep_line}\r\npath{sep}label\r\nimg00.jpg{sep}"a;b"\r\nimg01.jpg{sep}1,5\r\n')
     labels, bad = decided(csv, tmp_path, ["img00.jpg", "img01.jpg"])
     assert labels.by_path == {"img00.jpg": (1, 2), "img01.jpg": (0,)} and list(bad) == []
     assert labels.class_names == ["1,5", "a", "b"]
-    values = write(tmp_path / "v.csv", "sep=;\npath;label\nimg00.jpg;0,5\nimg01.jpg;1,5\n")
-    assert "'0,5' is not a decimal number (a decimal comma? write numbers with a point)" in decided(
-        values, tmp_path, ["img00.jpg", "img01.jpg"])[0].rule
+
+
+def test_a_decimal_comma_is_pointed_out_and_read_as_a_number_where_numbers_are_asked_for(tmp_path):
+    # Was: the rule said "pass --label-kind value to read the labels as numbers", and --label-kind value then made
+    # every row with a decimal comma a bad row; two value columns of an Excel export lost every such row.
+    names = ["img00.jpg", "img01.jpg", "img02.jpg"]
+    values = write(tmp_path / "v.csv", "sep=;\npath;label\nimg00.jpg;0,5\nimg01.jpg;-1,25\nimg02.jpg;2\n")
+    labels, _ = decided(values, tmp_path, names)
+    assert labels.kind == "class" and labels.rule == ("'-1,25' is not a decimal number (a decimal comma?): class "
+                                                      "names, sorted; pass --label-kind value to read the labels as "
+                                                      "numbers")
+    labels, bad = decided(values, tmp_path, names, forced="value")
+    assert labels.by_path == {"img00.jpg": 0.5, "img01.jpg": -1.25, "img02.jpg": 2.0} and list(bad) == []
+    two = write(tmp_path / "t.csv", "path;age;score\nimg00.jpg;31,5;1\nimg01.jpg;2;0,25\n")
+    assert decided(two, tmp_path, names)[0].by_path == {"img00.jpg": (31.5, 1.0), "img01.jpg": (2.0, 0.25)}
+    # only there: in a TSV 1,000 may be a thousand, never 1.0
+    tsv = write(tmp_path / "t.tsv", "path\tage\tscore\nimg00.jpg\t1,000\t1\nimg01.jpg\t2\t3\n")
+    labels, bad = decided(tsv, tmp_path, names)
+    assert labels.by_path == {"img01.jpg": (2.0, 3.0)} and bad[0].problem.startswith("label '1,000' is not a finite")
+    # a quoted 0,5 in a CSV stays a name, and says how
+    quoted = write(tmp_path / "q.csv", 'path,label\nimg00.jpg,"0,5"\nimg01.jpg,1.5\n')
+    assert "(a decimal comma? write numbers with a point)" in decided(quoted, tmp_path, names)[0].rule
+    labels, bad = decided(quoted, tmp_path, names, forced="value")
+    assert labels.by_path == {"img01.jpg": 1.5} and "0.5 (with a decimal point: a comma is one only in a file " \
+                                                    "separated by ';')" in bad[0].problem
 
 
 def test_words_float_takes_are_class_names_never_values(flat, tmp_path):
@@ -514,6 +544,62 @@ def test_one_huge_line_takes_no_more_memory_than_a_row(tmp_path):
     assert done.returncode == 0, done.stderr[-500:]
     assert done.stdout.startswith("{'a.jpg': 0} [(2, 'is over 131,072 characters; sh')] ")
     assert int(done.stdout.split()[-1]) < 8 << 20  # was several times the line's 64 MiB
+
+
+def test_a_bad_row_naming_its_image_leaves_it_out_and_is_not_counted_as_without_a_row(flat, tmp_path):
+    # Was: an image whose row held a control character or a bad split was both a rejected row and "unlabelled (no
+    # row in the labels file)"; listed only within the cap of rows naming no image.
+    rows = ["img00.jpg,train,cat", "img01.jpg,train,do\x07g", "img02.jpg,tr ain,cat", "img01.jpg,train,dog",
+            "img03.jpg,train,dog"]
+    csv = write(tmp_path / "l.csv", "path,split,label\n" + "\n".join(rows) + "\n")
+    manifest = convert(flat, tmp_path / "out", csv)
+    assert manifest.splits["train"].records == 2 and manifest.ignored["unlabelled"] == 12 - 4
+    assert [(r["path"], r["reason"].split(":")[0]) for r in manifest.rejected] == [
+        ("img01.jpg", "l.csv row 3"), ("img01.jpg,dog", "l.csv row 5"), ("img02.jpg", "l.csv row 4")]
+    assert "names 'img01.jpg' again (first on row 3)" in manifest.rejected[1]["reason"]
+    assert "img01.jpg" not in manifest.ignored_files and "img04.jpg" in manifest.ignored_files
+
+
+def test_json_lines_lone_surrogates_are_bad_rows_never_a_crash(flat, tmp_path, cli):
+    # Was: a "\ud800" escape in a label crashed a worker ('utf-8' codec can't encode, naming no file); in a path the
+    # dataset was written and the summary then crashed, exit 1.
+    lines = [r'{"path": "img00.jpg", "label": "a"}', r'{"path": "img01.jpg", "label": "c\ud800t"}',
+             r'{"path": "img\ud800.jpg", "label": "a"}', r'{"path": "img02.jpg", "label": ["b", "\udcff"]}',
+             r'{"path": "img03.jpg", "label": "b\ud83d\ude00"}']  # a whole pair is one character: a name
+    path = write(tmp_path / "l.jsonl", "\n".join(lines) + "\n")
+    done = cli("images", flat, tmp_path / "out", "--labels", path)
+    assert done.exit_code == 0, done.output
+    manifest = load_manifest(str(tmp_path / "out"))
+    assert manifest.class_names == ["a", "b\U0001f600"] and manifest.splits["train"].records == 2
+    assert sorted((r["path"], r["reason"].split(";")[0]) for r in manifest.rejected) == [
+        ("img01.jpg", "l.jsonl row 2: label holds the lone surrogate U+D800"),
+        ("img02.jpg", "l.jsonl row 4: label holds the lone surrogate U+DCFF"),
+        ('{"path": "img\\ud800.jpg", "label": "a"}', "l.jsonl row 3: path 'img\\ud800.jpg' holds a lone surrogate "
+                                                    "(half of a \\u escape pair), which no file name holds")]
+    keyed = write(tmp_path / "k.jsonl", r'{"path": "img00.jpg", "lab\udc00el": "a"}' + "\n")
+    with pytest.raises(InputError, match=r"k\.jsonl: header names a column holding the lone surrogate U\+DC00"):
+        decided(keyed, flat, ["img00.jpg"])
+
+
+def test_a_labels_file_written_to_while_it_is_read_is_one_line(tmp_path):
+    # Was: a file a script was still writing read as far as it went, the rest of its rows silently missing.
+    csv = write(tmp_path / "l.csv", "path,label\n" + "".join(f"img{i:05d}.jpg,a\n" for i in range(2000)))
+    with labels_lib.open_rows(csv) as rows:
+        read = iter(rows)
+        next(read)
+        with open(csv, "a") as f:
+            f.write("img99999.jpg,b\n")
+        with pytest.raises(InputError, match=r"l\.csv: labels file changed while it was read \(got 30,011 bytes when "
+                                             r"opened, 30,026 when read to its end\); let whatever writes it finish"):
+            list(read)
+
+
+def test_a_summary_line_stays_one_short_line_whatever_the_labels_file_names(flat, tmp_path):
+    path = write(tmp_path / "l.jsonl", "".join(json.dumps({"path": f"{n}.jpg", "label": [i] * 30}) + "\n"
+                                               for i, n in enumerate(NAMES[:3])))
+    manifest = convert(flat, tmp_path / "out", path)
+    (line,) = [line for line in summary_lines("out", manifest) if line.startswith("  labels:")]
+    assert "value (float32 [30]: label[0], label[1], " in line and "label[9], ... 20 more)" in line
 
 
 # --- what reads a finished dataset --------------------------------------------------------------------------------

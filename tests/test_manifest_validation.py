@@ -252,6 +252,15 @@ def _raw_manifest(data: bytes):
     return setup
 
 
+def _splits_given_twice(w):
+    """The real manifest with a second, empty ``splits`` after the first: ``json`` keeps the last (a dataset of nothing,
+    its shards unlisted), another reader the first."""
+    w.images()
+    with open(os.path.join(w.out, MANIFEST), "rb") as f:
+        text = f.read().rstrip()
+    w.write_manifest(text[:-1] + b', "splits": {}}\n')
+
+
 def _names(field: str | None):
     """What the error about a bad manifest names: dataset.json, and the field where there is one."""
     return lambda w: [MANIFEST] + ([field] if field else [])
@@ -271,6 +280,7 @@ BAD_MANIFESTS = {
     "episode-length-x": (_edit_episodes(_first_episode_length), _names("length")),
     "features-a-list": (_edit_images(lambda raw: raw.update(features=sorted(raw["features"]))), _names("features")),
     "splits-null": (_edit_images(lambda raw: raw.update(splits=None)), _names("splits")),
+    "splits-given-twice": (_splits_given_twice, _names("key 'splits' twice")),
 }
 
 

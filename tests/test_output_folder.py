@@ -18,7 +18,16 @@ import sys
 
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, files_under, make_tree, require, save_episodes, snapshot, write_jpeg
+from helpers import (
+    convert_episode_tree,
+    edit_manifest,
+    files_under,
+    make_tree,
+    require,
+    save_episodes,
+    snapshot,
+    write_jpeg,
+)
 from stop_point import kill_group, let_go, start_held
 from tfshard import readers
 from tfshard.ingest import (
@@ -110,6 +119,23 @@ def test_tfds_beside_another_tools_tfds_metadata_is_refused_up_front_and_replace
     assert files_under(out) == theirs
 
 
+@pytest.mark.parametrize("edit", [lambda raw: raw.update(inputs_sha256="A" * 64),
+                                  lambda raw: raw["splits"]["train"]["shards"][0].update(file="../victim")],
+                         ids=["a-field-of-the-wrong-shape", "a-shard-path-out-of-out"])
+def test_overwrite_over_a_manifest_tfshard_cannot_read_names_it_and_a_fix_that_is_not_overwrite(image_tree, tmp_path,
+                                                                                               cli, edit):
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    convert_images(src, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    edit_manifest(out, edit)
+    before = files_under(out)
+    result = cli("images", src, out, "--num-shards", "3", "--workers", "0", "--quiet", "--overwrite")
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert f"{out}: output folder holds a dataset.json tfshard cannot read ({out}/dataset.json: field " in result.stderr
+    assert result.stderr.rstrip().endswith("nothing was removed: remove OUT yourself, or choose another folder")
+    assert "--overwrite" not in result.stderr and files_under(out) == before
+
+
 # --- state files that name a user's file: only a file tfshard can prove it wrote is removed or replaced ----------
 
 MINE = b"a user's own records, named as tfshard names a shard"
@@ -189,6 +215,36 @@ def test_a_removal_record_naming_a_users_file_never_gets_it_removed(image_tree, 
     assert ("removing.json: entry 0 is not a file tfshard recorded" if isinstance(entry, str)
             else f"{OTHER}: does not match the removal record") in result.stderr
     assert files_under(out) == before and files_under(out)[OTHER] == theirs[OTHER]
+
+
+def _unreadable_plan(state: str, how: str) -> None:
+    os.makedirs(state)
+    path = os.path.join(state, "plan.json")
+    if how == "fifo":
+        os.mkfifo(path)
+        return
+    text = {"not-json": "{plan", "nested-100000-deep": "[" * 100_000 + "]" * 100_000,
+            "a-key-twice": json.dumps({"fingerprint": "0" * 64, "files": []})[:-1] + ', "fingerprint": "1"}'}[how]
+    with open(path, "w") as f:
+        f.write(text)
+
+
+@pytest.mark.parametrize("how", ["not-json", "nested-100000-deep", "a-key-twice", "fifo"])
+def test_a_state_file_tfshard_cannot_read_is_one_line_whose_fix_works(image_tree, tmp_path, cli, how):
+    """The fix named is the one that works: --overwrite reads the state folder too, so it is not the fix; removing
+    the state folder is, and the same command then converts."""
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    _unreadable_plan(os.path.join(out, STATE), how)
+    for flags in ([], ["--overwrite"]):
+        result = cli("images", src, out, "--workers", "0", "--quiet", *flags)
+        assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+        assert f"{os.path.join(out, STATE, 'plan.json')}: " in result.stderr
+        assert f"remove {os.path.join(out, STATE)} (or OUT) and run again" in result.stderr
+        assert "--overwrite" not in result.stderr, result.stderr
+    shutil.rmtree(os.path.join(out, STATE))
+    assert cli("images", src, out, "--workers", "0", "--quiet").exit_code == 0
+    assert readers.info(out).num_records("train") == len(image_tree[1])
 
 
 # --- planned shards whose every input was rejected ----------------------------------------------------------------

@@ -7,6 +7,7 @@ on the names and manifest layout alone; tests/test_append.py makes them with --a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -85,6 +86,8 @@ def two_generations(tmp_path):
     inputs["inputs"] += extra_inputs["inputs"]
     with open(os.path.join(out, "inputs.json"), "w") as f:
         json.dump(inputs, f)
+    with open(os.path.join(out, "inputs.json"), "rb") as f:
+        raw["inputs_sha256"] = hashlib.sha256(f.read()).hexdigest()  # the inputs file the manifest is written with
     split["pixel_mean"], split["pixel_std"] = PixelSums(sums["count"], tuple(sums["sums"]),
                                                         tuple(sums["squares"])).mean_std()
     write_manifest(out, raw)

@@ -888,6 +888,10 @@ INPUTS_LIES = {
     "a-png-under-a-kept-inputs-hash": (_png_under_a_kept_hash, [
         r"train-00000-of-00003\.tfrecord: 1 of 6 records are their input's bytes, so JPEGs kept as they are, yet do "
         r"not decode as one \(first: record 0, '\w+/\d+\.jpg': ValueError: not an RGB or grey JPEG \(got PNG L\)\)"]),
+    "mtime-moved": (_edit_inputs(lambda raw: _entry(raw, "cat/003.jpg").update(
+        mtime_ns=_entry(raw, "cat/003.jpg")["mtime_ns"] + 1)), [  # no record holds a time: the recorded bytes tell
+        _INPUTS + r": not the inputs file dataset\.json was written with \(got sha256 [0-9a-f]{12}\.\.\., its "
+        r"inputs_sha256 is [0-9a-f]{12}\.\.\.\): edited or replaced since"]),
     "deleted-and-the-manifest-edited": (_deleted_and_mean_edited, [
         r"field splits\['train'\]\.pixel_mean: \[0\.9, .*\], its records' pixels give \[0\.494771, "]),
 }

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..format import json_checks
 from ..format import manifest as manifest_lib
-from ..format.inputs import load_inputs
+from ..format.inputs import load_inputs, recorded_bytes_problem
 from ..format.manifest import is_count
 from ..format.names import INPUTS_NAME
 from ..format.statistics import pixel_problems, pixel_sums_problem
@@ -84,9 +84,12 @@ class ImageChecks:
         self.problems: list[str] = []
         self.inputs = None
         try:
-            self.inputs = load_inputs(out, manifest)
+            self.inputs = load_inputs(out, manifest, recorded=False)  # each field weighed below, not the bytes alone
         except ValueError as e:  # not valid (names the field), of another dataset, not a regular file, too large
             self.problems.append(_with_fix(str(e)))
+        if self.inputs is not None:
+            edited = recorded_bytes_problem(self.inputs_path, manifest)  # an edit the records cannot show (a time)
+            self.problems += [_with_fix(edited)] if edited else []
         if self.inputs is None and manifest.appends and not self.problems:
             self.problems.append(f"{self.inputs_path}: missing, though dataset.json records {len(manifest.appends)} "
                                  f"append(s), which keep it; {REWRITE}")

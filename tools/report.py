@@ -46,11 +46,15 @@ def _label_kind(manifest) -> str:
     score)``."""
     if manifest.labels == "value":
         columns = manifest.label_columns
-        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {', '.join(columns)})"
+        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {_first(columns)})"
     names = manifest.class_names
-    shown = ", ".join(names[:10]) + (f", ... {len(names) - 10} more" if len(names) > 10 else "")
     kind = "multi-label" if manifest.labels == "multi" else "class"
-    return f"{kind}, {len(names)} classes ({shown})"
+    return f"{kind}, {len(names)} classes ({_first(names)})"
+
+
+def _first(names: list[str], shown: int = 10) -> str:
+    """``a, b, ... 3 more``: a summary line stays one line however many names a labels file gives."""
+    return ", ".join(names[:shown]) + (f", ... {len(names) - shown} more" if len(names) > shown else "")
 
 
 def _split_rule(manifest) -> str | None:
@@ -146,7 +150,13 @@ def append_lines(out: str, found, complete: bool, shown: int = 5) -> list[str]:
     if not complete:
         classes = f" (new classes: {', '.join(found.new_classes[:20])})" if found.new_classes else ""
         lines.append(f"  appended: {found.new_inputs:,} new images as generation {found.generation}{classes}")
-    for paths, what, fix in ((found.changed, "changed since they were converted", "take the new versions"),
+    unlabelled = set(found.unlabelled)
+    if unlabelled:  # not changed: the labels file leaves them out, and reconverting with it would drop them
+        more = f", ... {len(unlabelled) - shown} more" if len(unlabelled) > shown else ""
+        lines.append(f"  no row in the labels file: {len(unlabelled):,} images of the dataset, kept as converted: "
+                     f"{', '.join(found.unlabelled[:shown])}{more}; pass the whole labels file (old rows and new)")
+    changed = [path for path in found.changed if path not in unlabelled]
+    for paths, what, fix in ((changed, "changed since they were converted", "take the new versions"),
                              (found.deleted, "deleted from SRC", "drop them")):
         if paths:
             more = f", ... {len(paths) - shown} more" if len(paths) > shown else ""

@@ -92,6 +92,7 @@ class ImageJob:
         self.ignored_files = tree.ignored_files
         self.labels, self.label_columns = None, []  # class folders: labels None, as before labels files
         self.label_rule, self.rejected_unlisted = None, 0
+        self.unlabelled: set[str] = set()  # the images of SRC the labels file has no row for
         items, unreadable, label_rejects = tree.files, tree.rejected, []
         self.class_names = tree.class_names
         if labels_file is not None:  # only labelled images are read (an unlabelled one is left out, even unreadable)
@@ -100,7 +101,7 @@ class ImageJob:
             unreadable = [r for r in unreadable if r.relpath in labels.by_path]
             self.labels, self.class_names, self.label_rule = labels.kind, labels.class_names, labels.rule
             self.label_columns = labels.columns if labels.kind == "value" else []
-            self.ignored["unlabelled"] = len(unlabelled)
+            self.ignored["unlabelled"], self.unlabelled = len(unlabelled), set(unlabelled)
             self.ignored_files = sorted(tree.ignored_files + unlabelled)[:MAX_LISTED_IGNORED]
             if not labels.by_path:  # images there may be plenty: say what the labels file did instead
                 first = f"; first: {label_rejects[0].reason}" if label_rejects else ""
