@@ -135,9 +135,12 @@ def test_a_consumer_that_stops_early_does_not_wait_for_the_chunks_in_flight(tmp_
 
 
 def _half_a_result(release: str, x: int) -> int:
-    """Item 0 at once; any other writes the start of a result message into the pool's result pipe, as a worker
-    killed while it sends its result leaves it, says so (``release.sent``), then waits until ``release`` exists."""
+    """Item 0 at once; any other, once item 0 was taken (``release.took``), writes the start of a result message into
+    the pool's result pipe, as a worker killed while it sends its result leaves it, says so (``release.sent``), then
+    waits until ``release`` exists."""
     if x:
+        while not os.path.exists(release + ".took"):  # else item 0's result would follow the half message
+            time.sleep(0.01)
         (results,) = [o for o in gc.get_objects() if isinstance(o, multiprocessing.queues.SimpleQueue)]
         with results._wlock:  # a header that promises 1000 bytes, and 10 of them
             results._writer._send(struct.pack("!i", 1000) + b"0123456789")
@@ -153,6 +156,7 @@ def test_a_worker_ended_halfway_through_sending_its_result_does_not_hang_the_sto
     release = str(tmp_path / "release")
     results = ordered_map(functools.partial(_half_a_result, release), range(2), workers=2, chunk_items=1)
     assert next(results) == 0
+    open(release + ".took", "w").close()
     deadline = time.monotonic() + 120
     while not os.path.exists(release + ".sent") and time.monotonic() < deadline:
         time.sleep(0.01)
