@@ -359,7 +359,7 @@ def service_dispatcher(
         "--fault-tolerant", help="Journal state to --work-dir, so a restarted dispatcher resumes its jobs.")] = False,
 ) -> None:
     """Start a dispatcher and serve until Ctrl-C; prints the address readers and workers use."""
-    with _command():
+    with _command("dispatcher"):
         from .tools.service import serve_dispatcher
 
         echo_lines(serve_dispatcher(port, work_dir, fault_tolerant))
@@ -375,7 +375,7 @@ def service_worker(
         "Address clients use to reach this worker; %port% stands for the bound port."))] = None,
 ) -> None:
     """Start a worker for the --dispatcher and serve until Ctrl-C; it runs the readers' pipelines up to batching."""
-    with _command():
+    with _command("worker"):
         from .tools.service import serve_worker
 
         echo_lines(serve_worker(dispatcher, port, worker_address))
@@ -383,7 +383,7 @@ def service_worker(
 
 def main(args: list[str] | None = None) -> None:
     """The ``tfshard`` command (``python -m tfshard``); exits with one of ``EXIT_CODES``."""
-    sys.exit(console.run(app, sys.argv[1:] if args is None else list(args), "tfshard"))
+    sys.exit(console.exiting(console.run(app, sys.argv[1:] if args is None else list(args), "tfshard")))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ..format import stops
 from ..format.errors import InputError
 from .state import record_commit
 from .write import write_shard
@@ -115,8 +116,11 @@ class BeamRunner:
                 )
         except Exception as e:  # runners re-raise or wrap worker errors: surface a bad input as its one-line error
             cause = e
-            while cause is not None and not isinstance(cause, InputError):
+            while cause is not None and not isinstance(cause, (InputError, KeyboardInterrupt)):
                 cause = cause.__cause__ or cause.__context__
+            if isinstance(cause, KeyboardInterrupt):  # a stop in a step, wrapped ("RuntimeError: KeyboardInterrupt
+                stops.check()  # [while running 'WriteShard']"): the stop itself, as the command reports it
+                raise cause.with_traceback(None) from None
             if cause is not None:  # Beam appends " [while running 'Step']"
                 raise InputError(re.sub(r" \[while running '[^']*'\]$", "", str(cause))) from e
             raise

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import logging
 import os
 import time
@@ -79,19 +80,10 @@ def _write_shards(
             for spec in todo:
                 pairs = ((item, next(results)) for item in ordered[spec.split][spec.start : spec.stop])
                 screen = None if deduper is None else deduper.screen_for(spec)
-                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen, _commit_record(out, spec))
+                commit = functools.partial(record_commit, out, spec)  # no commit after a stop (state.py)
+                yield spec, write_shard(job, out, spec, pairs, options, on_item, screen, commit)
         finally:
             results.close()
-
-
-def _commit_record(out: str, spec: ShardSpec) -> Callable[[ShardResult], None]:
-    """What commits a shard written here: its commit record, unless a Ctrl-C or SIGTERM arrived while it was written
-    (``stops.check``, which also raises a stop that was raised before and swallowed on its way)."""
-    def record(result: ShardResult) -> None:
-        stops.check()
-        record_commit(out, spec, result)
-
-    return record
 
 
 def _assemble(

@@ -25,7 +25,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..format import manifest as manifest_lib
-from ..format import untrusted
+from ..format import stops, untrusted
 from ..format.dataset import read_small_file
 from ..format.errors import OutputExistsError
 from ..format.json_checks import REWRITE
@@ -124,7 +124,10 @@ def plan_fingerprint(out: str) -> str | None:
 
 def record_commit(out: str, spec: ShardSpec, result: ShardResult) -> None:
     """Notes a shard in the state folder, with its size and sha256, before it is renamed to its final name: a rerun
-    keeps it, and may remove or replace it, only while its bytes are these."""
+    keeps it, and may remove or replace it, only while its bytes are these. Not after a Ctrl-C or SIGTERM
+    (``stops.check``, which also raises a stop that was raised before and swallowed on its way, by a finalizer or by
+    a Beam step): the shard is then not committed, for the local engine and the Beam runner alike."""
+    stops.check()
     write_text_atomic(state_file(out, spec.file_name + ".json"), result.to_json())
 
 

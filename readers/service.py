@@ -36,12 +36,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import signal
 import socket
-import threading
+import time
 
 import tensorflow as tf
 
+from ..format import stops
+
+_SERVE_POLL_S = 0.5
 PROCESSING_MODES = ("distributed_epoch", "parallel_epochs")
 _PROTOCOL = "grpc"
 _ADDRESS = re.compile(
@@ -231,13 +233,17 @@ def bound_port(server) -> int:
 
 
 def serve_until_stopped(server) -> None:
-    """Blocks until Ctrl-C or SIGTERM (main thread only: it sets both handlers), then stops ``server``.
+    """Serves until Ctrl-C or SIGTERM raises in this thread (the main one), then stops ``server`` and lets the stop
+    through: under the ``tfshard`` command, ``KeyboardInterrupt`` or SIGTERM's ``Terminated`` (``format/stops.py``),
+    which the command reports as exit 130 or 143.
 
-    Not ``server.join()``: it blocks inside C++ and never lets Python see Ctrl-C.
+    Not ``server.join()``: it blocks inside C++ and never lets Python see Ctrl-C. Nor handlers of its own: a stop
+    that arrived before they were set (as the server started) went to the command's and exited 130, one that
+    arrived after exited 0.
     """
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    while not stop.wait(1.0):
-        pass
-    server.stop()
+    try:
+        while True:
+            stops.check()  # a stop raised where it was swallowed (a finalizer) still ends the wait
+            time.sleep(_SERVE_POLL_S)
+    finally:
+        server.stop()

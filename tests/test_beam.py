@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import make_tree, random_episodes, save_episodes, write_jpeg
+from tfshard.format.stops import Terminated
 from tfshard.ingest import ConvertOptions, EpisodeOptions, InputError, convert_episodes, convert_images
 from tfshard.ingest.beam_runner import BeamRunner
 
@@ -130,3 +131,32 @@ def test_cli_runner_beam_and_beam_options_without_it(cli, tmp_path, images_src):
 
     result = cli("images", images_src, tmp_path / "out2", "--beam-options", "--runner=DirectRunner")
     assert result.exit_code == 1 and "--beam-options: only used with --runner beam" in result.output
+
+
+@pytest.mark.parametrize("stop, code, said", [(KeyboardInterrupt, 130, "interrupted"),
+                                               (Terminated, 143, "terminated (SIGTERM)")], ids=["ctrl-c", "sigterm"])
+def test_a_stop_inside_a_beam_step_stops_the_conversion_and_the_same_command_resumes(cli, tmp_path, images_src,
+                                                                                     monkeypatch, stop, code, said):
+    """Ctrl-C or SIGTERM lands in the DirectRunner's WriteShard step (it runs in this process), as the second shard is
+    committed: Beam wraps it ("RuntimeError: KeyboardInterrupt [while running 'WriteShard']"), which exited 1 with
+    a traceback of 125 lines. It is the stop again: its code and line, and the rerun keeps the committed shard."""
+    from tfshard.ingest import beam_runner
+
+    commit, commits = beam_runner.record_commit, []
+
+    def stop_at_the_second_commit(*args):
+        if commits:
+            raise stop
+        commits.append(commit(*args))
+
+    out = tmp_path / "out"
+    args = ("images", images_src, out, "--runner", "beam", "--num-shards", "3")
+    monkeypatch.setattr(beam_runner, "record_commit", stop_at_the_second_commit)
+    result = cli(*args, "--quiet")
+    assert (result.exit_code, result.stderr) == (
+        code, f"{out}: {said}; run the same command again to resume (committed shards are kept)\n"), result.output
+    monkeypatch.undo()
+    again = cli(*args)
+    assert again.exit_code == 0 and "resumed: kept 1 of 6 shards already committed" in again.stdout, again.output
+    convert_images(str(images_src), str(tmp_path / "local"), ConvertOptions(num_shards=3), workers=0, progress=False)
+    assert _files(out) == _files(tmp_path / "local")

@@ -1,5 +1,6 @@
 """The typer layer as a new user meets it: one-line errors and usage errors with their exit codes, info from the
-manifest alone, the demo end to end, and a bench stopped midway (a real signal to a real ``python -m tfshard``)."""
+manifest alone, the demo end to end, a bench stopped midway and a command stopped by
+SIGTERM (a real signal to a real ``tfshard``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import time
 import pytest
 from helpers import convert_image_tree, ignoring_ctrl_c, make_tree, save_episodes
 from PIL import Image
+from stop_point import kill_group, start_held
 from tfshard import cli as cli_module
 from tfshard.ingest import ConvertOptions, convert_images
 
@@ -272,3 +274,29 @@ def test_bench_stopped_inside_a_finalizer_still_stops(bench_dataset, tmp_path, s
                              signum.name, BENCH[0], out, *BENCH[1:]], cwd=REPO, env={**ENV, "TMPDIR": temp},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _stopped_bench(proc, out, code, temp, timeout_s=300)  # start, first epoch, then the finalizer's stop
+
+
+def test_sigterm_stops_a_command_without_a_stop_line_of_its_own_with_143(converted_images, tmp_path):
+    """``tfshard verify`` says nothing of its own on a stop: ``run`` says it, with the code of the signal. Held as it
+    reads the first shard (tests/stop_point.py), SIGTERM exited 130 with nothing said: typer 0.2x's main turned the
+    stop into a bare exit 130 before ``run`` could see it."""
+    proc = start_held(["verify", converted_images.out], "read_shard", str(tmp_path / "held"), stdout=subprocess.PIPE,
+                      stderr=subprocess.PIPE, text=True)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert (proc.returncode, stderr, stdout) == (143, "tfshard: terminated (SIGTERM)\n", "")
+
+
+def test_the_command_freezes_the_collector_before_the_interpreter_shuts_down():
+    """Shutting down with TensorFlow loaded, the interpreter's last collections walked all of its objects: 6-9 s after
+    the last line on a busy 2-core machine (a stopped command lingered that long after its stop's line, where a
+    second Ctrl-C killed it mid-shutdown), 0.3-0.6 s with the collector frozen first. Seen from an atexit hook, which
+    runs after ``main`` and before that shutdown."""
+    script = ("import atexit, gc\nfrom tfshard import cli\n"
+              "atexit.register(lambda: print('frozen:', gc.get_freeze_count() > 0))\ncli.main(['--version'])\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=ENV, capture_output=True, text=True,
+                          timeout=120)
+    assert (done.returncode, done.stdout.splitlines()[1:]) == (0, ["frozen: True"]), done

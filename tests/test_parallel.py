@@ -1,8 +1,14 @@
 """The ordered, memory-bounded process map the converter runs its workers through."""
 
+import functools
+import gc
 import itertools
+import multiprocessing.queues
 import os
 import signal
+import struct
+import threading
+import time
 
 import pytest
 from tfshard.format import stops
@@ -95,3 +101,69 @@ def test_a_callers_own_handlers_get_the_stops_that_arrive_while_workers_start():
     finally:
         for signum, was in previous.items():
             signal.signal(signum, was)
+
+
+def _held_until(release: str, x: int) -> int:
+    """Item 0 at once; any other waits until the file ``release`` exists (a chunk still decoding)."""
+    while x and not os.path.exists(release):
+        time.sleep(0.01)
+    return x
+
+
+def test_a_consumer_that_stops_early_does_not_wait_for_the_chunks_in_flight(tmp_path):
+    """The consumer takes one result and stops (Ctrl-C lands in the engine, or --on-error fail) while the other
+    worker is still busy: the map ends without waiting for that chunk, whose result would be thrown away. It waited
+    for every chunk in flight (a conversion of large JPEGs went on 6-13 s after Ctrl-C on a busy machine); here, where
+    the chunk never finishes, it never ended. The release comes only after the close, or after a bound so a failing
+    run ends. Nothing fails on the pool's thread either (Python 3.11's pool failed a cancelled chunk there with
+    InvalidStateError and printed a traceback, as a stopped conversion did under load)."""
+    release, raised = str(tmp_path / "release"), []
+    results = ordered_map(functools.partial(_held_until, release), range(8), workers=2, chunk_items=1)
+    assert next(results) == 0
+    hook, threading.excepthook = threading.excepthook, raised.append  # the pool's own thread, failing queued chunks
+    try:
+        closing = threading.Thread(target=results.close)
+        closing.start()
+        closing.join(120)
+        closed_first = not closing.is_alive()
+        open(release, "w").close()
+        closing.join()
+    finally:
+        threading.excepthook = hook
+    assert closed_first, "closing the map waited for a chunk whose result nobody takes"
+    assert [args.exc_type for args in raised] == []
+
+
+def _half_a_result(release: str, x: int) -> int:
+    """Item 0 at once; any other, once item 0 was taken (``release.took``), writes the start of a result message into
+    the pool's result pipe, as a worker killed while it sends its result leaves it, says so (``release.sent``), then
+    waits until ``release`` exists."""
+    if x:
+        while not os.path.exists(release + ".took"):  # else item 0's result would follow the half message
+            time.sleep(0.01)
+        (results,) = [o for o in gc.get_objects() if isinstance(o, multiprocessing.queues.SimpleQueue)]
+        with results._wlock:  # a header that promises 1000 bytes, and 10 of them
+            results._writer._send(struct.pack("!i", 1000) + b"0123456789")
+        open(release + ".sent", "w").close()
+        while not os.path.exists(release):
+            time.sleep(0.01)
+    return x
+
+
+def test_a_worker_ended_halfway_through_sending_its_result_does_not_hang_the_stop(tmp_path):
+    """What is left in the result pipe by a worker killed as it sent its result: the pool's thread waited for the rest
+    of the message for ever (this process holds the pipe's other end), and the stop of an append hung there."""
+    release = str(tmp_path / "release")
+    results = ordered_map(functools.partial(_half_a_result, release), range(2), workers=2, chunk_items=1)
+    assert next(results) == 0
+    open(release + ".took", "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(release + ".sent") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    closing = threading.Thread(target=results.close)
+    closing.start()
+    closing.join(120)
+    closed_first = not closing.is_alive()
+    open(release, "w").close()
+    closing.join(120)
+    assert os.path.exists(release + ".sent") and closed_first, "closing the map waited for the rest of a result"

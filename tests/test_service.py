@@ -261,14 +261,16 @@ def test_cli_dispatcher_serves_workers_and_readers_until_ctrl_c(photos, referenc
         assert f":{port}; add workers with `tfshard service worker --dispatcher" in first[0], first[0]
         worker = service_lib.start_worker(f"localhost:{port}", 0, "localhost:%port%")
         assert _keys(_eval_images(photos, service=f"grpc://localhost:{port}")) == reference
-        process.send_signal(signal.SIGINT)  # Ctrl-C
-        assert process.wait(timeout=EPOCH_TIMEOUT_S) == 0
-        assert "dispatcher: stopped" in process.stdout.read()
+        process.send_signal(signal.SIGINT)  # Ctrl-C: stopped as every command is, 130 and its one line
+        assert process.wait(timeout=EPOCH_TIMEOUT_S) == 130
+        assert process.stdout.read() == ""
     finally:
         if process.poll() is None:
             process.kill()
         if worker is not None:
             worker.stop()
+    with open(tmp_path / "stderr") as stderr:
+        assert stderr.read() == "dispatcher: interrupted\n"
 
 
 @pytest.mark.slow
@@ -300,10 +302,13 @@ def test_a_worker_process_caches_shards_on_its_own_host(photos, reference, tmp_p
         _drain(iter(_eval_images(photos, service=dispatcher.target, shard_cache=str(cache))), got)
         assert _keys(got) == reference
     finally:
-        worker.send_signal(signal.SIGINT)
+        worker.send_signal(signal.SIGTERM)  # what Kubernetes or Slurm sends: 143 and its one line
         try:
             worker.wait(timeout=EPOCH_TIMEOUT_S)
         finally:
             if worker.poll() is None:
                 worker.kill()
         dispatcher.stop()
+    assert worker.returncode == 143
+    with open(tmp_path / "stderr") as stderr:
+        assert stderr.read() == "worker: terminated (SIGTERM)\n"
