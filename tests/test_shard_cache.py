@@ -883,6 +883,29 @@ def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path)
     assert not os.path.exists(dead) and os.path.exists(live)
 
 
+@pytest.mark.parametrize("kind", ["folder", "folder with a file", "symlink", "fifo"])
+@pytest.mark.parametrize("whose", ["a dead pid of this host", "another host, not renewed"])
+def test_a_dead_pin_planted_as_a_folder_or_link_is_removed_and_its_copy_evicted(remote, tmp_path, kind, whose):
+    """A dead pin is removed whatever is under its name (a folder made the eviction fail with IsADirectoryError);
+    a symlink goes, never its target."""
+    directory = str(tmp_path / "c")
+    store = ShardStore(directory, 2000)
+    shared.fetched(store, remote[0])
+    shared.fetched(store, remote[1])
+    host = host_tag() if whose.startswith("a dead pid") else host_tag("another-host.example")
+    pin = os.path.join(directory, "pins", f"{remote[0].sha256}.999999999.1.{host}")
+    target = tmp_path / "target"
+    target.write_text("kept")
+    {"folder": os.mkdir, "folder with a file": os.mkdir, "symlink": lambda p: os.symlink(target, p),
+     "fifo": os.mkfifo}[kind](pin)
+    if kind == "folder with a file":
+        open(os.path.join(pin, "inside"), "w").close()
+    os.utime(pin, (0, 0), follow_symlinks=False)
+    assert _within(TIMEOUT_S, store.fetch, remote[2]) == store.path(remote[2].sha256)  # remote[0] evicted for it
+    assert shared.copies(directory) == {remote[1].sha256, remote[2].sha256}
+    assert not os.path.lexists(pin) and target.read_text() == "kept"
+
+
 def test_a_live_process_renews_its_pins(remote, tmp_path):
     """Each quarter lease, a process sets its pins' mtimes to now, so other hosts never take them for dead."""
     directory = str(tmp_path / "c")
