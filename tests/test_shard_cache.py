@@ -9,6 +9,7 @@ readers, a cache folder that breaks or fills up mid-epoch, strategies, and two p
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import gc
 import hashlib
 import logging
@@ -25,7 +26,15 @@ import numpy as np
 import pytest
 import shard_cache_helpers as shared
 import tensorflow as tf
-from helpers import convert_episode_tree, convert_image_tree, convert_obs_episodes, edit_manifest, make_tree, snapshot
+from helpers import (
+    convert_episode_tree,
+    convert_image_tree,
+    convert_obs_episodes,
+    edit_manifest,
+    make_tree,
+    skip_unless_ci,
+    snapshot,
+)
 from shard_cache_helpers import (
     LIMIT,
     assert_same_epochs,
@@ -435,6 +444,45 @@ def test_a_url_or_a_file_is_refused_and_nothing_is_made(photos, tmp_path, monkey
     with pytest.raises(ValueError, match=r"file: a regular file, not a folder"):
         fill_shard_cache(photos, str(tmp_path / "file"), limit, progress=False)
     assert sorted(os.listdir(tmp_path)) == ["file"]  # no local folder named like the URL
+
+
+@contextlib.contextmanager
+def _tmpfs(mount: str, size: str):
+    """A tmpfs of ``size`` mounted at ``mount`` (made) while the block runs; the test skips where mounts are refused
+    (fails under TFSHARD_CI=1)."""
+    os.makedirs(mount)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        skip_unless_ci(f"cannot mount a tmpfs here ({e})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", mount], check=True)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A tmpfs remounted read-only, holding ``layout`` (a cache folder with its four folders) and ``empty``."""
+    with _tmpfs(str(tmp_path / "ro"), "64k") as mount:
+        for folder in ("shards", "parts", "locks", "pins"):
+            os.makedirs(os.path.join(mount, "layout", folder))
+        os.makedirs(os.path.join(mount, "empty"))
+        subprocess.run(["mount", "-o", "remount,ro", mount], check=True, capture_output=True)
+        yield mount
+
+
+@pytest.mark.parametrize("folder, problem", [("layout", "not writable"), ("empty", "not writable"),
+                                             ("missing", r"cannot be made \(Read-only file system\)")])
+@pytest.mark.parametrize("limit", [shared.LIMIT, None])
+def test_a_folder_on_a_read_only_disk_is_refused_up_front_naming_it(photos, read_only_disk, folder, problem, limit):
+    """Each read failed mid-epoch with a traceback (its pin could not be written) where the layout existed."""
+    directory = os.path.join(read_only_disk, folder)
+    said = rf"{directory}: {problem}.*pass a shard_cache folder on a writable local disk"
+    with pytest.raises(ValueError, match=rf"shard_cache: {said}"):
+        shared.images(photos, shard_cache=directory, shard_cache_limit=limit)
+    with pytest.raises(ValueError, match=said):
+        fill_shard_cache(photos, directory, limit, progress=False)
 
 
 # --- what is planted under the shards' names ---------------------------------------------------------------------
@@ -1166,14 +1214,8 @@ def test_a_shards_folder_replaced_by_a_file_is_an_error_naming_it_never_a_hang(p
 @pytest.fixture
 def full_disk(tmp_path):
     """A 12 KiB tmpfs (room for about two of the ~4 KB shards), unmounted after the test."""
-    mount = str(tmp_path / "tiny")
-    os.makedirs(mount)
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", mount], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"cannot mount a tmpfs here ({e})")
-    yield mount
-    subprocess.run(["umount", mount], check=True)
+    with _tmpfs(str(tmp_path / "tiny"), "12k") as mount:
+        yield mount
 
 
 def test_a_disk_that_fills_up_falls_back_to_remote_reads_with_a_warning(photos, full_disk, caplog):
