@@ -22,7 +22,7 @@ start of each of its iterations, not on the workers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
@@ -84,20 +84,31 @@ class EpochGuard:
                 "dataset now in the folder")
 
     def ahead(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """``dataset``, each iteration of which starts with the check (an empty dataset of its element spec,
-        concatenated ahead of it: nothing per element). Its Python holds no state, so the result is still savable
-        by ``tf.train.Checkpoint(iterator)``."""
+        """``dataset``, each iteration of which starts with the check (nothing per element). Its Python holds no
+        state, so the result is still savable by ``tf.train.Checkpoint(iterator)``."""
+        return python_step(dataset, self.problem)
 
-        def passes(*_):  # never True: the check's dataset holds no element, only the check
-            problem = tf.ensure_shape(tf.py_function(self.problem, [], tf.string), [])
-            with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, ""), [problem])]):
-                return tf.logical_and(tf.equal(problem, ""), False)
 
-        # One function, a filter over one placeholder of the element spec (each function of a dataset is set up
-        # anew with every iterator: a map, filter and map cost twice this one's setup).
-        placeholder = tf.nest.map_structure(_zeros_of, dataset.element_spec)
-        checked = tf.data.Dataset.from_tensors(placeholder).filter(passes)
-        return checked.concatenate(dataset).with_options(external_state_ignored())
+def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool = False) -> tf.data.Dataset:
+    """``dataset`` with the Python function ``step`` run at the start (``after``: the end) of each iteration of it:
+    a dataset of its element spec that never yields, concatenated ahead of it (or after it), whose one function
+    runs ``step``; nothing per element. A non-empty string ``step`` returns fails the iteration, as its message,
+    and every later pull of that iteration too (a parallel stage downstream pulls again after an error: with a
+    stage that ran ``step`` once, the second pull went on into ``dataset``, and hung on the FIFO the first had
+    found). ``step`` must hold no state tf.data would have to save: the result is still savable by
+    ``tf.train.Checkpoint(iterator)``."""
+
+    def passes(*_):  # never True: "" ends the step's dataset, a problem fails this pull (and the next: repeat())
+        problem = tf.ensure_shape(tf.py_function(step, [], tf.string), [])
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, ""), [problem])]):
+            return tf.logical_and(tf.equal(problem, ""), False)
+
+    # One function over repeats of one placeholder of the element spec (each function of a dataset is set up anew
+    # with every iterator: a map, filter and map cost twice this one's setup).
+    placeholder = tf.nest.map_structure(_zeros_of, dataset.element_spec)
+    stepped = tf.data.Dataset.from_tensors(placeholder).repeat().take_while(passes)
+    joined = dataset.concatenate(stepped) if after else stepped.concatenate(dataset)
+    return joined.with_options(external_state_ignored())
 
 
 def _zeros_of(spec: tf.TensorSpec) -> tf.Tensor:

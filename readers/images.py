@@ -292,7 +292,7 @@ def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None,
     images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check."""
     if cache is None:
         return ds
-    ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache_lib.cache_prefix(cache, identity))
+    ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache, identity)
     ds = epoch.ahead(ds)
     if recipe.training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)

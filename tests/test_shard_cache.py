@@ -34,6 +34,7 @@ from helpers import (
     make_tree,
     skip_unless_ci,
     snapshot,
+    within,
 )
 from shard_cache_helpers import (
     LIMIT,
@@ -384,25 +385,6 @@ def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_readin
 # --- attacks on the store: the folder, remotes, processes ----------------------------------------------------------
 
 
-def _within(timeout_s, function, *args):
-    """``function(*args)`` in a thread; fails the test, instead of hanging it, if it takes over ``timeout_s``."""
-    result, errors = [], []
-
-    def run():
-        try:
-            result.append(function(*args))
-        except BaseException as e:  # noqa: BLE001 (raised again in the test's thread)
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    assert not thread.is_alive(), f"{function.__name__} did not return within {timeout_s} s"
-    if errors:
-        raise errors[0]
-    return result[0]
-
-
 def _sha(path) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
@@ -523,7 +505,7 @@ def test_a_planted_copy_is_never_read_and_is_replaced(remote, tmp_path, kind, ca
     _plant(kind, store.path(shard.sha256), shard, outside)
     before = snapshot(tmp_path, skip=("c",))
     with caplog.at_level(logging.WARNING, logger=STORE_LOG):
-        found = _within(TIMEOUT_S, store.fetch, shard)
+        found = within(TIMEOUT_S, store.fetch, shard)
     assert found == store.path(shard.sha256)
     assert os.path.isfile(found) and not os.path.islink(found) and _sha(found) == shard.sha256
     assert store.downloaded_bytes == shard.size  # the planted thing was not taken for the copy
@@ -540,7 +522,7 @@ def test_a_reader_reads_past_every_kind_of_planted_copy(photos, expected, tmp_pa
         _plant(kind, store.path(shard.sha256), shard, str(tmp_path / f"outside-{i}"))
     before = snapshot(tmp_path, skip=("c",))
     ds = shared.images(photos, shard_cache=directory, shard_cache_limit=shared.LIMIT)
-    got = _within(TIMEOUT_S, shared.epochs, ds)
+    got = within(TIMEOUT_S, shared.epochs, ds)
     shared.assert_same_epochs(got, expected)
     assert snapshot(tmp_path, skip=("c",)) == before
     for shard in shards:
@@ -578,7 +560,7 @@ def test_a_planted_lock_is_named_and_its_target_left_alone(remote, tmp_path, loc
     {"symlink": lambda: os.symlink(target, path), "fifo": lambda: os.mkfifo(path), "folder": lambda: os.mkdir(path)}[
         kind]()
     with pytest.raises(ValueError, match=rf"{path}: a {'FIFO' if kind == 'fifo' else kind}, not a lock file; remove"):
-        _within(TIMEOUT_S, store.fetch, shard)
+        within(TIMEOUT_S, store.fetch, shard)
     assert target.read_bytes() == b"precious"
     assert os.listdir(tmp_path / "c" / "pins") == []  # the failed fetch let its pin go
 
@@ -610,7 +592,7 @@ def test_a_pin_that_failed_does_not_count(remote, tmp_path):
     shard, lock = remote[0], tmp_path / "c" / "locks" / "folder.lock"
     os.mkfifo(lock)
     with pytest.raises(ValueError, match="not a lock file; remove it"):
-        _within(TIMEOUT_S, store.fetch, shard)
+        within(TIMEOUT_S, store.fetch, shard)
     os.unlink(lock)  # the folder's owner removes it, as the error says
     assert store.fetch(shard) == store.path(shard.sha256)
     assert [name.split(".")[0] for name in os.listdir(tmp_path / "c" / "pins")] == [shard.sha256]  # held on disk
@@ -864,7 +846,7 @@ def test_a_folder_lock_held_too_long_is_an_error_naming_it_never_a_hang(remote, 
         lock = os.path.join(store.directory, "locks", "folder.lock")
         with pytest.raises(TimeoutError, match=rf"{lock}: another process has held the shard cache's folder lock for "
                                                r"over 0 s .*; find it with `fuser"):
-            _within(TIMEOUT_S, store.fetch, remote[0])
+            within(TIMEOUT_S, store.fetch, remote[0])
     finally:
         _kill(child)
     assert os.listdir(os.path.join(directory, "pins")) == []
@@ -904,7 +886,7 @@ def test_a_fill_that_fails_lets_go_of_every_copy_it_pinned(photos, tmp_path):
     store = ShardStore(directory, shared.LIMIT)
     os.symlink(tmp_path / "outside", os.path.join(store.directory, "locks", f"{shards[0].sha256}.lock"))
     with pytest.raises(ValueError, match="a symlink, not a lock file; remove it"):
-        _within(TIMEOUT_S, lambda: fill_shard_cache(photos, directory, shared.LIMIT, fetches=1, progress=False))
+        within(TIMEOUT_S, lambda: fill_shard_cache(photos, directory, shared.LIMIT, fetches=1, progress=False))
     assert os.listdir(os.path.join(directory, "pins")) == []
 
 
@@ -949,7 +931,7 @@ def test_a_dead_pin_planted_as_a_folder_or_link_is_removed_and_its_copy_evicted(
     if kind == "folder with a file":
         open(os.path.join(pin, "inside"), "w").close()
     os.utime(pin, (0, 0), follow_symlinks=False)
-    assert _within(TIMEOUT_S, store.fetch, remote[2]) == store.path(remote[2].sha256)  # remote[0] evicted for it
+    assert within(TIMEOUT_S, store.fetch, remote[2]) == store.path(remote[2].sha256)  # remote[0] evicted for it
     assert shared.copies(directory) == {remote[1].sha256, remote[2].sha256}
     assert not os.path.lexists(pin) and target.read_text() == "kept"
 
