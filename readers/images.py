@@ -233,6 +233,8 @@ def images(
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
         ds = ds.apply(tf.data.experimental.assert_cardinality(
             mine // batch_size if drop_remainder else -(-mine // batch_size)))
+    if remote is None:  # a checkpoint of it restores only into a pipeline of the same shards (epoch_guard.py)
+        ds = epoch.stamp.lead(ds)
     return ds.prefetch(AUTOTUNE).with_options(options)
 
 

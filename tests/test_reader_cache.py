@@ -693,6 +693,26 @@ def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_servin
     assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL  # built again: the new dataset
 
 
+@pytest.mark.parametrize("cache", ["memory", "folder"])
+def test_a_checkpoint_restored_after_an_overwrite_is_refused_instead_of_serving_the_cache(converted, tmp_path, cache):
+    """A memory cache's images are in the checkpoint: restored into a pipeline built on the rewritten dataset they
+    were served for good; a file cache's restore crashed TensorFlow (SIGSEGV) on a prefix with no complete cache."""
+    _, out = converted
+    cache = str(tmp_path / "cache") if cache == "folder" else cache
+    iterator = iter(readers.images(out, cache=cache, repeat=True, **EVAL))
+    for _ in range(NUM_CLASSES + 2):  # into the second epoch: the cache is complete
+        next(iterator)
+    saved = tf.train.Checkpoint(input=iterator).write(str(tmp_path / "ckpt"))
+    again = iter(readers.images(out, cache=cache, repeat=True, **EVAL))  # the same data: it resumes
+    tf.train.Checkpoint(input=again).read(saved).assert_consumed()
+    assert next(again)[1].numpy().tolist() == next(iterator)[1].numpy().tolist()
+    _rewrite_from_other_pixels(out, tmp_path)
+    rebuilt = iter(readers.images(out, cache=cache, repeat=True, **EVAL))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(out) + r": this iterator checkpoint was "
+                                                             r"saved by a pipeline of other data .*start this input"):
+        tf.train.Checkpoint(input=rebuilt).read(saved)
+
+
 def test_a_repeated_cached_pipeline_checks_every_epoch(dataset, tmp_path):
     _, out = dataset
     ds = readers.images(out, cache=str(tmp_path / "cache"), repeat=True, **TRAIN)

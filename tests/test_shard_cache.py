@@ -1132,6 +1132,23 @@ def test_a_checkpoint_restored_into_a_fresh_reader_is_the_uninterrupted_stream(p
         assert_same([_batches(restored, 9)], [want[5:]])
 
 
+def test_a_checkpoint_restored_after_an_overwrite_is_refused_instead_of_reading_the_old_copies(tmp_path):
+    """The checkpoint holds the files in flight with their local copies: restored into a pipeline built on the
+    rewritten dataset it read the old copies to the end of the epoch (20 of the 36 images of the test that found
+    it were the old dataset's)."""
+    out = photo_dataset(tmp_path)
+    directory = str(tmp_path / "c")
+    iterator = iter(_resumable(out, directory))
+    _batches(iterator, 5)
+    saved = tf.train.Checkpoint(iterator=iterator).write(str(tmp_path / "ckpt"))
+    make_tree(str(tmp_path / "other"), per_class=12, seed=77)  # same names, other pixels
+    convert_image_tree(tmp_path / "other", out, num_shards=6, overwrite=True)
+    restored = iter(_resumable(out, directory))
+    refused = re.escape(out) + r": this iterator checkpoint was saved by a pipeline of other data"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=refused):
+        tf.train.Checkpoint(iterator=restored).read(saved)
+
+
 _SAVE_MID_EPOCH = """
 import sys
 sys.path.insert(0, {here!r})
