@@ -374,12 +374,26 @@ def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_readin
     for ds in pipelines.values():
         epochs(ds)
     old = copies(directory)
+    downloaded = _store(directory).downloaded_bytes
     rewrite()
     assert not set(_shas(out)) & old
     for ds in pipelines.values():
         with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
             epochs(ds, 1)
-    assert copies(directory) == old  # nothing was fetched for the failed epochs
+    assert copies(directory) == old and _store(directory).downloaded_bytes == downloaded  # nothing fetched
+
+
+def test_a_pipeline_whose_dataset_is_overwritten_before_its_first_epoch_fetches_nothing(tmp_path):
+    """A parallel stage pulling again after the failed epoch check went on into the reads: each shard was
+    downloaded three times and discarded (its bytes were not the old manifest's) before the epoch's error."""
+    out = photo_dataset(tmp_path)
+    directory = str(tmp_path / "c")
+    ds = images(out, shard_cache=directory, shard_cache_limit=LIMIT)
+    make_tree(str(tmp_path / "other"), per_class=12, seed=77)
+    convert_image_tree(tmp_path / "other", out, num_shards=6, overwrite=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
+        epochs(ds, 1)
+    assert _store(directory).downloaded_bytes == 0 and copies(directory) == set()
 
 
 # --- attacks on the store: the folder, remotes, processes ----------------------------------------------------------
