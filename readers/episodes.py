@@ -259,8 +259,10 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
         return joined
     # Each epoch first checks OUT still holds the dataset this pipeline was built on (a shard cache's copies would
     # otherwise serve the old one: readers/epoch_guard.py).
-    joined = EpochGuard(dataset, split, shards).ahead(joined)
-    return checkpointable(joined.apply(tf.data.experimental.assert_cardinality(count)))
+    guard = EpochGuard(dataset, split, shards)
+    joined = guard.ahead(joined)
+    # A checkpoint of it restores only into a pipeline of the same shards (readers/epoch_guard.py).
+    return checkpointable(guard.stamp.lead(joined.apply(tf.data.experimental.assert_cardinality(count))))
 
 
 def repair_hint(path: str) -> str:

@@ -18,11 +18,20 @@ cached images 28 ms longer with it than without (median of 30, on 2 cores at loa
 the check's function with each epoch's iterator); nothing per element. The check is Python
 (``tf.py_function``), so it runs where the pipeline is iterated: through a tf.data service, in the client at the
 start of each of its iterations, not on the workers.
+
+A ``tf.train.Checkpoint`` of an iterator holds what the pipeline had read: file offsets, the shuffle and prefetch
+buffers, a memory cache's images, the shard cache's local copies in flight. Restored into a pipeline of other data
+(the dataset at the path rewritten since, another dataset, another split or input pipeline) TensorFlow served the
+old images on (a memory cache: for good), or crashed in its file cache's restore. So every reader's pipeline is led
+by a *stamp* of the data it reads (``Stamp``: a hash of its shards' sha256s, in a stage tf.data restores first),
+which a restore checks before anything else is restored: a checkpoint of other data fails the restore, naming the
+dataset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
@@ -84,20 +93,81 @@ class EpochGuard:
                 "dataset now in the folder")
 
     def ahead(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
-        """``dataset``, each iteration of which starts with the check (an empty dataset of its element spec,
-        concatenated ahead of it: nothing per element). Its Python holds no state, so the result is still savable
-        by ``tf.train.Checkpoint(iterator)``."""
+        """``dataset``, each iteration of which starts with the check (nothing per element). Its Python holds no
+        state, so the result is still savable by ``tf.train.Checkpoint(iterator)``."""
+        return python_step(dataset, self.problem)
 
-        def passes(*_):  # never True: the check's dataset holds no element, only the check
-            problem = tf.ensure_shape(tf.py_function(self.problem, [], tf.string), [])
-            with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, ""), [problem])]):
-                return tf.logical_and(tf.equal(problem, ""), False)
+    @property
+    def stamp(self) -> Stamp:
+        """The stamp of this pipeline's shards (``Stamp``)."""
+        return Stamp(self.path, [s.info.sha256 for s in self.shards])
 
-        # One function, a filter over one placeholder of the element spec (each function of a dataset is set up
-        # anew with every iterator: a map, filter and map cost twice this one's setup).
-        placeholder = tf.nest.map_structure(_zeros_of, dataset.element_spec)
-        checked = tf.data.Dataset.from_tensors(placeholder).filter(passes)
-        return checked.concatenate(dataset).with_options(external_state_ignored())
+
+class Stamp:
+    """A stamp of the data a pipeline reads (the shards of sha256s ``shas``, in order), which a restore of an
+    iterator checkpoint checks before anything else it restores: one of other data fails, naming ``path``.
+
+    The stamp is a 62-bit hash of ``shas``, and an endless ``range`` starting at it (``stamps``). A restore of a
+    ``flat_map`` or ``interleave`` runs its function again, before it restores what that function gave, on the input
+    element the checkpoint holds (TensorFlow's explicit mode) or on the one its input's restored position gives
+    (symbolic mode: a range's position is its value, so the old stamp; hence a range to the end of int64): a
+    function of ``stamps``' elements that asserts (``check``) they are this pipeline's stamps fails that restore.
+
+    Example:
+      stamp = guard.stamp
+      stamp.lead(batches)  # restoring a checkpoint of it into a pipeline of other shards fails, naming the dataset
+    """
+
+    def __init__(self, path: str, shas: Sequence[str]):
+        self.value = int.from_bytes(hashlib.sha256("\n".join(shas).encode()).digest()[:8], "big") >> 2
+        self.refused = (
+            f"{path}: this iterator checkpoint was saved by a pipeline of other data (the dataset at {path} has been "
+            "rewritten since, or it comes from another dataset, split or input pipeline), so it would serve data this "
+            "pipeline does not read; restore it only into a pipeline of the data it was saved from, or start this "
+            "input afresh (with start_step= where the reader takes it)")
+
+    def stamps(self) -> tf.data.Dataset:
+        """This stamp, then the numbers after it: the ``n``-th element is ``value + n``."""
+        return tf.data.Dataset.range(self.value, 2**63 - 1)
+
+    def check(self, element: tf.Tensor, index: tf.Tensor | int = 0) -> tf.Operation:
+        """Asserts ``element`` is this pipeline's stamp at position ``index`` of ``stamps``."""
+        return tf.debugging.Assert(tf.equal(element - index, self.value), [self.refused])
+
+    def lead(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """``dataset`` zipped behind an endless stream of the stamp (one ``interleave`` of ``stamps``' first element),
+        which zip restores first. Per element a zip, the stream's hand-off and a map: ~25 us, so on batches or
+        episodes only (the window index checks its epochs instead, ``windows/index.py``)."""
+
+        def stream(value):
+            with tf.control_dependencies([self.check(value)]):
+                return tf.data.Dataset.from_tensors(tf.identity(value)).repeat()
+
+        led = self.stamps().interleave(stream, cycle_length=1).apply(
+            tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))  # zip then keeps dataset's length
+        return tf.data.Dataset.zip((led, dataset)).map(lambda _, element: element)
+
+
+def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool = False) -> tf.data.Dataset:
+    """``dataset`` with the Python function ``step`` run at the start (``after``: the end) of each iteration of it:
+    a dataset of its element spec that never yields, concatenated ahead of it (or after it), whose one function
+    runs ``step``; nothing per element. A non-empty string ``step`` returns fails the iteration, as its message,
+    and every later pull of that iteration too (a parallel stage downstream pulls again after an error: with a
+    stage that ran ``step`` once, the second pull went on into ``dataset``, and hung on the FIFO the first had
+    found). ``step`` must hold no state tf.data would have to save: the result is still savable by
+    ``tf.train.Checkpoint(iterator)``."""
+
+    def passes(*_):  # never True: "" ends the step's dataset, a problem fails this pull (and the next: repeat())
+        problem = tf.ensure_shape(tf.py_function(step, [], tf.string), [])
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, ""), [problem])]):
+            return tf.logical_and(tf.equal(problem, ""), False)
+
+    # One function over repeats of one placeholder of the element spec (each function of a dataset is set up anew
+    # with every iterator: a map, filter and map cost twice this one's setup).
+    placeholder = tf.nest.map_structure(_zeros_of, dataset.element_spec)
+    stepped = tf.data.Dataset.from_tensors(placeholder).repeat().take_while(passes)
+    joined = dataset.concatenate(stepped) if after else stepped.concatenate(dataset)
+    return joined.with_options(external_state_ignored())
 
 
 def _zeros_of(spec: tf.TensorSpec) -> tf.Tensor:

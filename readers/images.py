@@ -233,6 +233,8 @@ def images(
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
         ds = ds.apply(tf.data.experimental.assert_cardinality(
             mine // batch_size if drop_remainder else -(-mine // batch_size)))
+    if remote is None:  # a checkpoint of it restores only into a pipeline of the same shards (epoch_guard.py)
+        ds = epoch.stamp.lead(ds)
     return ds.prefetch(AUTOTUNE).with_options(options)
 
 
@@ -292,7 +294,7 @@ def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None,
     images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check."""
     if cache is None:
         return ds
-    ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache_lib.cache_prefix(cache, identity))
+    ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache, identity)
     ds = epoch.ahead(ds)
     if recipe.training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)

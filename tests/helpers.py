@@ -13,6 +13,7 @@ import os
 import signal
 import stat
 import tempfile
+import threading
 from typing import Any, NoReturn
 
 import numpy as np
@@ -37,6 +38,25 @@ def require(condition: bool, reason: str) -> None:
     """``skip_unless_ci(reason)`` unless ``condition`` holds: ``require(shutil.which("unshare"), "no unshare(1)")``."""
     if not condition:
         skip_unless_ci(reason)
+
+
+def within(timeout_s, function, *args):
+    """``function(*args)`` in a thread; fails the test, instead of hanging it, if it takes over ``timeout_s``."""
+    result, errors = [], []
+
+    def run():
+        try:
+            result.append(function(*args))
+        except BaseException as e:  # noqa: BLE001 (raised again in the test's thread)
+            errors.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), f"{function.__name__} did not return within {timeout_s} s"
+    if errors:
+        raise errors[0]
+    return result[0]
 
 
 # --- small seeded inputs -------------------------------------------------------------------------------------------

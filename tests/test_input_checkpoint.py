@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -368,13 +369,14 @@ def saved(data, tmp_path_factory):
 # --- restoring into a dataset built with other arguments ------------------------------------------------------------
 
 @pytest.mark.parametrize("change", [
-    dict(batch_size=2), dict(batch_size=8), dict(length=12), dict(shift=2), dict(shuffle=False), dict(split="val"),
+    dict(batch_size=2), dict(batch_size=8), dict(length=12), dict(shift=2), dict(shuffle=False),
     dict(start_step=5), dict(start_step=3),
 ], ids=str)
 def test_restoring_into_other_window_arguments_is_accepted_and_serves_other_data_tf(data, saved, change):
     """TF: a symbolic iterator checkpoint holds positions into the index, never the arguments. Restored into a dataset
-    of another batch size, window, order, split or start_step it raises nothing and serves that dataset's windows
-    from the saved positions: within the epoch some windows come twice or never (below)."""
+    of another batch size, window, order or start_step of the same data it raises nothing and serves that dataset's
+    windows from the saved positions: within the epoch some windows come twice or never (below). Other data (another
+    split, folder, or the dataset rewritten) is refused (below)."""
     path, expected = saved
     got = _stream(_restore(path, _windows(data, **change)), 6)
     assert got != expected[:6]
@@ -391,16 +393,19 @@ def test_both_resume_mechanisms_at_once_serve_a_third_position_tf(data, saved):
     assert whole[5:11] == expected[:6] and got != whole[5:11] and got != whole[10:16]
 
 
-def test_restoring_into_another_dataset_folder_serves_its_windows_at_the_saved_positions_tf(data, other, saved):
-    path, expected = saved
-    mine, theirs = _by_key(data), _by_key(other)
-    restored = _restore(path, _windows(other))
-    for keys in expected[:PER_EPOCH]:
-        batch_keys, x = next(restored)
-        assert window_keys((batch_keys, x)) == keys  # same lengths: the same windows, in the saved order
-        for key, window in zip(keys, x.numpy()):
-            np.testing.assert_array_equal(window, theirs[key])
-            assert not np.array_equal(window, mine[key])
+REFUSED = r": this iterator checkpoint was saved by a pipeline of other data .*restore it only into a pipeline of"
+
+
+@pytest.mark.parametrize("into", ["another split", "another dataset folder"])
+def test_restoring_into_a_pipeline_of_other_data_is_refused_naming_it(data, other, saved, into):
+    """TF restored the positions into the other data and served its windows silently (the arrays are loaded anew,
+    so here it was the other data; but a checkpoint of prefetched or cached data served the old data): every
+    reader's pipeline is led by a stamp of the shards it reads, checked first by the restore
+    (readers/epoch_guard.py)."""
+    path, _ = saved
+    target, split = (data, "val") if into == "another split" else (other, "train")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(target) + REFUSED):
+        _restore(path, _windows(target, split=split))
 
 
 def test_restoring_into_another_seed_continues_the_checkpointed_seed_tf(data, saved):
@@ -451,48 +456,24 @@ def _by_key(path, split="train") -> dict:
     return {key: window for (keys, x) in ds for key, window in zip(window_keys((keys, x)), x.numpy())}
 
 
-def test_a_symbolic_restore_after_a_rewrite_serves_only_the_new_shards_windows(tmp_path):
+@pytest.mark.parametrize("repeat", [True, False], ids=["symbolic", "explicit"])
+def test_a_restore_after_a_rewrite_is_refused_naming_the_dataset(tmp_path, repeat):
+    """Before the stamp: a symbolic restore (repeat=True) served the new shards' windows at the saved positions,
+    and a one-epoch (explicit) restore served its prefetched batches of the old shards' windows, data the shards
+    no longer hold. Both are refused now; a pipeline built again on the rewritten dataset reads it from the start."""
     path = _convert(tmp_path, TRAIN)
-    iterator = iter(_windows(path))
-    _stream(iterator, 5)
+    iterator = iter(_windows(path, repeat=repeat))
+    _stream(iterator, 2)
+    time.sleep(0.5)  # let the prefetch fill (the explicit checkpoint holds it)
     ckpt = _save(iterator, tmp_path / "ckpt")
 
     _convert(tmp_path, TRAIN, seed=1, overwrite=True, out=path)  # same lengths, other values
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(path) + REFUSED):
+        _restore(ckpt, _windows(path, repeat=repeat))
     fresh = _by_key(path)
-    restored = _restore(ckpt, _windows(path))
-    for _ in range(PER_EPOCH):
-        keys, x = next(restored)
-        for key, window in zip(window_keys((keys, x)), x.numpy()):
-            np.testing.assert_array_equal(window, fresh[key])  # never a window of the old shards
-
-    _convert(tmp_path, [20, 12], seed=2, overwrite=True, out=path)  # 6 windows: one batch an epoch
-    fewer = _by_key(path)
-    restored = _restore(ckpt, _windows(path))  # the saved position (batch 5) is past the new epoch: it ends
-    for _ in range(4):
-        keys, x = next(restored)
-        for key, window in zip(window_keys((keys, x)), x.numpy()):
-            np.testing.assert_array_equal(window, fewer[key])  # no index out of range, no stale window
-
-
-def test_a_one_epoch_restore_after_a_rewrite_serves_prefetched_old_windows_tf(tmp_path):
-    """TF: without repeat the checkpoint is explicit and holds the prefetched batches: after a rewrite the first
-    ones restored are the old shards' windows (README: it "holds the prefetched batches"). With fewer windows the
-    known length catches it, in TF's words."""
-    path = _convert(tmp_path, TRAIN)
-    old = _by_key(path)
-    iterator = iter(_windows(path, repeat=False))
-    _stream(iterator, 2)
-    time.sleep(0.5)  # let the prefetch fill
-    ckpt = _save(iterator, tmp_path / "ckpt")
-
-    _convert(tmp_path, TRAIN, seed=1, overwrite=True, out=path)
-    keys, x = next(_restore(ckpt, _windows(path, repeat=False)))
+    keys, x = next(iter(_windows(path, repeat=repeat)))
     for key, window in zip(window_keys((keys, x)), x.numpy()):
-        np.testing.assert_array_equal(window, old[key])  # data the shards no longer hold
-
-    _convert(tmp_path, [20, 12], seed=2, overwrite=True, out=path)
-    with pytest.raises(tf.errors.FailedPreconditionError, match="expected to contain 1 element"):
-        list(_restore(ckpt, _windows(path, repeat=False)))
+        np.testing.assert_array_equal(window, fresh[key])
 
 
 # --- damaged checkpoints --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import uuid
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import edit_manifest, labels_of, make_tree, write_jpeg
+from helpers import edit_manifest, labels_of, make_tree, within, write_jpeg
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 
@@ -39,6 +39,7 @@ ALL = list(range(NUM_CLASSES))
 # the first training epoch from draining the whole dataset through the cache before the first batch comes out.
 TRAIN = {"batch_size": 1, "image_size": (16, 16), "training": True, "seed": 0, "shuffle_buffer": 2}
 EVAL = {"batch_size": 1, "image_size": (16, 16), "training": False}
+HANG_S = 60  # a guard against a read that hangs (on a FIFO), far above the second a read takes
 
 # Iterates the cached training pipeline; at batch `pause_at` prints "ready" and then sleeps (to be killed), exits
 # without any cleanup (os._exit, like a crash), or waits for a line on stdin and finishes the epoch.
@@ -168,6 +169,7 @@ def _assert_partial(cache: str) -> str:
 
 def _assert_complete(cache: str, prefix: str) -> None:
     assert tf.io.gfile.exists(prefix + ".index")
+    assert tf.io.gfile.exists(prefix + ".complete"), "the completed cache was not recorded"
     assert _cache_files(cache, "tfshard-*.index") == [prefix + ".index"]
     assert not _cache_files(cache, "tfshard-*_*"), "a lockfile or partial data was left behind"
 
@@ -279,7 +281,7 @@ def test_forged_stale_lock_is_cleared(dataset, tmp_path, owner):
     _assert_complete(cache, prefix)
 
 
-@pytest.mark.parametrize("text", ["", '{"host": "vm", "pi'], ids=["empty", "truncated"])
+@pytest.mark.parametrize("text", ["", '{"host": "vm", "pi', "[1]", '"vm"'], ids=["empty", "truncated", "list", "text"])
 def test_unreadable_owner_file_is_not_silently_ignored(dataset, tmp_path, caplog, text):
     """An owner file a writer died while writing: recover it, or at least say that the cache is not used.
 
@@ -562,6 +564,109 @@ def test_a_pipeline_dropped_mid_epoch_leaves_the_cache_to_the_next_pipeline_of_t
     _assert_complete(cache, _only_prefix(cache))
 
 
+# ---------------------------------------------------------------- a cache folder that lies
+
+
+def _planted_owner(out: str, cache: str, kind: str) -> str:
+    """The owner record of an unfinished cache of ``out`` replaced by what ``kind`` names: its path."""
+    readers.images(out, cache=cache, **TRAIN)  # builds only: records this process as owner of the prefix
+    owner = _only_prefix(cache) + ".owner"
+    os.remove(owner)
+    if kind == "fifo":
+        os.mkfifo(owner)
+    elif kind == "folder":
+        os.mkdir(owner)
+    elif kind == "link to /dev/zero":
+        os.symlink("/dev/zero", owner)
+    else:
+        with open(owner, "w") as f:
+            f.write(json.dumps({"host": "vm", "pid": 1, "pad": "x" * 4 * 2**20}))
+    return owner
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link to /dev/zero", "4 MB"])
+def test_an_owner_record_that_is_no_small_file_is_refused_naming_it(dataset, tmp_path, kind):
+    """A FIFO hung the reader's build (its read blocked), a folder was TensorFlow's error, and /dev/zero or a huge
+    file were read whole into memory."""
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    owner = _planted_owner(out, cache, kind)
+    with pytest.raises(ValueError, match=rf"{re.escape(owner)}: .*; remove it, or pass another cache folder"):
+        within(HANG_S, lambda: readers.images(out, cache=cache, **TRAIN))
+    os.rmdir(owner) if kind == "folder" else os.remove(owner)
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL  # removed: the cache is written
+
+
+def _data_file(prefix: str) -> str:
+    (path,) = glob.glob(prefix + ".data-*")
+    return path
+
+
+def _truncate(path: str, keep: float) -> None:
+    with open(path, "r+b") as f:
+        f.truncate(int(os.path.getsize(path) * keep))
+
+
+def _fifo_for(path: str) -> None:
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def _other_options_cache_renamed(out: str, cache: str, prefix: str) -> None:
+    """The complete cache of another pipeline (other image size) under ``prefix``'s names, its record too."""
+    for path in glob.glob(prefix + ".*"):
+        os.remove(path)
+    assert len(labels_of(readers.images(out, cache=cache, **{**EVAL, "image_size": (12, 20)}))) == NUM_CLASSES
+    (other,) = _cache_files(cache, "tfshard-*.index")
+    for path in glob.glob(other.removesuffix(".index") + ".*"):
+        os.rename(path, prefix + path[len(other) - len(".index"):])
+
+
+LIES = {
+    "data truncated": lambda out, cache, prefix: _truncate(_data_file(prefix), 0.5),
+    "index emptied": lambda out, cache, prefix: _truncate(prefix + ".index", 0),
+    "data removed": lambda out, cache, prefix: os.remove(_data_file(prefix)),
+    "data a FIFO": lambda out, cache, prefix: _fifo_for(_data_file(prefix)),
+    "record a FIFO": lambda out, cache, prefix: _fifo_for(prefix + ".complete"),
+    "no record (an older tfshard's cache)": lambda out, cache, prefix: os.remove(prefix + ".complete"),
+    "another pipeline's cache renamed to this one": _other_options_cache_renamed,
+}
+
+
+@pytest.mark.parametrize("lie", LIES)
+def test_a_complete_cache_that_lies_is_removed_and_written_again(dataset, tmp_path, lie, caplog):
+    """TensorFlow trusts a complete cache's files: a FIFO hung the read, a truncated file or index failed it with
+    an internal error, and another pipeline's files renamed to this prefix were served as this one's images."""
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    assert sorted(labels_of(readers.images(out, cache=cache, **EVAL))) == ALL
+    prefix = _only_prefix(cache)
+    _assert_complete(cache, prefix)
+    LIES[lie](out, cache, prefix)
+    caplog.set_level(logging.WARNING, logger="tfshard.readers.cache")
+    got = within(HANG_S, lambda: _by_label(readers.images(out, cache=cache, **EVAL)))
+    assert sorted(got) == ALL and {image.shape for image in got.values()} == {(16, 16, 3)}
+    assert [r.getMessage() for r in caplog.records if "removing it and writing the cache again" in r.getMessage()
+            and r.getMessage().startswith(prefix)], caplog.text
+    _assert_complete(cache, prefix)
+    _scramble_shards(out)  # from now on only the cache, written again, holds the images
+    assert sorted(labels_of(readers.images(out, cache=cache, **EVAL))) == ALL
+
+
+@pytest.mark.parametrize("lie", ["data truncated", "data a FIFO", "another pipeline's cache renamed to this one"])
+def test_a_cache_changed_under_a_running_pipeline_fails_its_next_epoch_naming_it(dataset, tmp_path, lie):
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    ds = readers.images(out, cache=cache, **EVAL)
+    assert sorted(labels_of(ds)) == ALL  # the first epoch completed and recorded the cache
+    prefix = _only_prefix(cache)
+    LIES[lie](out, cache, prefix)
+    changed = rf"{re.escape(prefix)}: the cache changed since this pipeline was built .*build the pipeline again"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=changed):
+        within(HANG_S, labels_of, ds)
+    assert sorted(labels_of(readers.images(out, cache=cache, **EVAL))) == ALL  # built again: written anew
+
+
 # ---------------------------------------------------------------- the dataset replaced under a cached pipeline
 
 
@@ -586,6 +691,26 @@ def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_servin
     with pytest.raises(tf.errors.InvalidArgumentError, match=changed):
         labels_of(ds)
     assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL  # built again: the new dataset
+
+
+@pytest.mark.parametrize("cache", ["memory", "folder"])
+def test_a_checkpoint_restored_after_an_overwrite_is_refused_instead_of_serving_the_cache(converted, tmp_path, cache):
+    """A memory cache's images are in the checkpoint: restored into a pipeline built on the rewritten dataset they
+    were served for good; a file cache's restore crashed TensorFlow (SIGSEGV) on a prefix with no complete cache."""
+    _, out = converted
+    cache = str(tmp_path / "cache") if cache == "folder" else cache
+    iterator = iter(readers.images(out, cache=cache, repeat=True, **EVAL))
+    for _ in range(NUM_CLASSES + 2):  # into the second epoch: the cache is complete
+        next(iterator)
+    saved = tf.train.Checkpoint(input=iterator).write(str(tmp_path / "ckpt"))
+    again = iter(readers.images(out, cache=cache, repeat=True, **EVAL))  # the same data: it resumes
+    tf.train.Checkpoint(input=again).read(saved).assert_consumed()
+    assert next(again)[1].numpy().tolist() == next(iterator)[1].numpy().tolist()
+    _rewrite_from_other_pixels(out, tmp_path)
+    rebuilt = iter(readers.images(out, cache=cache, repeat=True, **EVAL))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(out) + r": this iterator checkpoint was "
+                                                             r"saved by a pipeline of other data .*start this input"):
+        tf.train.Checkpoint(input=rebuilt).read(saved)
 
 
 def test_a_repeated_cached_pipeline_checks_every_epoch(dataset, tmp_path):

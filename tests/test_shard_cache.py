@@ -9,6 +9,7 @@ readers, a cache folder that breaks or fills up mid-epoch, strategies, and two p
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import gc
 import hashlib
 import logging
@@ -25,7 +26,16 @@ import numpy as np
 import pytest
 import shard_cache_helpers as shared
 import tensorflow as tf
-from helpers import convert_episode_tree, convert_image_tree, convert_obs_episodes, edit_manifest, make_tree, snapshot
+from helpers import (
+    convert_episode_tree,
+    convert_image_tree,
+    convert_obs_episodes,
+    edit_manifest,
+    make_tree,
+    skip_unless_ci,
+    snapshot,
+    within,
+)
 from shard_cache_helpers import (
     LIMIT,
     assert_same_epochs,
@@ -364,34 +374,29 @@ def test_the_epoch_after_an_overwrite_fails_naming_the_dataset_instead_of_readin
     for ds in pipelines.values():
         epochs(ds)
     old = copies(directory)
+    downloaded = _store(directory).downloaded_bytes
     rewrite()
     assert not set(_shas(out)) & old
     for ds in pipelines.values():
         with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
             epochs(ds, 1)
-    assert copies(directory) == old  # nothing was fetched for the failed epochs
+    assert copies(directory) == old and _store(directory).downloaded_bytes == downloaded  # nothing fetched
+
+
+def test_a_pipeline_whose_dataset_is_overwritten_before_its_first_epoch_fetches_nothing(tmp_path):
+    """A parallel stage pulling again after the failed epoch check went on into the reads: each shard was
+    downloaded three times and discarded (its bytes were not the old manifest's) before the epoch's error."""
+    out = photo_dataset(tmp_path)
+    directory = str(tmp_path / "c")
+    ds = images(out, shard_cache=directory, shard_cache_limit=LIMIT)
+    make_tree(str(tmp_path / "other"), per_class=12, seed=77)
+    convert_image_tree(tmp_path / "other", out, num_shards=6, overwrite=True)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=f"{out}: the dataset changed since the pipeline"):
+        epochs(ds, 1)
+    assert _store(directory).downloaded_bytes == 0 and copies(directory) == set()
 
 
 # --- attacks on the store: the folder, remotes, processes ----------------------------------------------------------
-
-
-def _within(timeout_s, function, *args):
-    """``function(*args)`` in a thread; fails the test, instead of hanging it, if it takes over ``timeout_s``."""
-    result, errors = [], []
-
-    def run():
-        try:
-            result.append(function(*args))
-        except BaseException as e:  # noqa: BLE001 (raised again in the test's thread)
-            errors.append(e)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    assert not thread.is_alive(), f"{function.__name__} did not return within {timeout_s} s"
-    if errors:
-        raise errors[0]
-    return result[0]
 
 
 def _sha(path) -> str:
@@ -437,6 +442,45 @@ def test_a_url_or_a_file_is_refused_and_nothing_is_made(photos, tmp_path, monkey
     assert sorted(os.listdir(tmp_path)) == ["file"]  # no local folder named like the URL
 
 
+@contextlib.contextmanager
+def _tmpfs(mount: str, size: str):
+    """A tmpfs of ``size`` mounted at ``mount`` (made) while the block runs; the test skips where mounts are refused
+    (fails under TFSHARD_CI=1)."""
+    os.makedirs(mount)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mount], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        skip_unless_ci(f"cannot mount a tmpfs here ({e})")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", mount], check=True)
+
+
+@pytest.fixture
+def read_only_disk(tmp_path):
+    """A tmpfs remounted read-only, holding ``layout`` (a cache folder with its four folders) and ``empty``."""
+    with _tmpfs(str(tmp_path / "ro"), "64k") as mount:
+        for folder in ("shards", "parts", "locks", "pins"):
+            os.makedirs(os.path.join(mount, "layout", folder))
+        os.makedirs(os.path.join(mount, "empty"))
+        subprocess.run(["mount", "-o", "remount,ro", mount], check=True, capture_output=True)
+        yield mount
+
+
+@pytest.mark.parametrize("folder, problem", [("layout", "not writable"), ("empty", "not writable"),
+                                             ("missing", r"cannot be made \(Read-only file system\)")])
+@pytest.mark.parametrize("limit", [shared.LIMIT, None])
+def test_a_folder_on_a_read_only_disk_is_refused_up_front_naming_it(photos, read_only_disk, folder, problem, limit):
+    """Each read failed mid-epoch with a traceback (its pin could not be written) where the layout existed."""
+    directory = os.path.join(read_only_disk, folder)
+    said = rf"{directory}: {problem}.*pass a shard_cache folder on a writable local disk"
+    with pytest.raises(ValueError, match=rf"shard_cache: {said}"):
+        shared.images(photos, shard_cache=directory, shard_cache_limit=limit)
+    with pytest.raises(ValueError, match=said):
+        fill_shard_cache(photos, directory, limit, progress=False)
+
+
 # --- what is planted under the shards' names ---------------------------------------------------------------------
 
 
@@ -475,7 +519,7 @@ def test_a_planted_copy_is_never_read_and_is_replaced(remote, tmp_path, kind, ca
     _plant(kind, store.path(shard.sha256), shard, outside)
     before = snapshot(tmp_path, skip=("c",))
     with caplog.at_level(logging.WARNING, logger=STORE_LOG):
-        found = _within(TIMEOUT_S, store.fetch, shard)
+        found = within(TIMEOUT_S, store.fetch, shard)
     assert found == store.path(shard.sha256)
     assert os.path.isfile(found) and not os.path.islink(found) and _sha(found) == shard.sha256
     assert store.downloaded_bytes == shard.size  # the planted thing was not taken for the copy
@@ -492,7 +536,7 @@ def test_a_reader_reads_past_every_kind_of_planted_copy(photos, expected, tmp_pa
         _plant(kind, store.path(shard.sha256), shard, str(tmp_path / f"outside-{i}"))
     before = snapshot(tmp_path, skip=("c",))
     ds = shared.images(photos, shard_cache=directory, shard_cache_limit=shared.LIMIT)
-    got = _within(TIMEOUT_S, shared.epochs, ds)
+    got = within(TIMEOUT_S, shared.epochs, ds)
     shared.assert_same_epochs(got, expected)
     assert snapshot(tmp_path, skip=("c",)) == before
     for shard in shards:
@@ -530,7 +574,7 @@ def test_a_planted_lock_is_named_and_its_target_left_alone(remote, tmp_path, loc
     {"symlink": lambda: os.symlink(target, path), "fifo": lambda: os.mkfifo(path), "folder": lambda: os.mkdir(path)}[
         kind]()
     with pytest.raises(ValueError, match=rf"{path}: a {'FIFO' if kind == 'fifo' else kind}, not a lock file; remove"):
-        _within(TIMEOUT_S, store.fetch, shard)
+        within(TIMEOUT_S, store.fetch, shard)
     assert target.read_bytes() == b"precious"
     assert os.listdir(tmp_path / "c" / "pins") == []  # the failed fetch let its pin go
 
@@ -562,7 +606,7 @@ def test_a_pin_that_failed_does_not_count(remote, tmp_path):
     shard, lock = remote[0], tmp_path / "c" / "locks" / "folder.lock"
     os.mkfifo(lock)
     with pytest.raises(ValueError, match="not a lock file; remove it"):
-        _within(TIMEOUT_S, store.fetch, shard)
+        within(TIMEOUT_S, store.fetch, shard)
     os.unlink(lock)  # the folder's owner removes it, as the error says
     assert store.fetch(shard) == store.path(shard.sha256)
     assert [name.split(".")[0] for name in os.listdir(tmp_path / "c" / "pins")] == [shard.sha256]  # held on disk
@@ -816,7 +860,7 @@ def test_a_folder_lock_held_too_long_is_an_error_naming_it_never_a_hang(remote, 
         lock = os.path.join(store.directory, "locks", "folder.lock")
         with pytest.raises(TimeoutError, match=rf"{lock}: another process has held the shard cache's folder lock for "
                                                r"over 0 s .*; find it with `fuser"):
-            _within(TIMEOUT_S, store.fetch, remote[0])
+            within(TIMEOUT_S, store.fetch, remote[0])
     finally:
         _kill(child)
     assert os.listdir(os.path.join(directory, "pins")) == []
@@ -856,7 +900,7 @@ def test_a_fill_that_fails_lets_go_of_every_copy_it_pinned(photos, tmp_path):
     store = ShardStore(directory, shared.LIMIT)
     os.symlink(tmp_path / "outside", os.path.join(store.directory, "locks", f"{shards[0].sha256}.lock"))
     with pytest.raises(ValueError, match="a symlink, not a lock file; remove it"):
-        _within(TIMEOUT_S, lambda: fill_shard_cache(photos, directory, shared.LIMIT, fetches=1, progress=False))
+        within(TIMEOUT_S, lambda: fill_shard_cache(photos, directory, shared.LIMIT, fetches=1, progress=False))
     assert os.listdir(os.path.join(directory, "pins")) == []
 
 
@@ -881,6 +925,29 @@ def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path)
     shared.fetched(store, remote[3])
     assert shared.copies(directory) == {remote[1].sha256, remote[3].sha256}
     assert not os.path.exists(dead) and os.path.exists(live)
+
+
+@pytest.mark.parametrize("kind", ["folder", "folder with a file", "symlink", "fifo"])
+@pytest.mark.parametrize("whose", ["a dead pid of this host", "another host, not renewed"])
+def test_a_dead_pin_planted_as_a_folder_or_link_is_removed_and_its_copy_evicted(remote, tmp_path, kind, whose):
+    """A dead pin is removed whatever is under its name (a folder made the eviction fail with IsADirectoryError);
+    a symlink goes, never its target."""
+    directory = str(tmp_path / "c")
+    store = ShardStore(directory, 2000)
+    shared.fetched(store, remote[0])
+    shared.fetched(store, remote[1])
+    host = host_tag() if whose.startswith("a dead pid") else host_tag("another-host.example")
+    pin = os.path.join(directory, "pins", f"{remote[0].sha256}.999999999.1.{host}")
+    target = tmp_path / "target"
+    target.write_text("kept")
+    {"folder": os.mkdir, "folder with a file": os.mkdir, "symlink": lambda p: os.symlink(target, p),
+     "fifo": os.mkfifo}[kind](pin)
+    if kind == "folder with a file":
+        open(os.path.join(pin, "inside"), "w").close()
+    os.utime(pin, (0, 0), follow_symlinks=False)
+    assert within(TIMEOUT_S, store.fetch, remote[2]) == store.path(remote[2].sha256)  # remote[0] evicted for it
+    assert shared.copies(directory) == {remote[1].sha256, remote[2].sha256}
+    assert not os.path.lexists(pin) and target.read_text() == "kept"
 
 
 def test_a_live_process_renews_its_pins(remote, tmp_path):
@@ -1079,6 +1146,23 @@ def test_a_checkpoint_restored_into_a_fresh_reader_is_the_uninterrupted_stream(p
         assert_same([_batches(restored, 9)], [want[5:]])
 
 
+def test_a_checkpoint_restored_after_an_overwrite_is_refused_instead_of_reading_the_old_copies(tmp_path):
+    """The checkpoint holds the files in flight with their local copies: restored into a pipeline built on the
+    rewritten dataset it read the old copies to the end of the epoch (20 of the 36 images of the test that found
+    it were the old dataset's)."""
+    out = photo_dataset(tmp_path)
+    directory = str(tmp_path / "c")
+    iterator = iter(_resumable(out, directory))
+    _batches(iterator, 5)
+    saved = tf.train.Checkpoint(iterator=iterator).write(str(tmp_path / "ckpt"))
+    make_tree(str(tmp_path / "other"), per_class=12, seed=77)  # same names, other pixels
+    convert_image_tree(tmp_path / "other", out, num_shards=6, overwrite=True)
+    restored = iter(_resumable(out, directory))
+    refused = re.escape(out) + r": this iterator checkpoint was saved by a pipeline of other data"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=refused):
+        tf.train.Checkpoint(iterator=restored).read(saved)
+
+
 _SAVE_MID_EPOCH = """
 import sys
 sys.path.insert(0, {here!r})
@@ -1143,14 +1227,8 @@ def test_a_shards_folder_replaced_by_a_file_is_an_error_naming_it_never_a_hang(p
 @pytest.fixture
 def full_disk(tmp_path):
     """A 12 KiB tmpfs (room for about two of the ~4 KB shards), unmounted after the test."""
-    mount = str(tmp_path / "tiny")
-    os.makedirs(mount)
-    try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", mount], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip(f"cannot mount a tmpfs here ({e})")
-    yield mount
-    subprocess.run(["umount", mount], check=True)
+    with _tmpfs(str(tmp_path / "tiny"), "12k") as mount:
+        yield mount
 
 
 def test_a_disk_that_fills_up_falls_back_to_remote_reads_with_a_warning(photos, full_disk, caplog):

@@ -54,17 +54,28 @@ def checked_directory(directory: str) -> str:
 
 
 def _check_folder(path: str) -> None:
-    """``path`` must be a real folder (not a symlink to one: the cache's contents are untrusted)."""
+    """``path`` must be a real folder (not a symlink to one: the cache's contents are untrusted) that this process
+    may write: every fetch writes a pin and a lock there (on a read-only disk each read failed mid-epoch with a
+    traceback)."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as e:
+            raise CacheFolderError(f"{path}: cannot be made ({e.strerror}); {_WRITABLE}") from e
         st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         what = ("a symlink" if stat.S_ISLNK(st.st_mode) else "a regular file" if stat.S_ISREG(st.st_mode)
                 else file_kind(st.st_mode))
         raise CacheFolderError(f"{path}: {what}, not a folder; the shard cache keeps only its own folders here. "
                                "Remove it, or pass another shard_cache folder")
+    if not os.access(path, os.W_OK | os.X_OK):  # EROFS on a read-only mount, even for root
+        raise CacheFolderError(f"{path}: not writable (a read-only disk, or its permissions); {_WRITABLE}")
+
+
+_WRITABLE = ("the shard cache writes its copies, locks and pins there: pass a shard_cache folder on a writable "
+             "local disk")
 
 
 def entries(directory: str, folder: str, pattern: re.Pattern) -> list[tuple[str, str, os.stat_result]]:

@@ -21,6 +21,7 @@ import threading
 import time
 
 from ...format.owners import process_start
+from .folder import unlink
 
 PIN_LEASE_S = 3600.0  # a pin of another host not renewed for this long is a dead process's
 _PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})$")
@@ -124,10 +125,7 @@ def live_pins(directory: str, lease_s: float = PIN_LEASE_S) -> set[str]:
         if alive:
             pinned.add(sha)
         else:
-            try:
-                os.unlink(entry.path)
-            except FileNotFoundError:
-                pass
+            unlink(entry.path)  # a folder planted under a dead pin's name too (an unlink alone would fail on it)
     return pinned
 
 

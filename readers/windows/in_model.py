@@ -234,7 +234,7 @@ def model_windows(
     index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
                            drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat,
                            start_step=request.start_step,
-                           where=path, before_epoch=source.before_epoch)
+                           where=path, before_epoch=source.before_epoch, stamp=source.stamp)
     dtype = index.element_spec.dtype
     episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None))
     gather = WindowGather(_Resident(arrays, layout, episodes, dtype), name="window_gather")

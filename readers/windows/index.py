@@ -18,6 +18,7 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from ..epoch_guard import Stamp
 from ..options import external_state_ignored, quiet_options
 from ..windowing.starts import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
 from .layout import Concatenated, Layout
@@ -28,7 +29,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 def index_batches(
     starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
     limit: int | None = None, repeat: bool = False, start_step: int = 0, then: Callable | None = None,
-    where: str = "resident windows", before_epoch: Callable | None = None,
+    where: str = "resident windows", before_epoch: Callable | None = None, stamp: Stamp | None = None,
 ) -> tf.data.Dataset:
     """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
 
@@ -44,6 +45,9 @@ def index_batches(
     ``then``: a function of the start rows run in one parallel map (the gather: one map, one hand-off).
     ``before_epoch``: dataset -> dataset, run on each epoch's batches of starts (``EpochGuard.ahead``: the arrays
     were loaded from shards once, so each epoch checks they are still the dataset at the path).
+    ``stamp``: the ``Stamp`` of the shards the episodes were loaded from (``EpochGuard.stamp``): each epoch's
+    function checks it, so a checkpoint restores only into an index of the same data (a restore runs the current
+    epoch's function again first). Once an epoch: as ``Stamp.lead`` per batch it cost 40% of the windows/s.
     """
     usable = len(starts) if limit is None else min(limit, len(starts))
     per_replica = usable // replicas  # equal shares, so no replica runs out of steps before the others
@@ -63,6 +67,16 @@ def index_batches(
     def rows(index: tf.data.Dataset) -> tf.data.Dataset:
         return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
 
+    def stamped(seeds: tf.data.Dataset) -> tf.data.Dataset:  # (stamp element, epoch, seed pair)
+        stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
+        return tf.data.Dataset.zip((stamps, seeds.enumerate())).map(lambda s, e: (s, *e))
+
+    def checked(stamp_element, e, seed_pair):  # the epoch's seed, once its stamp is checked
+        if stamp is None:
+            return seed_pair
+        with tf.control_dependencies([stamp.check(stamp_element, e)]):
+            return tf.identity(seed_pair)
+
     if repeat:
         if not per_epoch:  # an endless stream of empty epochs would never yield: refuse it
             raise ValueError(f"{where}: {usable} windows over {replicas} replicas leave replica {replica} no batch "
@@ -72,11 +86,13 @@ def index_batches(
         if first_epoch > INT32_LIMIT:
             raise ValueError(f"{where}: start_step={start_step} is {first_epoch} epochs in; tf.data skips at most "
                              f"{INT32_LIMIT}; pass the step count the job saved")
-        seeds = tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch).enumerate()
-        return rows(seeds.flat_map(lambda e, seed_pair: epoch(seed_pair).skip(
+        seeds = stamped(tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch))
+        return rows(seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)).skip(
             tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
-    return rows(seeds.flat_map(epoch)).apply(tf.data.experimental.assert_cardinality(per_epoch))
+    seeds = stamped(seeds)
+    return rows(seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)))).apply(
+        tf.data.experimental.assert_cardinality(per_epoch))
 
 
 class Episodes:

@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..arguments import check_not_empty, per_replica_text
+from ..epoch_guard import Stamp
 from ..windowing.starts import row_steps_of, start_rows
 from ..windowing.targets import TargetsArg
 from .index import Episodes, gather_batches, index_batches
@@ -72,6 +73,8 @@ class Source:
     where: str
     # dataset -> dataset run ahead of each epoch (``EpochGuard.ahead`` of the shards loaded; None: in memory)
     before_epoch: Callable | None = None
+    # the stamp of the shards loaded, which a checkpoint's restore checks (``EpochGuard.stamp``; None: in memory)
+    stamp: Stamp | None = None
 
     def worker_shards(self, worker: int, workers: int) -> list[int]:
         if self.num_shards < workers:
@@ -142,7 +145,7 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
     row = row_steps_of(spec, source.lengths)  # one layout for every replica and worker
     options = dict(shuffle=request.shuffle, seed=draw_seed(request.seed), drop_remainder=drop_remainder,
                    repeat=request.repeat, start_step=request.start_step, where=source.where,
-                   before_epoch=source.before_epoch)
+                   before_epoch=source.before_epoch, stamp=source.stamp)
     strategy = pick_strategy(request.strategy)
     if strategy is None:
         if drop_remainder:
