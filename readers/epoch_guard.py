@@ -92,10 +92,12 @@ class EpochGuard:
                 "shard cache or resident copy would serve the old data: build the pipeline again to read the "
                 "dataset now in the folder")
 
-    def ahead(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+    def ahead(self, dataset: tf.data.Dataset, skippable: bool = False) -> tf.data.Dataset:
         """``dataset``, each iteration of which starts with the check (nothing per element). Its Python holds no
-        state, so the result is still savable by ``tf.train.Checkpoint(iterator)``."""
-        return python_step(dataset, self.problem)
+        state, so the result is still savable by ``tf.train.Checkpoint(iterator)``. ``skippable``
+        (``ignore_errors``): a failed check is one error, which the pipeline's ``ignore_errors`` logs before reading
+        on, instead of failing every later pull (which ``ignore_errors`` would skip forever)."""
+        return python_step(dataset, self.problem, once=skippable)
 
     @property
     def stamp(self) -> Stamp:
@@ -148,14 +150,15 @@ class Stamp:
         return tf.data.Dataset.zip((led, dataset)).map(lambda _, element: element)
 
 
-def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool = False) -> tf.data.Dataset:
+def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool = False,
+                once: bool = False) -> tf.data.Dataset:
     """``dataset`` with the Python function ``step`` run at the start (``after``: the end) of each iteration of it:
     a dataset of its element spec that never yields, concatenated ahead of it (or after it), whose one function
     runs ``step``; nothing per element. A non-empty string ``step`` returns fails the iteration, as its message,
     and every later pull of that iteration too (a parallel stage downstream pulls again after an error: with a
     stage that ran ``step`` once, the second pull went on into ``dataset``, and hung on the FIFO the first had
-    found). ``step`` must hold no state tf.data would have to save: the result is still savable by
-    ``tf.train.Checkpoint(iterator)``."""
+    found); with ``once``, only that pull (an ``ignore_errors`` pipeline logs it and reads on). ``step`` must hold
+    no state tf.data would have to save: the result is still savable by ``tf.train.Checkpoint(iterator)``."""
 
     def passes(*_):  # never True: "" ends the step's dataset, a problem fails this pull (and the next: repeat())
         problem = tf.ensure_shape(tf.py_function(step, [], tf.string), [])
@@ -165,7 +168,8 @@ def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool =
     # One function over repeats of one placeholder of the element spec (each function of a dataset is set up anew
     # with every iterator: a map, filter and map cost twice this one's setup).
     placeholder = tf.nest.map_structure(_zeros_of, dataset.element_spec)
-    stepped = tf.data.Dataset.from_tensors(placeholder).repeat().take_while(passes)
+    placeholders = tf.data.Dataset.from_tensors(placeholder)
+    stepped = placeholders.filter(passes) if once else placeholders.repeat().take_while(passes)
     joined = dataset.concatenate(stepped) if after else stepped.concatenate(dataset)
     return joined.with_options(external_state_ignored())
 

@@ -214,7 +214,7 @@ def images(
     # in the first stage that runs every epoch: the reads, or after a cache, or on a service's client.
     epoch = EpochGuard(dataset, split, shards)
     if remote is None and cache is None:
-        records = epoch.ahead(records)
+        records = epoch.ahead(records, skippable=ignore_errors)
     ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
                   repeat=repeat, skip=start_step * batch_size, deterministic=deterministic,
                   ignore_errors=ignore_errors)
