@@ -1216,12 +1216,27 @@ def test_a_shards_folder_replaced_by_a_file_is_an_error_naming_it_never_a_hang(p
         iterator = iter(ds)
     else:
         next(iterator)
-    shutil.rmtree(os.path.join(directory, "shards"))
-    open(os.path.join(directory, "shards"), "w").close()
+    _plant_a_file_for_the_shards_folder(directory)
     error = _drain(iterator)
     assert isinstance(error, tf.errors.OpError), f"read {error} records from a cache folder with no shards/"
     named = os.path.join(directory, "shards") if when == "between epochs" else directory
     assert re.search(re.escape(named), error.message), error.message
+
+
+def _plant_a_file_for_the_shards_folder(directory: str) -> None:
+    """``shards/`` replaced by a regular file. Mid-epoch a fetch thread may make the folder again between the removal
+    and the file's creation (a cache folder removed while a job runs is made again): remove it again, at most 50
+    times, until the file is in place."""
+    shards, planted = os.path.join(directory, "shards"), os.path.join(directory, "planted")
+    for _ in range(50):
+        shutil.rmtree(shards, ignore_errors=True)
+        open(planted, "w").close()
+        try:
+            os.rename(planted, shards)  # fails on a folder made again meanwhile: never a file inside it
+            return
+        except OSError:
+            continue
+    pytest.fail(f"{shards}: made again as a folder 50 times in a row; no file could be planted there")
 
 
 @pytest.fixture
