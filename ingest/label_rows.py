@@ -29,14 +29,13 @@ The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 import posixpath
 import re
 import typing
 
 from ..format.errors import InputError
-from ..format.names import SPLIT_NAME
+from ..format.names import MAX_SPLIT_CHARS, SPLIT_NAME
 from .label_columns import CONTROL, columns_of, unseen
 from .label_formats import MULTI_SEPARATOR, Csv, JsonLines, column_key, fold
 from .label_lines import (
@@ -49,6 +48,7 @@ from .label_lines import (
     line_problem,
     numbered_lines,
     open_labels,
+    text_of,
     version,
 )
 
@@ -165,10 +165,8 @@ class LabelRows:
         self._binary = open_labels(path)
         self._opened = version(self._binary)
         try:
-            # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
-            self._text = io.TextIOWrapper(self._binary, encoding="utf-8-sig", newline="\n")
+            self._text = text_of(self._binary)
             self._lines = numbered_lines(path, self._text)
-            self._number = 0
             self._first = None
             header = self._header()
             self._columns = columns_of(path, header, splits, columns)
@@ -184,7 +182,7 @@ class LabelRows:
         self.decimal_comma = getattr(self._format, "delimiter", ",") == ";"
 
     def _header_line(self) -> tuple[int, str]:
-        number, line = self._decoded(next, self._lines, None) or (0, None)
+        number, line = next(self._lines, None) or (0, None)
         if line is None:
             raise bad_file(self.file, "empty labels file (no header row)",
                            "start it with a header such as `path,label`")
@@ -227,24 +225,16 @@ class LabelRows:
     def __exit__(self, *exc) -> None:
         self._binary.close()
 
-    def _decoded(self, step, *args):
-        try:
-            return step(*args)
-        except UnicodeDecodeError as e:
-            raise bad_file(self.file, f"not UTF-8 text (near row {self._number + 1}: {e.reason})",
-                           "save the labels file as UTF-8") from None
-
     def __iter__(self):
         while True:
             if self._first is not None:  # JSON Lines: the first object is the header and row 1 too
                 (number, fields, line), self._first = self._first, None
             else:
-                found = self._decoded(next, self._lines, None)
+                found = next(self._lines, None)
                 if found is None:
                     self._unchanged()
                     return
                 number, line = found
-                self._number = number
                 problem = line_problem(line)
                 if problem is not None:
                     yield RowProblem(number, line, problem)
@@ -292,8 +282,8 @@ class LabelRows:
         if c.split is not None:
             split = fields[c.split].strip()
             if not SPLIT_NAME.match(split):
-                return RowProblem(number, text, f"split {split!r:.80} is not a split name; use letters, digits or _ "
-                                  "(train, val, test)", clean)
+                return RowProblem(number, text, f"split {split!r:.80} is not a split name; use letters, digits or _, "
+                                  f"at most {MAX_SPLIT_CHARS} (train, val, test)", clean)
         label = fold(fields[c.labels[0]].strip()) if len(c.labels) == 1 else \
             tuple(fold(fields[i].strip()) for i in c.labels)
         problem = _label_problem(label)
