@@ -255,6 +255,22 @@ def test_labels_file_append_puts_a_new_class_after_the_old(tmp_path, kind):
         assert sorted(labels_read) == [0, 0, 1, 1, 2]
 
 
+def test_an_append_writing_a_split_of_the_dataset_another_way_is_refused(tmp_path):
+    # Was: a labels file of the new rows only, `Val` where the dataset has `val`, added a split `Val` beside it (one
+    # labels file writing both is refused).
+    src, out = tmp_path / "src", tmp_path / "out"
+    for i in range(5):
+        write_jpeg(src / f"{i}.jpg", i)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("path,split,label\n0.jpg,train,a\n1.jpg,train,b\n2.jpg,val,a\n3.jpg,val,b\n")
+    convert_image_tree(src, out, image=ImageOptions(labels_file=str(labels)))
+    old = _shards(out)
+    labels.write_text("path,split,label\n4.jpg,Val,a\n")
+    with pytest.raises(InputError, match=r"SRC gives the split 'Val' but the dataset has 'val'; write each split"):
+        _append(src, out, image=ImageOptions(labels_file=str(labels)))
+    assert _shards(out) == old
+
+
 def test_an_append_whose_labels_file_has_only_the_new_rows_says_so_not_changed(tmp_path, cli):
     # Was: every old image was "changed since they were converted", and the fix given, --overwrite with that labels
     # file, would have left every old image out of the dataset.
