@@ -205,6 +205,9 @@ class LabelRows:
                                'start with an object such as {"path": ..., "label": ...}')
             self._first = number, self._format.first, line
             return self._format.header
+        if line.lstrip().startswith("{"):  # no CSV header starts so: JSON Lines under another name
+            raise bad_file(self.file, f"header row is a JSON object (got {line!r:.80}), but only a file named "
+                           f"{' or '.join(JSON_LINES)} is read as JSON Lines", "rename the labels file to .jsonl")
         named = _SEP_LINE.fullmatch(line.rstrip("\r"))
         if named is not None:
             number, line = self._header_line()

@@ -146,6 +146,7 @@ def test_multi_label_and_regression_train_in_model_fit(flat, tmp_path):
     ("path,label\nimg00.jpg,1.5\nimg01.jpg,1e400\n", r"row 3: label '1e400' is outside float32's range"),
     ("path,a,b\nimg00.jpg,1,x\n", r"row 2: label 'x' is not a finite float32 number"),
     (b"path,label\nimg00.jpg,caf\xe9\n", "not UTF-8 text"),
+    ("label, path\na, img00.jpg\n", r"row 2: ' img00\.jpg' has spaces around it, which the input's name 'img00\.jpg'"),
     ("path,split,label\nimg00.jpg," + "x" * 101 + ",a\n",  # it names the shard files: ENAMETOOLONG mid-run
      r"row 2: split 'x+ is not a split name .*; use letters, digits or _, at most 100"),
     ('{"path": "img00.jpg", "label": "a"}\n{"path": "img01.jpg"}\n', "row 2: has other keys than the first line"),
@@ -326,6 +327,7 @@ def test_a_semicolon_or_tab_separated_file_is_read_by_its_header(flat, tmp_path,
     # the row that holds the byte, not one of the 8 KiB a decoder reads ahead
     (b"path,label\n" + b"b.jpg,x\n" * 1000 + b"a.jpg,caf\xe9\n",
      r"row 1002 is not UTF-8 text \(got b'a\.jpg,caf\\xe9\\n'; Latin-1 or Windows-1252"),
+    (b'{"path": "a.jpg", "label": "x"}\n', r"header row is a JSON object .*; rename the labels file to \.jsonl"),
     (b'path,"label\na.jpg,x\n', r"header row does not parse as CSV"),
     (b"path," + b"c," * 70_000 + b"label\n", "header row is over 131,072 characters"),
     (b"\n\n", "empty labels file"),
