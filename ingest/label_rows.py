@@ -36,7 +36,7 @@ import typing
 
 from ..format.errors import InputError
 from ..format.names import MAX_SPLIT_CHARS, SPLIT_NAME
-from .label_columns import CONTROL, columns_of, unseen
+from .label_columns import CONTROL, LABEL_COLUMN, PATH_COLUMN, SPLIT_COLUMN, columns_of, unseen
 from .label_formats import MULTI_SEPARATOR, Csv, JsonLines, column_key, fold
 from .label_lines import (
     MAX_ROW_CHARS,
@@ -125,7 +125,7 @@ class Row(typing.NamedTuple):  # a NamedTuple: made once a row, and cheap to mak
     split: str | None = None
 
 
-def _clean_path(text: str) -> str | None:
+def clean_path(text: str) -> str | None:
     """A row's path made canonical (``./a.npy`` → ``a.npy``), or None when it leaves SRC (absolute, ``..``)."""
     if text and text[0] not in "./" and text[-1] != "/" and text[1:2] != ":" and not _UNCLEAN.search(text):
         return text  # already canonical: most rows
@@ -175,6 +175,8 @@ class LabelRows:
             raise
         self.columns = self._columns.names
         self.header_path = header[self._columns.path]  # the path column's name: a file's if the header is data
+        # ... unless a column has a name only a header gives (a row of `path`, `label`, `split` names no input)
+        self.header_named = any(column_key(name) in (PATH_COLUMN, SPLIT_COLUMN, LABEL_COLUMN) for name in header)
         self.dialect = self._format.describe()
         # A spreadsheet separates by ';' where a comma is the decimal mark (0,5): there a number may use it
         # (``label_kinds``: only where the labels are read as numbers). Not in a TSV: one from a locale that groups
@@ -274,7 +276,7 @@ class LabelRows:
         if _NO_FILE_NAME.search(raw):
             return RowProblem(number, text, f"path {raw!r:.80} holds a lone surrogate (half of a \\u escape pair), "
                               "which no file name holds; write the path as it is, in UTF-8")
-        clean = _clean_path(raw)
+        clean = clean_path(raw)
         if raw.endswith("/"):
             return RowProblem(number, text, f"path {raw!r:.80} names a folder, not an input file; give the file's "
                               "path relative to SRC, without a trailing /")

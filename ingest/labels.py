@@ -26,6 +26,7 @@ from .label_rows import (  # noqa: F401  (open_rows, MAX_LISTED_ROWS: for caller
     LabelRows,
     Row,
     RowProblem,
+    clean_path,
     open_rows,
 )
 
@@ -107,7 +108,8 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
                          f"--label-kind {forced} takes one; name the label column `label`, or pass --label-kind value")
     match = _Matcher(inputs)
     header = rows.header_path
-    if header in match.known or fold(header) in match.known or fold(header) in match.folded:
+    named = clean_path(header)
+    if not rows.header_named and named is not None and match(named) is not None:  # as a row would (an id, ./a.jpg)
         raise InputError(f"{rows.file}: its first row names an input (got {header!r:.80}), so the file has no "
                          "header row; start it with a header such as `path,label`")
     bad = BadRows()

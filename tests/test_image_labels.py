@@ -363,6 +363,9 @@ def test_only_plain_decimal_numbers_are_numbers_and_the_rule_is_said(tmp_path, l
 
 @pytest.mark.parametrize("content, match", [
     ("img00.jpg,cat\nimg01.jpg,dog\n", r"its first row names an input \(got 'img00\.jpg'\), so the file has no header"),
+    # Was: read as a header as a row is not (a Kaggle id, ./), so img00 was left out, counted only as unlabelled
+    ("img00,cat\nimg01,dog\n", r"its first row names an input \(got 'img00'\), so the file has no header"),
+    ("./img00.jpg,cat\nimg01.jpg,dog\n", r"its first row names an input \(got '\./img00\.jpg'\), so the file"),
     ("path,split,label\nimg00,train,a\nimg01,Train,b\n", r"row 3 names the split 'Train', row 2 'train'; write "
                                                          "each split one way"),
     ("path,label\rimg00,cat\rimg01,dog\r", r"header row holds a carriage return: lines end in \\r alone"),
@@ -376,6 +379,13 @@ def test_a_file_read_wrong_without_a_word_is_one_line(flat, tmp_path, content, m
     with pytest.raises(InputError, match=match) as caught:
         convert(flat, tmp_path / "out", csv)
     assert str(caught.value).startswith(f"{csv}: ") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("header", ["path,label", "id,label", "Path,class"])
+def test_a_header_of_column_names_is_a_header_when_an_input_has_that_stem(tmp_path, header):
+    csv = write(tmp_path / "l.csv", f"{header}\npath,x\nid,y\nlabel,x\n")
+    labels, bad = decided(csv, tmp_path, ["path.jpg", "id.jpg", "label.jpg"])
+    assert labels.by_path == {"path.jpg": 0, "id.jpg": 1, "label.jpg": 0} and list(bad) == []
 
 
 @pytest.mark.parametrize("sep_line, sep", [("sep=;", ";"), ("sep=\t", "\t"), ('"sep=;"', ";"), ("sep=|", "|")])
