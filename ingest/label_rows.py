@@ -15,7 +15,8 @@ The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per
     Excel's first line ``sep=;`` names, else the first of ``,``, tab and ``;`` that the header holds (``;``: a
     spreadsheet's export where the decimal mark is a comma). A header naming an input is no header (``decide``);
   - the path column is the one named ``path``, else the first: a path relative to SRC, ``/`` separators
-    (``train/run3.npy``), taken as written (a file name may end in a space); ``labels.decide`` matches it;
+    (``train/run3.npy``), taken as written (a file name may end in a space; spaces after a CSV delimiter are
+    skipped); ``labels.decide`` matches it;
   - with ``splits=True`` (images), a column named ``split`` gives the input's split;
   - the label column is the one named ``label``; else every other column (``columns=True``, images: several
     columns are a value label of that many floats), or the one other column (more need a ``label``);

@@ -182,9 +182,9 @@ def _unmatched(row: Row, found: str | None, named: dict[str, Row | RowProblem], 
         return RowProblem(row.number, _shown(row), f"names {found!r:.80} again (first on row {number}); "
                           "give each input one row")
     spaced = match(row.path.strip()) if row.path != row.path.strip() else None
-    if spaced is not None:  # `a.jpg, cat` read as ` cat`, or a cell padded by hand
+    if spaced is not None:  # `a.jpg ,cat`, or a cell padded by hand (a space after a CSV delimiter is skipped)
         return RowProblem(row.number, _shown(row), f"{row.path!r:.80} has spaces around it, which the input's name "
-                          f"{spaced!r:.80} has not; remove them (a space after the delimiter?)")
+                          f"{spaced!r:.80} has not; remove them")
     both = match.shared.get(fold(row.path))
     if both is not None:
         return RowProblem(row.number, _shown(row), f"{row.path!r:.80} is the stem of {len(both)} inputs "

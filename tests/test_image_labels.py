@@ -146,7 +146,7 @@ def test_multi_label_and_regression_train_in_model_fit(flat, tmp_path):
     ("path,label\nimg00.jpg,1.5\nimg01.jpg,1e400\n", r"row 3: label '1e400' is outside float32's range"),
     ("path,a,b\nimg00.jpg,1,x\n", r"row 2: label 'x' is not a finite float32 number"),
     (b"path,label\nimg00.jpg,caf\xe9\n", "not UTF-8 text"),
-    ("label, path\na, img00.jpg\n", r"row 2: ' img00\.jpg' has spaces around it, which the input's name 'img00\.jpg'"),
+    ("path,label\nimg00.jpg ,a\n", r"row 2: 'img00\.jpg ' has spaces around it, which the input's name 'img00\.jpg'"),
     ("path,split,label\nimg00.jpg," + "x" * 101 + ",a\n",  # it names the shard files: ENAMETOOLONG mid-run
      r"row 2: split 'x+ is not a split name .*; use letters, digits or _, at most 100"),
     ('{"path": "img00.jpg", "label": "a"}\n{"path": "img01.jpg"}\n', "row 2: has other keys than the first line"),
@@ -912,10 +912,14 @@ def test_a_labels_file_that_is_no_regular_file_is_one_line(flat_six, tmp_path, m
 def test_bom_crlf_and_quoted_commas_round_trip(tmp_path):
     write_jpeg(tmp_path / "src" / "a,b.jpg", 0)
     write_jpeg(tmp_path / "src" / "c.jpg", 1)
+    write_jpeg(tmp_path / "src" / "d.jpg", 2)
     path = tmp_path / "l.csv"
-    path.write_bytes('\ufeffpath,label\r\n"a,b.jpg","big, red"\r\n./c.jpg,small\r\n'.encode("utf-8"))
+    # Was: `d.jpg, "big, red"` (a space before the quote, as written by hand) 3 columns, and `c.jpg, "small"` the
+    # class '"small"' beside 'small'
+    path.write_bytes('\ufeffpath, label\r\n"a,b.jpg","big, red"\r\n./c.jpg, "small"\r\n d.jpg, "big, red"\r\n'
+                     .encode("utf-8"))
     manifest = convert_kind(tmp_path / "src", tmp_path / "out", path)
-    assert manifest.class_names == ["big, red", "small"] and read_labels(tmp_path / "out").tolist() == [0, 1]
+    assert manifest.class_names == ["big, red", "small"] and read_labels(tmp_path / "out").tolist() == [0, 1, 0]
 
 
 def test_value_edge_numbers(flat_six, tmp_path):
