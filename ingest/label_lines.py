@@ -1,6 +1,7 @@
 """A labels file's lines, read as text one at a time within bounds: the file opened only when it is a regular
-file within ``MAX_LABELS_BYTES`` and not UTF-16, each line numbered, a line over ``MAX_ROW_CHARS`` skipped a piece
-at a time (never held whole), and what makes a line no row in either format before it is parsed. Pure Python.
+file within ``MAX_LABELS_BYTES`` and not UTF-16 or UTF-32, each line numbered (a line that is not UTF-8 refuses the
+file, naming its row), a line over ``MAX_ROW_CHARS`` skipped a piece at a time (never held whole), and what makes a
+line no row in either format before it is parsed. Pure Python.
 
     with open_labels("labels.csv") as f:
         list(numbered_lines("labels.csv", text_of(f)))
