@@ -15,7 +15,7 @@ import os
 import re
 
 from ..format.errors import InputError
-from ..format.storage import NotRegularFileError, file_kind, open_regular
+from ..format.storage import NotRegularFileError, file_kind, is_url, open_regular
 
 MAX_LABELS_BYTES = 1 << 30  # checked before the file is read
 # A longer line is a bad row, skipped a piece at a time (never held whole); csv's own field limit, so no field of a
@@ -41,6 +41,9 @@ def version(f) -> tuple[int, int]:
 
 def open_labels(path: str):
     """The labels file opened in binary, once it is a regular file within the size limit and not UTF-16 or UTF-32."""
+    if is_url(path):  # the source tree is local, so is its labels file
+        raise bad_file(path, "labels file is a URL, but only a local file is read", "copy it to a local file first "
+                       "(gcloud storage cp, curl -o) and pass that")
     try:
         f = open_regular(path)
     except FileNotFoundError:

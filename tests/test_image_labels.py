@@ -909,6 +909,13 @@ def test_a_labels_file_that_is_no_regular_file_is_one_line(flat_six, tmp_path, m
     assert "\n" not in str(caught.value) and not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("url", ["gs://bucket/labels.csv", "https://example.com/labels.csv"])
+def test_a_labels_file_given_as_a_url_says_only_a_local_file_is_read(flat_six, tmp_path, url):
+    # Was: "labels file not found", of a file that may well be there.
+    with pytest.raises(InputError, match=rf"^{url}: labels file is a URL, but only a local file is read; copy it"):
+        convert_kind(flat_six, tmp_path / "out", url)
+
+
 def test_bom_crlf_and_quoted_commas_round_trip(tmp_path):
     write_jpeg(tmp_path / "src" / "a,b.jpg", 0)
     write_jpeg(tmp_path / "src" / "c.jpg", 1)
