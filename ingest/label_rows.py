@@ -282,8 +282,10 @@ class LabelRows:
             return RowProblem(number, text, f"path {raw!r:.80} names a folder, not an input file; give the file's "
                               "path relative to SRC, without a trailing /")
         if clean is None:
-            return RowProblem(number, text, f"path {raw!r:.80} is not inside SRC; give it relative to SRC, with / "
-                              "separators and no ..")
+            windows = "\\" in raw and clean_path(raw.replace("\\", "/")) is not None  # train\cat\1.jpg
+            what = "holds \\ separators (a Windows path?)" if windows else "is not inside SRC"
+            return RowProblem(number, text, f"path {raw!r:.80} {what}; give it relative to SRC, with / separators "
+                              "and no ..")
         split = None
         if c.split is not None:
             split = fields[c.split].strip()

@@ -142,6 +142,7 @@ def test_multi_label_and_regression_train_in_model_fit(flat, tmp_path):
     ("path\nimg00.jpg\n", "header has no label column"),
     ("path,label\n../img00.jpg,cat\n", r"row 2: path '../img00.jpg' is not inside SRC"),
     ("path,label\nnothere.jpg,cat\n", r"row 2: 'nothere.jpg' does not exist under SRC"),
+    ("path,label\nsub\\img00.jpg,cat\n", r"row 2: path 'sub\\\\img00.jpg' holds \\ separators \(a Windows path\?\)"),
     ("path,label\nimg00.jpg,cat\nimg00,dog\n", r"row 3: names 'img00.jpg' again \(first on row 2\)"),
     ("path,label\nimg00.jpg,1.5\nimg01.jpg,1e400\n", r"row 3: label '1e400' is outside float32's range"),
     ("path,a,b\nimg00.jpg,1,x\n", r"row 2: label 'x' is not a finite float32 number"),
