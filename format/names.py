@@ -16,7 +16,10 @@ TEMP_PREFIX = ".tmp-"  # a file being written; renamed to its final name only wh
 STATE_DIR = ".tfshard-state"  # a conversion's resume state; gone once its manifest is written
 LOCK_NAME = ".tfshard-lock"  # held by the one conversion writing into OUT
 COMPRESSIONS = (None, "gzip")
-SPLIT_NAME = re.compile(r"^[A-Za-z0-9_]+\Z")  # \Z: "$" would also match before a final newline ("val\n")
+# A split names its shard files: ".tmp-<split>-g0001-00000-of-00001.tfrecord.gz" must fit a file name's 255 bytes.
+# \Z: "$" would also match before a final newline ("val\n").
+MAX_SPLIT_CHARS = 100
+SPLIT_NAME = re.compile(rf"^[A-Za-z0-9_]{{1,{MAX_SPLIT_CHARS}}}\Z")
 # A conversion writes generation 0 (no g part); each append adds its shards as the next generation, numbered
 # i-of-n among themselves, so no name ever changes or collides.
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?:g(?P<generation>\d{4})-)?(?P<index>\d{5})-of-(?P<count>\d{5})"

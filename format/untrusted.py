@@ -36,7 +36,7 @@ from .manifest import (
     is_count,
     is_finite_number,
 )
-from .names import MANIFEST_NAME, SPLIT_NAME, is_shard_name, shard_file_name, shard_generation
+from .names import MANIFEST_NAME, MAX_SPLIT_CHARS, SPLIT_NAME, is_shard_name, shard_file_name, shard_generation
 from .records import DATA_PREFIX
 from .statistics import check_feature_statistics, check_pixel_statistics
 
@@ -239,7 +239,7 @@ def manifest_from_dict(raw: Any, source: str = MANIFEST_NAME, consistency: bool 
     splits = {}
     for name, split in check.mapping(raw["splits"], "splits").items():
         if not SPLIT_NAME.match(name):
-            check.fail("splits", "split names must be letters, digits or _", name)
+            check.fail("splits", f"split names must be letters, digits or _, at most {MAX_SPLIT_CHARS}", name)
         splits[name] = _split_from_dict(check, name, split, raw["compression"], raw["kind"], raw["class_names"],
                                         consistency, labels, raw["features"])
     if raw.get("appends") and raw["kind"] != "images":

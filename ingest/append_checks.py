@@ -86,6 +86,12 @@ def check_job(out: str, base: manifest_lib.Manifest, job: ImageJob) -> None:
     if job.label_columns != base.label_columns:
         raise InputError(f"{out}: --append: the value labels' columns are {job.label_columns!r} but the dataset's "
                          f"are {base.label_columns!r}; give the labels file the dataset's columns")
+    spelled = {name.casefold(): name for name in base.splits}
+    for name in job.items:
+        had = spelled.get(name.casefold(), name)
+        if had != name:  # two splits that print alike to a reader asking for one, as within one labels file
+            raise InputError(f"{out}: --append: SRC gives the split {name!r} but the dataset has {had!r}; write each "
+                             "split one way, as the dataset does (split names are case-sensitive)")
     if job.split_rule != base.split_rule:
         rule, had = job.split_rule or {}, base.split_rule or {}
         key = next(k for k in ("method", "fractions", "seed", "from") if rule.get(k) != had.get(k))

@@ -49,7 +49,8 @@ class Csv:
         """``delimiter``: as Excel's ``sep=`` line names it, else the first of ``DELIMITERS`` the header holds."""
         self.delimiter = delimiter or next((d for d in DELIMITERS if d in header_line), ",")
         self._line = _OneLine()
-        self._reader = csv.reader(self._line, delimiter=self.delimiter, strict=True)
+        # skipinitialspace: `a.jpg, "cat, big"` as written by hand is a quoted field, not one holding the quotes
+        self._reader = csv.reader(self._line, delimiter=self.delimiter, skipinitialspace=True, strict=True)
 
     def describe(self) -> str:
         return "CSV" if self.delimiter == "," else f"CSV separated by {self.delimiter!r}"

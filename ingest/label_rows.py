@@ -15,7 +15,8 @@ The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per
     Excel's first line ``sep=;`` names, else the first of ``,``, tab and ``;`` that the header holds (``;``: a
     spreadsheet's export where the decimal mark is a comma). A header naming an input is no header (``decide``);
   - the path column is the one named ``path``, else the first: a path relative to SRC, ``/`` separators
-    (``train/run3.npy``), taken as written (a file name may end in a space); ``labels.decide`` matches it;
+    (``train/run3.npy``), taken as written (a file name may end in a space; spaces after a CSV delimiter are
+    skipped); ``labels.decide`` matches it;
   - with ``splits=True`` (images), a column named ``split`` gives the input's split;
   - the label column is the one named ``label``; else every other column (``columns=True``, images: several
     columns are a value label of that many floats), or the one other column (more need a ``label``);
@@ -29,15 +30,14 @@ The layout, CSV (any name) or JSON Lines (``.jsonl``/``.ndjson``: one object per
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
 import posixpath
 import re
 import typing
 
 from ..format.errors import InputError
-from ..format.names import SPLIT_NAME
-from .label_columns import CONTROL, columns_of, unseen
+from ..format.names import MAX_SPLIT_CHARS, SPLIT_NAME
+from .label_columns import CONTROL, LABEL_COLUMN, PATH_COLUMN, SPLIT_COLUMN, columns_of, unseen
 from .label_formats import MULTI_SEPARATOR, Csv, JsonLines, column_key, fold
 from .label_lines import (
     MAX_ROW_CHARS,
@@ -49,6 +49,7 @@ from .label_lines import (
     line_problem,
     numbered_lines,
     open_labels,
+    text_of,
     version,
 )
 
@@ -125,7 +126,7 @@ class Row(typing.NamedTuple):  # a NamedTuple: made once a row, and cheap to mak
     split: str | None = None
 
 
-def _clean_path(text: str) -> str | None:
+def clean_path(text: str) -> str | None:
     """A row's path made canonical (``./a.npy`` → ``a.npy``), or None when it leaves SRC (absolute, ``..``)."""
     if text and text[0] not in "./" and text[-1] != "/" and text[1:2] != ":" and not _UNCLEAN.search(text):
         return text  # already canonical: most rows
@@ -165,10 +166,8 @@ class LabelRows:
         self._binary = open_labels(path)
         self._opened = version(self._binary)
         try:
-            # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name
-            self._text = io.TextIOWrapper(self._binary, encoding="utf-8-sig", newline="\n")
+            self._text = text_of(self._binary)
             self._lines = numbered_lines(path, self._text)
-            self._number = 0
             self._first = None
             header = self._header()
             self._columns = columns_of(path, header, splits, columns)
@@ -177,6 +176,8 @@ class LabelRows:
             raise
         self.columns = self._columns.names
         self.header_path = header[self._columns.path]  # the path column's name: a file's if the header is data
+        # ... unless a column has a name only a header gives (a row of `path`, `label`, `split` names no input)
+        self.header_named = any(column_key(name) in (PATH_COLUMN, SPLIT_COLUMN, LABEL_COLUMN) for name in header)
         self.dialect = self._format.describe()
         # A spreadsheet separates by ';' where a comma is the decimal mark (0,5): there a number may use it
         # (``label_kinds``: only where the labels are read as numbers). Not in a TSV: one from a locale that groups
@@ -184,7 +185,7 @@ class LabelRows:
         self.decimal_comma = getattr(self._format, "delimiter", ",") == ";"
 
     def _header_line(self) -> tuple[int, str]:
-        number, line = self._decoded(next, self._lines, None) or (0, None)
+        number, line = next(self._lines, None) or (0, None)
         if line is None:
             raise bad_file(self.file, "empty labels file (no header row)",
                            "start it with a header such as `path,label`")
@@ -207,6 +208,9 @@ class LabelRows:
                                'start with an object such as {"path": ..., "label": ...}')
             self._first = number, self._format.first, line
             return self._format.header
+        if line.lstrip().startswith("{"):  # no CSV header starts so: JSON Lines under another name
+            raise bad_file(self.file, f"header row is a JSON object (got {line!r:.80}), but only a file named "
+                           f"{' or '.join(JSON_LINES)} is read as JSON Lines", "rename the labels file to .jsonl")
         named = _SEP_LINE.fullmatch(line.rstrip("\r"))
         if named is not None:
             number, line = self._header_line()
@@ -227,24 +231,16 @@ class LabelRows:
     def __exit__(self, *exc) -> None:
         self._binary.close()
 
-    def _decoded(self, step, *args):
-        try:
-            return step(*args)
-        except UnicodeDecodeError as e:
-            raise bad_file(self.file, f"not UTF-8 text (near row {self._number + 1}: {e.reason})",
-                           "save the labels file as UTF-8") from None
-
     def __iter__(self):
         while True:
             if self._first is not None:  # JSON Lines: the first object is the header and row 1 too
                 (number, fields, line), self._first = self._first, None
             else:
-                found = self._decoded(next, self._lines, None)
+                found = next(self._lines, None)
                 if found is None:
                     self._unchanged()
                     return
                 number, line = found
-                self._number = number
                 problem = line_problem(line)
                 if problem is not None:
                     yield RowProblem(number, line, problem)
@@ -281,19 +277,21 @@ class LabelRows:
         if _NO_FILE_NAME.search(raw):
             return RowProblem(number, text, f"path {raw!r:.80} holds a lone surrogate (half of a \\u escape pair), "
                               "which no file name holds; write the path as it is, in UTF-8")
-        clean = _clean_path(raw)
+        clean = clean_path(raw)
         if raw.endswith("/"):
             return RowProblem(number, text, f"path {raw!r:.80} names a folder, not an input file; give the file's "
                               "path relative to SRC, without a trailing /")
         if clean is None:
-            return RowProblem(number, text, f"path {raw!r:.80} is not inside SRC; give it relative to SRC, with / "
-                              "separators and no ..")
+            windows = "\\" in raw and clean_path(raw.replace("\\", "/")) is not None  # train\cat\1.jpg
+            what = "holds \\ separators (a Windows path?)" if windows else "is not inside SRC"
+            return RowProblem(number, text, f"path {raw!r:.80} {what}; give it relative to SRC, with / separators "
+                              "and no ..")
         split = None
         if c.split is not None:
             split = fields[c.split].strip()
             if not SPLIT_NAME.match(split):
-                return RowProblem(number, text, f"split {split!r:.80} is not a split name; use letters, digits or _ "
-                                  "(train, val, test)", clean)
+                return RowProblem(number, text, f"split {split!r:.80} is not a split name; use letters, digits or _, "
+                                  f"at most {MAX_SPLIT_CHARS} (train, val, test)", clean)
         label = fold(fields[c.labels[0]].strip()) if len(c.labels) == 1 else \
             tuple(fold(fields[i].strip()) for i in c.labels)
         problem = _label_problem(label)

@@ -12,6 +12,7 @@ listed (``BadRows``), so memory follows the inputs, whatever the file claims.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import posixpath
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from .label_rows import (  # noqa: F401  (open_rows, MAX_LISTED_ROWS: for caller
     LabelRows,
     Row,
     RowProblem,
+    clean_path,
     open_rows,
 )
 
@@ -82,6 +84,29 @@ class _Matcher:
             return None
         return self.stems.get(folded)
 
+    @functools.cached_property
+    def _in_folders(self) -> dict[str, list[str]]:
+        """The stem of an input's file name -> the inputs in folders with that stem (made at the first row that
+        names none)."""
+        found: dict[str, list[str]] = {}
+        for path in sorted(self.known):
+            if "/" in path:
+                found.setdefault(posixpath.splitext(_file_name(path))[0], []).append(path)
+        return found
+
+    def in_folders(self, name: str) -> list[str]:
+        """The inputs in a folder of SRC that ``name``, a name without a folder, is the file name or stem of
+        (``run0`` of ``train/run0.npy``: a path written relative to its split folder)."""
+        if "/" in name:
+            return []
+        name = fold(name)
+        found = [p for key in dict.fromkeys((name, posixpath.splitext(name)[0])) for p in self._in_folders.get(key, [])]
+        return [p for p in found if name in (_file_name(p), posixpath.splitext(_file_name(p))[0])]
+
+
+def _file_name(path: str) -> str:
+    return fold(path.rsplit("/", 1)[1])
+
 
 def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[str] = ("class", "value"),
            forced: str | None = None) -> tuple[Labels, BadRows]:
@@ -107,7 +132,8 @@ def decide(rows: LabelRows, src: str, inputs: Iterable[str], *, kinds: Iterable[
                          f"--label-kind {forced} takes one; name the label column `label`, or pass --label-kind value")
     match = _Matcher(inputs)
     header = rows.header_path
-    if header in match.known or fold(header) in match.known or fold(header) in match.folded:
+    named = clean_path(header)
+    if not rows.header_named and named is not None and match(named) is not None:  # as a row would (an id, ./a.jpg)
         raise InputError(f"{rows.file}: its first row names an input (got {header!r:.80}), so the file has no "
                          "header row; start it with a header such as `path,label`")
     bad = BadRows()
@@ -179,10 +205,19 @@ def _unmatched(row: Row, found: str | None, named: dict[str, Row | RowProblem], 
         number = first.number if isinstance(first, Row) else first.row
         return RowProblem(row.number, _shown(row), f"names {found!r:.80} again (first on row {number}); "
                           "give each input one row")
+    spaced = match(row.path.strip()) if row.path != row.path.strip() else None
+    if spaced is not None:  # `a.jpg ,cat`, or a cell padded by hand (a space after a CSV delimiter is skipped)
+        return RowProblem(row.number, _shown(row), f"{row.path!r:.80} has spaces around it, which the input's name "
+                          f"{spaced!r:.80} has not; remove them")
     both = match.shared.get(fold(row.path))
     if both is not None:
         return RowProblem(row.number, _shown(row), f"{row.path!r:.80} is the stem of {len(both)} inputs "
                           f"({', '.join(both[:3]):.200}); give the file name with its extension")
+    elsewhere = match.in_folders(row.path)
+    if elsewhere and not os.path.lexists(os.path.join(src, row.path)):
+        return RowProblem(row.number, _shown(row), f"{row.path!r:.80} does not exist under SRC, but "
+                          f"{', '.join(map(repr, elsewhere[:2])):.160} does; give the path relative to SRC, its "
+                          "folders included")
     return RowProblem(row.number, _shown(row), f"{_unknown(src, row.path)}; fix the path or remove the row")
 
 

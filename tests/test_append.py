@@ -255,6 +255,30 @@ def test_labels_file_append_puts_a_new_class_after_the_old(tmp_path, kind):
         assert sorted(labels_read) == [0, 0, 1, 1, 2]
 
 
+def _labelled(tmp_path, count: int, text: str):
+    """``(src, out, labels file)``: ``count`` images ``0.jpg``, ... converted with the labels file ``text``."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    for i in range(count):
+        write_jpeg(src / f"{i}.jpg", i)
+    labels = tmp_path / "labels.csv"
+    labels.write_text(text)
+    convert_image_tree(src, out, image=ImageOptions(labels_file=str(labels)))
+    return src, out, labels
+
+
+def test_an_append_writing_a_split_of_the_dataset_another_way_is_refused(tmp_path):
+    # Was: a labels file of the new rows only, `Val` where the dataset has `val`, added a split `Val` beside it (one
+    # labels file writing both is refused).
+    src, out, labels = _labelled(tmp_path, 4, "path,split,label\n0.jpg,train,a\n1.jpg,train,b\n2.jpg,val,a\n"
+                                 "3.jpg,val,b\n")
+    old = _shards(out)
+    write_jpeg(src / "4.jpg", 4)
+    labels.write_text("path,split,label\n4.jpg,Val,a\n")
+    with pytest.raises(InputError, match=r"SRC gives the split 'Val' but the dataset has 'val'; write each split"):
+        _append(src, out, image=ImageOptions(labels_file=str(labels)))
+    assert _shards(out) == old
+
+
 def test_an_append_whose_labels_file_has_only_the_new_rows_says_so_not_changed(tmp_path, cli):
     # Was: every old image was "changed since they were converted", and the fix given, --overwrite with that labels
     # file, would have left every old image out of the dataset.
@@ -279,13 +303,8 @@ def test_an_append_whose_labels_file_has_only_the_new_rows_says_so_not_changed(t
 
 
 def test_value_labels_append_with_the_same_columns_only(tmp_path):
-    src, out = tmp_path / "src", tmp_path / "out"
-    for i in range(3):
-        write_jpeg(src / f"{i}.jpg", i)
-    labels = tmp_path / "values.csv"
-    labels.write_text("path,x,y\n0.jpg,0.5,1\n1.jpg,2.25,3\n2.jpg,-1,0\n")
+    src, out, labels = _labelled(tmp_path, 3, "path,x,y\n0.jpg,0.5,1\n1.jpg,2.25,3\n2.jpg,-1,0\n")
     image = ImageOptions(labels_file=str(labels))
-    convert_image_tree(src, out, image=image)
     write_jpeg(src / "3.jpg", 3)
     labels.write_text(labels.read_text() + "3.jpg,7.5,8\n")
     manifest, _ = _append(src, out, image=image)

@@ -635,6 +635,18 @@ def test_row_that_is_no_episode_path_is_refused(tmp_path, row):
         _convert(src, tmp_path / "out", labels)
 
 
+@pytest.mark.parametrize("row", ["run0", "run0.npy"])
+def test_a_path_relative_to_its_split_folder_names_the_path_from_src(tmp_path, row):
+    # Was: "'run0' does not exist under SRC; fix the path", with train/run0.npy right there.
+    src = tmp_path / "src"
+    (src / "train").mkdir(parents=True)
+    np.save(src / "train" / "run0.npy", np.zeros((5, 2), np.float32))
+    labels = _csv(tmp_path, [(row, "a")])
+    with pytest.raises(InputError, match=rf"row 2: '{row}' does not exist under SRC, but 'train/run0\.npy' does "
+                                         r".*; give the path relative to SRC, its folders included"):
+        _convert(src, tmp_path / "out", labels)
+
+
 def test_row_with_a_trailing_slash_names_a_folder_not_the_episode_file(tmp_path):
     # BUG: _clean_path's posixpath.normpath turns 'ep0.npy/' (a folder's path) into 'ep0.npy', so the row labels
     # the file; the docs say a row naming a folder is a bad row.

@@ -142,10 +142,14 @@ def test_multi_label_and_regression_train_in_model_fit(flat, tmp_path):
     ("path\nimg00.jpg\n", "header has no label column"),
     ("path,label\n../img00.jpg,cat\n", r"row 2: path '../img00.jpg' is not inside SRC"),
     ("path,label\nnothere.jpg,cat\n", r"row 2: 'nothere.jpg' does not exist under SRC"),
+    ("path,label\nsub\\img00.jpg,cat\n", r"row 2: path 'sub\\\\img00.jpg' holds \\ separators \(a Windows path\?\)"),
     ("path,label\nimg00.jpg,cat\nimg00,dog\n", r"row 3: names 'img00.jpg' again \(first on row 2\)"),
     ("path,label\nimg00.jpg,1.5\nimg01.jpg,1e400\n", r"row 3: label '1e400' is outside float32's range"),
     ("path,a,b\nimg00.jpg,1,x\n", r"row 2: label 'x' is not a finite float32 number"),
     (b"path,label\nimg00.jpg,caf\xe9\n", "not UTF-8 text"),
+    ("path,label\nimg00.jpg ,a\n", r"row 2: 'img00\.jpg ' has spaces around it, which the input's name 'img00\.jpg'"),
+    ("path,split,label\nimg00.jpg," + "x" * 101 + ",a\n",  # it names the shard files: ENAMETOOLONG mid-run
+     r"row 2: split 'x+ is not a split name .*; use letters, digits or _, at most 100"),
     ('{"path": "img00.jpg", "label": "a"}\n{"path": "img01.jpg"}\n', "row 2: has other keys than the first line"),
     ('{"path": "img00.jpg", "label": "a"}\nnot json\n', r"row 2: is not JSON \(Expecting value"),
 ])
@@ -320,6 +324,11 @@ def test_a_semicolon_or_tab_separated_file_is_read_by_its_header(flat, tmp_path,
 @pytest.mark.parametrize("content, match", [
     ("\ufeffpath,label\na.jpg,x\n".encode("utf-16"), "is UTF-16 text"),  # Excel's "Unicode text"
     ("path,label\na.jpg,x\n".encode("utf-16-le"), r"header row holds a NUL.*UTF-16"),  # the same without a BOM
+    ("path,label\na.jpg,x\n".encode("utf-32"), "is UTF-32 text"),  # Python writes its BOM
+    # the row that holds the byte, not one of the 8 KiB a decoder reads ahead
+    (b"path,label\n" + b"b.jpg,x\n" * 1000 + b"a.jpg,caf\xe9\n",
+     r"row 1002 is not UTF-8 text \(got b'a\.jpg,caf\\xe9\\n'; Latin-1 or Windows-1252"),
+    (b'{"path": "a.jpg", "label": "x"}\n', r"header row is a JSON object .*; rename the labels file to \.jsonl"),
     (b'path,"label\na.jpg,x\n', r"header row does not parse as CSV"),
     (b"path," + b"c," * 70_000 + b"label\n", "header row is over 131,072 characters"),
     (b"\n\n", "empty labels file"),
@@ -355,6 +364,9 @@ def test_only_plain_decimal_numbers_are_numbers_and_the_rule_is_said(tmp_path, l
 
 @pytest.mark.parametrize("content, match", [
     ("img00.jpg,cat\nimg01.jpg,dog\n", r"its first row names an input \(got 'img00\.jpg'\), so the file has no header"),
+    # Was: read as a header as a row is not (a Kaggle id, ./), so img00 was left out, counted only as unlabelled
+    ("img00,cat\nimg01,dog\n", r"its first row names an input \(got 'img00'\), so the file has no header"),
+    ("./img00.jpg,cat\nimg01.jpg,dog\n", r"its first row names an input \(got '\./img00\.jpg'\), so the file"),
     ("path,split,label\nimg00,train,a\nimg01,Train,b\n", r"row 3 names the split 'Train', row 2 'train'; write "
                                                          "each split one way"),
     ("path,label\rimg00,cat\rimg01,dog\r", r"header row holds a carriage return: lines end in \\r alone"),
@@ -368,6 +380,13 @@ def test_a_file_read_wrong_without_a_word_is_one_line(flat, tmp_path, content, m
     with pytest.raises(InputError, match=match) as caught:
         convert(flat, tmp_path / "out", csv)
     assert str(caught.value).startswith(f"{csv}: ") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("header", ["path,label", "id,label", "Path,class"])
+def test_a_header_of_column_names_is_a_header_when_an_input_has_that_stem(tmp_path, header):
+    csv = write(tmp_path / "l.csv", f"{header}\npath,x\nid,y\nlabel,x\n")
+    labels, bad = decided(csv, tmp_path, ["path.jpg", "id.jpg", "label.jpg"])
+    assert labels.by_path == {"path.jpg": 0, "id.jpg": 1, "label.jpg": 0} and list(bad) == []
 
 
 @pytest.mark.parametrize("sep_line, sep", [("sep=;", ";"), ("sep=\t", "\t"), ('"sep=;"', ";"), ("sep=|", "|")])
@@ -891,13 +910,24 @@ def test_a_labels_file_that_is_no_regular_file_is_one_line(flat_six, tmp_path, m
     assert "\n" not in str(caught.value) and not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.parametrize("url", ["gs://bucket/labels.csv", "https://example.com/labels.csv"])
+def test_a_labels_file_given_as_a_url_says_only_a_local_file_is_read(flat_six, tmp_path, url):
+    # Was: "labels file not found", of a file that may well be there.
+    with pytest.raises(InputError, match=rf"^{url}: labels file is a URL, but only a local file is read; copy it"):
+        convert_kind(flat_six, tmp_path / "out", url)
+
+
 def test_bom_crlf_and_quoted_commas_round_trip(tmp_path):
     write_jpeg(tmp_path / "src" / "a,b.jpg", 0)
     write_jpeg(tmp_path / "src" / "c.jpg", 1)
+    write_jpeg(tmp_path / "src" / "d.jpg", 2)
     path = tmp_path / "l.csv"
-    path.write_bytes('\ufeffpath,label\r\n"a,b.jpg","big, red"\r\n./c.jpg,small\r\n'.encode("utf-8"))
+    # Was: `d.jpg, "big, red"` (a space before the quote, as written by hand) 3 columns, and `c.jpg, "small"` the
+    # class '"small"' beside 'small'
+    path.write_bytes('\ufeffpath, label\r\n"a,b.jpg","big, red"\r\n./c.jpg, "small"\r\n d.jpg, "big, red"\r\n'
+                     .encode("utf-8"))
     manifest = convert_kind(tmp_path / "src", tmp_path / "out", path)
-    assert manifest.class_names == ["big, red", "small"] and read_labels(tmp_path / "out").tolist() == [0, 1]
+    assert manifest.class_names == ["big, red", "small"] and read_labels(tmp_path / "out").tolist() == [0, 1, 0]
 
 
 def test_value_edge_numbers(flat_six, tmp_path):
