@@ -55,6 +55,8 @@ def parse_json(text: str | bytes, source: str) -> Any:
     except json.JSONDecodeError as e:
         where = f"{e.msg} at line {e.lineno} column {e.colno}"
         raise ManifestError(f"{source}: not valid JSON ({where}); {REWRITE}") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4300): nothing tfshard writes
+        raise ManifestError(f"{source}: not JSON tfshard writes ({str(e).split(';')[0]}); {REWRITE}") from None
 
 
 class Checker:

@@ -44,6 +44,7 @@ import weakref
 import tensorflow as tf
 
 from ..format.dataset import read_small_file
+from ..format.json_checks import parse_json
 from ..format.owners import is_alive, this_process
 from ..format.storage import check_bucket, file_sha256, is_url, join, stat_regular, write_atomic
 from .epoch_guard import python_step
@@ -92,8 +93,8 @@ def _read_json(path: str, what: str, limit: int):
     except ValueError as e:  # a FIFO or folder under the name, or a file far larger than tfshard writes
         raise CacheFileError(f"{e}; remove it, or pass another cache folder") from e
     try:
-        return json.loads(raw)
-    except ValueError:
+        return parse_json(raw, path)
+    except ValueError:  # not UTF-8 JSON, nested too deep (a RecursionError in ``json``), a key given twice
         return _UNREADABLE
 
 

@@ -274,6 +274,7 @@ BAD_MANIFESTS = {
     "shard-file-int": (_edit_images(_shard_file(3)), _names("file")),
     "shard-file-dot": (_edit_images(_shard_file(".")), _names("file")),
     "nested-100000-deep": (_raw_manifest(b"[" * 100_000 + b"]" * 100_000), _names(None)),
+    "number-of-5000-digits": (_raw_manifest(b'{"format_version": ' + b"9" * 5000 + b"}"), _names(None)),
     "not-utf8": (_raw_manifest(b'\xff\xfe{"kind": "images\x80\x81"}'), _names(None)),
     "episodes-a-string": (_edit_episodes(_episodes("ep0.npy")), _names("episodes")),
     "episodes-list-of-ints": (_edit_episodes(_episodes([1, 2, 3])), _names("episodes")),

@@ -612,6 +612,11 @@ def _fifo_for(path: str) -> None:
     os.mkfifo(path)
 
 
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def _other_options_cache_renamed(out: str, cache: str, prefix: str) -> None:
     """The complete cache of another pipeline (other image size) under ``prefix``'s names, its record too."""
     for path in glob.glob(prefix + ".*"):
@@ -628,6 +633,7 @@ LIES = {
     "data removed": lambda out, cache, prefix: os.remove(_data_file(prefix)),
     "data a FIFO": lambda out, cache, prefix: _fifo_for(_data_file(prefix)),
     "record a FIFO": lambda out, cache, prefix: _fifo_for(prefix + ".complete"),
+    "record nested 100000 deep": lambda out, cache, prefix: _write(prefix + ".complete", "[" * 10**5 + "]" * 10**5),
     "no record (an older tfshard's cache)": lambda out, cache, prefix: os.remove(prefix + ".complete"),
     "another pipeline's cache renamed to this one": _other_options_cache_renamed,
 }
