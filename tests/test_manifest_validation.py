@@ -368,6 +368,17 @@ def _windows_swapped_lengths(w):
     return lambda: _first_batch(readers.windows(w.out, length=3, batch_size=1, shuffle=False)), [w.out]
 
 
+def _windows_episode_of_a_terabyte(w):
+    """A length no shard holds: the resident reader sized its arrays by it before reading (numpy's MemoryError)."""
+    w.episodes()
+
+    def edit(raw):
+        raw["splits"]["train"]["episodes"][0]["length"] = 10**12
+
+    w.edit_manifest(edit)
+    return lambda: _first_batch(readers.windows(w.out, length=3, batch_size=1)), [MANIFEST, "episodes", "bytes hold"]
+
+
 def _windows_fewer_than_a_batch(w):
     w.episodes()
     assert readers.info(w.out).num_windows("train", 9) == 2
@@ -396,6 +407,7 @@ LIBRARY_REFUSALS = {
     },
     **{f"readers-info-{name}": _readers_bad_manifest(name) for name in BAD_MANIFESTS},
     "windows-swapped-episode-lengths": _windows_swapped_lengths,
+    "windows-episode-of-a-terabyte": _windows_episode_of_a_terabyte,
     "windows-fewer-windows-than-a-batch": _windows_fewer_than_a_batch,
     "images-fewer-images-than-a-batch": _images_fewer_than_a_batch,
     "horizon-too-long-says-horizon": _horizon_too_long,
