@@ -18,7 +18,7 @@ from typing import Any
 from .errors import ManifestError
 from .manifest import is_count, is_finite_number
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would also match before a final newline
 REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
 
 

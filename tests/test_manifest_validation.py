@@ -244,6 +244,11 @@ def _first_episode_length(raw):
     raw["splits"]["train"]["episodes"][0]["length"] = "x"
 
 
+def _first_shard_sha256_and_a_newline(raw):
+    shard = raw["splits"]["train"]["shards"][0]
+    shard["sha256"] += "\n"  # the pattern's "$" matched before it
+
+
 def _raw_manifest(data: bytes):
     def setup(w):
         w.images()
@@ -274,6 +279,7 @@ BAD_MANIFESTS = {
     "shard-file-int": (_edit_images(_shard_file(3)), _names("file")),
     "shard-file-dot": (_edit_images(_shard_file(".")), _names("file")),
     "nested-100000-deep": (_raw_manifest(b"[" * 100_000 + b"]" * 100_000), _names(None)),
+    "sha256-and-a-newline": (_edit_images(_first_shard_sha256_and_a_newline), _names("sha256")),
     "number-of-5000-digits": (_raw_manifest(b'{"format_version": ' + b"9" * 5000 + b"}"), _names(None)),
     "not-utf8": (_raw_manifest(b'\xff\xfe{"kind": "images\x80\x81"}'), _names(None)),
     "episodes-a-string": (_edit_episodes(_episodes("ep0.npy")), _names("episodes")),

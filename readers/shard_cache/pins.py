@@ -24,7 +24,7 @@ from ...format.owners import process_start
 from .folder import unlink
 
 PIN_LEASE_S = 3600.0  # a pin of another host not renewed for this long is a dead process's
-_PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})$")
+_PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})\Z")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _folders: dict[str, FolderPins] = {}  # folder -> this process's pins in it
 _folders_lock = threading.Lock()
