@@ -814,17 +814,26 @@ def test_a_copy_another_live_process_pins_is_never_evicted_and_a_killed_ones_pin
 # --- lying neighbours, stops and leaks (issue 30) -----------------------------------------------------------------
 
 
-def _liar(photos, root, shard_index: int = 0) -> str:
-    """A copy of the dataset ``photos`` whose manifest gives shard ``shard_index``'s sha256 another size."""
+def _liar(photos, root, shard_index: int = 0, by: int = 7) -> str:
+    """A copy of the dataset ``photos`` whose manifest gives shard ``shard_index``'s sha256 ``by`` bytes more."""
     liar = str(root / "liar")
     shutil.copytree(photos, liar)
 
     def change(raw):
-        raw["splits"]["train"]["shards"][shard_index]["bytes"] += 7
-        raw["splits"]["train"]["bytes"] += 7  # consistent in itself: only the shard's file says otherwise
+        raw["splits"]["train"]["shards"][shard_index]["bytes"] += by
+        raw["splits"]["train"]["bytes"] += by  # consistent in itself: only the shard's file says otherwise
 
     edit_manifest(liar, change)
     return liar
+
+
+def test_a_fill_whose_manifest_gives_a_shard_a_petabyte_names_the_lie_not_the_limit(photos, tmp_path, cli):
+    """The limit was weighed against the manifest's size alone: "raise the limit to at least 10**15 bytes"."""
+    liar = _liar(photos, tmp_path, by=10**15)
+    result = cli("cache", liar, str(tmp_path / "c"), "--limit", str(shared.LIMIT))
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "train-00000-of-00006.tfrecord: shard of split 'train' is not the size the manifest says" in result.stderr
+    assert "raise the limit" not in result.stderr and not copies(tmp_path / "c")
 
 
 @pytest.mark.parametrize("reader", ["a live reader", "none"])
