@@ -922,14 +922,17 @@ def _foreign_pin(directory, sha256: str, age_s: float) -> str:
     return path
 
 
-def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path):
+@pytest.mark.parametrize("dead_age_s", [3 * 3600, -3 * 3600], ids=["not renewed for 3 hours", "3 hours ahead"])
+def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path, dead_age_s):
     """This host cannot see whether another host's process runs: its pin holds while it was renewed within the
-    lease (an hour), and one not renewed for three hours is a dead process's."""
+    lease (an hour), and one not renewed for three hours is a dead process's. So is one dated three hours ahead:
+    no host's clock is that far off (it is planted), and counted live it kept its copy forever."""
     directory = str(tmp_path / "c")
     store = ShardStore(directory, 2000)
     shared.fetched(store, remote[0])
     shared.fetched(store, remote[1])
-    dead, live = _foreign_pin(directory, remote[0].sha256, 3 * 3600), _foreign_pin(directory, remote[1].sha256, 60)
+    dead = _foreign_pin(directory, remote[0].sha256, dead_age_s)
+    live = _foreign_pin(directory, remote[1].sha256, 60)
     shared.fetched(store, remote[2])
     shared.fetched(store, remote[3])
     assert shared.copies(directory) == {remote[1].sha256, remote[3].sha256}
