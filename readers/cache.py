@@ -99,7 +99,8 @@ def _read_json(path: str, what: str, limit: int):
 
 
 def _read_owner(path: str) -> dict | None:
-    """The owner record; an unreadable one older than a few seconds (its writer died mid-write) is removed.
+    """The owner record; an unreadable one older (or dated later) than a few seconds from now (its writer died
+    mid-write) is removed.
 
     Raises:
       CacheFileError: a FIFO, folder or oversized file under the owner record's name.
@@ -111,7 +112,7 @@ def _read_owner(path: str) -> dict | None:
         age = time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
     except tf.errors.NotFoundError:
         return None
-    if age < _UNREADABLE_OWNER_GRACE_S:
+    if abs(age) < _UNREADABLE_OWNER_GRACE_S:  # dated further ahead, it was planted: never written "right now"
         return {"host": "?", "pid": -1, "unreadable": True}  # being written right now: treat as live
     log.warning("%s: unreadable cache owner record (its writer died mid-write); removing it", path)
     tf.io.gfile.remove(path)

@@ -299,6 +299,17 @@ def test_unreadable_owner_file_is_not_silently_ignored(dataset, tmp_path, caplog
     assert recovered or warned, "the cache was silently not used"
 
 
+def test_an_unreadable_owner_file_dated_ahead_is_recovered(dataset, tmp_path):
+    """One dated a day ahead counted as "being written right now" for a day: every pipeline read without the cache."""
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    prefix = _forge_partial(out, cache, '{"host": "vm", "pi')
+    ahead = time.time() + 86400
+    os.utime(prefix + ".owner", (ahead, ahead))
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
+    _assert_complete(cache, prefix)
+
+
 @pytest.mark.slow
 def test_owner_killed_but_not_yet_reaped_is_gone(dataset, tmp_path):
     """A zombie (killed, its parent has not called wait yet) writes nothing: its lock is stale.
