@@ -182,7 +182,8 @@ def _read(path: str) -> bytes:
     try:
         return read_small_file(path, "inputs file", MAX_MANIFEST_BYTES)
     except NotRegularFileError as e:  # --overwrite cannot prove it tfshard's, so it is not removed by it
-        raise ManifestError(f"{e}; {INPUTS_NAME} must be the file tfshard wrote: remove it, then {REWRITE}") from None
+        fix = f"{INPUTS_NAME} must be the file tfshard wrote, so remove it first; {REWRITE}"
+        raise ManifestError(f"{e}; {fix}") from None
 
 
 def recorded_bytes_problem(path: str, manifest: Manifest, data: bytes | None = None) -> str | None:
