@@ -20,7 +20,7 @@ from typing import Any
 MAX_LISTED_DUPLICATES = 100  # groups named in the manifest; the counts cover every one
 MAX_LISTED_PATHS = 20  # paths named per group (a blank image can be in thousands of places)
 COUNTS = ("groups", "across_splits", "within_split", "copies", "dropped")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would also match before a final newline
 
 
 def summarize(images: dict[str, list[tuple[str, str]]], dropped: int) -> dict[str, Any]:

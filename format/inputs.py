@@ -28,7 +28,7 @@ import json
 from typing import Any
 
 from .dataset import read_small_file
-from .errors import ManifestError
+from .errors import ManifestError, NotRegularFileError
 from .json_checks import REWRITE, SHA256, Checker, parse_json
 from .manifest import (
     FORMAT_VERSION,
@@ -179,7 +179,11 @@ def text_sha256(text: str) -> str:
 
 
 def _read(path: str) -> bytes:
-    return read_small_file(path, "inputs file", MAX_MANIFEST_BYTES)
+    try:
+        return read_small_file(path, "inputs file", MAX_MANIFEST_BYTES)
+    except NotRegularFileError as e:  # --overwrite cannot prove it tfshard's, so it is not removed by it
+        fix = f"{INPUTS_NAME} must be the file tfshard wrote, so remove it first; {REWRITE}"
+        raise ManifestError(f"{e}; {fix}") from None
 
 
 def recorded_bytes_problem(path: str, manifest: Manifest, data: bytes | None = None) -> str | None:

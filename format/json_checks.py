@@ -18,7 +18,7 @@ from typing import Any
 from .errors import ManifestError
 from .manifest import is_count, is_finite_number
 
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")  # \Z: "$" would also match before a final newline
 REWRITE = "rewrite the dataset with `tfshard images|episodes SRC OUT --overwrite` (or remove OUT)"
 
 
@@ -55,6 +55,8 @@ def parse_json(text: str | bytes, source: str) -> Any:
     except json.JSONDecodeError as e:
         where = f"{e.msg} at line {e.lineno} column {e.colno}"
         raise ManifestError(f"{source}: not valid JSON ({where}); {REWRITE}") from None
+    except ValueError as e:  # an integer of more digits than Python converts (4300): nothing tfshard writes
+        raise ManifestError(f"{source}: not JSON tfshard writes ({str(e).split(';')[0]}); {REWRITE}") from None
 
 
 class Checker:

@@ -23,8 +23,8 @@ SPLIT_NAME = re.compile(rf"^[A-Za-z0-9_]{{1,{MAX_SPLIT_CHARS}}}\Z")
 # A conversion writes generation 0 (no g part); each append adds its shards as the next generation, numbered
 # i-of-n among themselves, so no name ever changes or collides.
 SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-(?:g(?P<generation>\d{4})-)?(?P<index>\d{5})-of-(?P<count>\d{5})"
-                        r"\.tfrecord(?P<gz>\.gz)?$")
-INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-(?:g\d{4}-)?\d{5}-of-\d{5}\.idx$")
+                        r"\.tfrecord(?P<gz>\.gz)?\Z")
+INDEX_NAME = re.compile(r"^[A-Za-z0-9_]+-(?:g\d{4}-)?\d{5}-of-\d{5}\.idx\Z")
 MAX_GENERATION = 9999
 # TFDS metadata beside dataset.json (`tfshard tfds OUT`), then the class names of image/class/label, of multi-label
 # image/class/labels, and of labelled episodes' episode/label (TFDS names each after its key).

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
-from typing import Union
+from collections.abc import Iterable, Iterator, Sequence
+from typing import BinaryIO, Union
 
 import google_crc32c
 
@@ -132,3 +132,21 @@ def gzip_member(data: bytes, level: int = zlib.Z_DEFAULT_COMPRESSION) -> bytes:
     """``data`` as one gzip member (no name, mtime 0), the same header TensorFlow's GZIP writer puts first."""
     compressor = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     return compressor.compress(data) + compressor.flush()
+
+
+def record_frames(f: BinaryIO, most: int) -> Iterator[tuple[int, int]]:
+    """``(offset, framed size)`` of each record of an uncompressed TFRecord file, from the length fields alone (each
+    record's data is skipped, not read nor checked): what a DALI ``tfrecord2idx`` index lists. Stops at the end of
+    the file, at a record the file is too short to hold, or after ``most`` records."""
+    offset = 0
+    end = f.seek(0, 2)
+    for _ in range(most):
+        f.seek(offset)
+        header = f.read(_UINT64.size)
+        if len(header) < _UINT64.size:
+            return
+        size = FRAME_OVERHEAD + _UINT64.unpack(header)[0]
+        if offset + size > end:
+            return
+        yield offset, size
+        offset += size

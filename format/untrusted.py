@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Any
 
 from .appends import check_appends
@@ -37,7 +38,7 @@ from .manifest import (
     is_finite_number,
 )
 from .names import MANIFEST_NAME, MAX_SPLIT_CHARS, SPLIT_NAME, is_shard_name, shard_file_name, shard_generation
-from .records import DATA_PREFIX
+from .records import DATA_PREFIX, data_features
 from .statistics import check_feature_statistics, check_pixel_statistics
 
 _MANIFEST_KEYS = {f.name for f in dataclasses.fields(Manifest)}
@@ -109,6 +110,25 @@ def _split_totals(check: Checker, where: str, raw: dict, shards: list[ShardInfo]
                        raw[total])
 
 
+MOST_INFLATED = 1032  # the most deflate (gzip) expands a byte to
+
+
+def _check_episode_bytes(check: Checker, where: str, episodes: list[EpisodeInfo], shards: list[ShardInfo],
+                         features: dict, compression: Any) -> None:
+    """Each step of an episode is in its shard's records once, so a shard's bytes (gzip: inflated at most
+    ``MOST_INFLATED``-fold) hold at least its episodes' steps of every feature: lengths past that lie, and a resident
+    reader sizes its arrays by them before it reads a record (a length of 10**12 was numpy's MemoryError)."""
+    step = sum(int(spec["dtype"][2:]) * math.prod(spec["shape"]) for spec in data_features(features).values())
+    steps = [0] * len(shards)
+    for episode in episodes:
+        steps[episode.shard] += episode.length
+    most = 1 if compression is None else MOST_INFLATED
+    for i, (shard, held) in enumerate(zip(shards, steps)):
+        if held * step > shard.bytes * most:
+            check.fail(where, f"must give shard {i} ({shard.file}) no more steps than its {shard.bytes:,} bytes "
+                              f"hold ({held:,} steps of {step:,} bytes)", held)
+
+
 def _check_shard_names(check: Checker, where: str, split: str, files: list[str], compression: Any) -> None:
     """A split's shards in order: the conversion's ``i-of-n`` (generation 0), then each append's as its own
     ``i-of-n`` run, generations rising; every name the one ``shard_file_name`` gives its place."""
@@ -155,6 +175,8 @@ def _split_from_dict(check: Checker, name: str, raw: Any, compression: Any, kind
     if len(episodes) > raw["records"]:
         check.fail(f"{where}.episodes", f"lists more episodes than the split's {raw['records']} records",
                    len(episodes))
+    if consistency:
+        _check_episode_bytes(check, f"{where}.episodes", episodes, parsed, features, compression)
     check_feature_statistics(check, where, raw, features, consistency)
     return EpisodeSplitInfo(**fields, episodes=episodes, feature_mean=raw.get("feature_mean"),
                             feature_std=raw.get("feature_std"))

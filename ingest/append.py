@@ -56,7 +56,7 @@ from .write import write_text_atomic
 
 log = logging.getLogger(__name__)
 
-_HEX = re.compile(r"^[0-9a-f]{64}$")
+_HEX = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 @dataclasses.dataclass(frozen=True)

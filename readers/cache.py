@@ -44,6 +44,7 @@ import weakref
 import tensorflow as tf
 
 from ..format.dataset import read_small_file
+from ..format.json_checks import parse_json
 from ..format.owners import is_alive, this_process
 from ..format.storage import check_bucket, file_sha256, is_url, join, stat_regular, write_atomic
 from .epoch_guard import python_step
@@ -92,13 +93,14 @@ def _read_json(path: str, what: str, limit: int):
     except ValueError as e:  # a FIFO or folder under the name, or a file far larger than tfshard writes
         raise CacheFileError(f"{e}; remove it, or pass another cache folder") from e
     try:
-        return json.loads(raw)
-    except ValueError:
+        return parse_json(raw, path)
+    except ValueError:  # not UTF-8 JSON, nested too deep (a RecursionError in ``json``), a key given twice
         return _UNREADABLE
 
 
 def _read_owner(path: str) -> dict | None:
-    """The owner record; an unreadable one older than a few seconds (its writer died mid-write) is removed.
+    """The owner record; an unreadable one older (or dated later) than a few seconds from now (its writer died
+    mid-write) is removed.
 
     Raises:
       CacheFileError: a FIFO, folder or oversized file under the owner record's name.
@@ -110,7 +112,7 @@ def _read_owner(path: str) -> dict | None:
         age = time.time() - tf.io.gfile.stat(path).mtime_nsec / 1e9
     except tf.errors.NotFoundError:
         return None
-    if age < _UNREADABLE_OWNER_GRACE_S:
+    if abs(age) < _UNREADABLE_OWNER_GRACE_S:  # dated further ahead, it was planted: never written "right now"
         return {"host": "?", "pid": -1, "unreadable": True}  # being written right now: treat as live
     log.warning("%s: unreadable cache owner record (its writer died mid-write); removing it", path)
     tf.io.gfile.remove(path)

@@ -365,11 +365,13 @@ def test_a_cached_reader_serves_the_appended_records(grown, tmp_path):
 @pytest.mark.parametrize("make, problem", [
     (lambda src, out: shutil.rmtree(out), r"no dataset to append to .*convert SRC first \(drop --append\)"),
     (lambda src, out: os.remove(os.path.join(out, INPUTS)), r"no inputs.json .*--overwrite. once, then append"),
+    (lambda src, out: (os.remove(os.path.join(out, INPUTS)), os.symlink("/dev/zero", os.path.join(out, INPUTS))),
+     r"inputs.json: a character device, not a regular file; .*remove it first; rewrite the dataset .*--overwrite"),
 ])
 def test_append_without_a_dataset_or_its_inputs_file_is_refused_with_the_fix(grown, make, problem):
     src, out, _ = grown
     make(str(src), str(out))
-    with pytest.raises(InputError, match=problem):
+    with pytest.raises(ValueError, match=problem):  # an InputError; a ManifestError for an unreadable inputs.json
         _append(src, out, num_shards=2)
 
 

@@ -244,6 +244,11 @@ def _first_episode_length(raw):
     raw["splits"]["train"]["episodes"][0]["length"] = "x"
 
 
+def _first_shard_sha256_and_a_newline(raw):
+    shard = raw["splits"]["train"]["shards"][0]
+    shard["sha256"] += "\n"  # the pattern's "$" matched before it
+
+
 def _raw_manifest(data: bytes):
     def setup(w):
         w.images()
@@ -274,6 +279,8 @@ BAD_MANIFESTS = {
     "shard-file-int": (_edit_images(_shard_file(3)), _names("file")),
     "shard-file-dot": (_edit_images(_shard_file(".")), _names("file")),
     "nested-100000-deep": (_raw_manifest(b"[" * 100_000 + b"]" * 100_000), _names(None)),
+    "sha256-and-a-newline": (_edit_images(_first_shard_sha256_and_a_newline), _names("sha256")),
+    "number-of-5000-digits": (_raw_manifest(b'{"format_version": ' + b"9" * 5000 + b"}"), _names(None)),
     "not-utf8": (_raw_manifest(b'\xff\xfe{"kind": "images\x80\x81"}'), _names(None)),
     "episodes-a-string": (_edit_episodes(_episodes("ep0.npy")), _names("episodes")),
     "episodes-list-of-ints": (_edit_episodes(_episodes([1, 2, 3])), _names("episodes")),
@@ -367,6 +374,17 @@ def _windows_swapped_lengths(w):
     return lambda: _first_batch(readers.windows(w.out, length=3, batch_size=1, shuffle=False)), [w.out]
 
 
+def _windows_episode_of_a_terabyte(w):
+    """A length no shard holds: the resident reader sized its arrays by it before reading (numpy's MemoryError)."""
+    w.episodes()
+
+    def edit(raw):
+        raw["splits"]["train"]["episodes"][0]["length"] = 10**12
+
+    w.edit_manifest(edit)
+    return lambda: _first_batch(readers.windows(w.out, length=3, batch_size=1)), [MANIFEST, "episodes", "bytes hold"]
+
+
 def _windows_fewer_than_a_batch(w):
     w.episodes()
     assert readers.info(w.out).num_windows("train", 9) == 2
@@ -395,6 +413,7 @@ LIBRARY_REFUSALS = {
     },
     **{f"readers-info-{name}": _readers_bad_manifest(name) for name in BAD_MANIFESTS},
     "windows-swapped-episode-lengths": _windows_swapped_lengths,
+    "windows-episode-of-a-terabyte": _windows_episode_of_a_terabyte,
     "windows-fewer-windows-than-a-batch": _windows_fewer_than_a_batch,
     "images-fewer-images-than-a-batch": _images_fewer_than_a_batch,
     "horizon-too-long-says-horizon": _horizon_too_long,

@@ -299,6 +299,17 @@ def test_unreadable_owner_file_is_not_silently_ignored(dataset, tmp_path, caplog
     assert recovered or warned, "the cache was silently not used"
 
 
+def test_an_unreadable_owner_file_dated_ahead_is_recovered(dataset, tmp_path):
+    """One dated a day ahead counted as "being written right now" for a day: every pipeline read without the cache."""
+    _, out = dataset
+    cache = str(tmp_path / "cache")
+    prefix = _forge_partial(out, cache, '{"host": "vm", "pi')
+    ahead = time.time() + 86400
+    os.utime(prefix + ".owner", (ahead, ahead))
+    assert sorted(labels_of(readers.images(out, cache=cache, **TRAIN))) == ALL
+    _assert_complete(cache, prefix)
+
+
 @pytest.mark.slow
 def test_owner_killed_but_not_yet_reaped_is_gone(dataset, tmp_path):
     """A zombie (killed, its parent has not called wait yet) writes nothing: its lock is stale.
@@ -612,6 +623,11 @@ def _fifo_for(path: str) -> None:
     os.mkfifo(path)
 
 
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
 def _other_options_cache_renamed(out: str, cache: str, prefix: str) -> None:
     """The complete cache of another pipeline (other image size) under ``prefix``'s names, its record too."""
     for path in glob.glob(prefix + ".*"):
@@ -628,6 +644,7 @@ LIES = {
     "data removed": lambda out, cache, prefix: os.remove(_data_file(prefix)),
     "data a FIFO": lambda out, cache, prefix: _fifo_for(_data_file(prefix)),
     "record a FIFO": lambda out, cache, prefix: _fifo_for(prefix + ".complete"),
+    "record nested 100000 deep": lambda out, cache, prefix: _write(prefix + ".complete", "[" * 10**5 + "]" * 10**5),
     "no record (an older tfshard's cache)": lambda out, cache, prefix: os.remove(prefix + ".complete"),
     "another pipeline's cache renamed to this one": _other_options_cache_renamed,
 }

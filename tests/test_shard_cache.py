@@ -814,17 +814,26 @@ def test_a_copy_another_live_process_pins_is_never_evicted_and_a_killed_ones_pin
 # --- lying neighbours, stops and leaks (issue 30) -----------------------------------------------------------------
 
 
-def _liar(photos, root, shard_index: int = 0) -> str:
-    """A copy of the dataset ``photos`` whose manifest gives shard ``shard_index``'s sha256 another size."""
+def _liar(photos, root, shard_index: int = 0, by: int = 7) -> str:
+    """A copy of the dataset ``photos`` whose manifest gives shard ``shard_index``'s sha256 ``by`` bytes more."""
     liar = str(root / "liar")
     shutil.copytree(photos, liar)
 
     def change(raw):
-        raw["splits"]["train"]["shards"][shard_index]["bytes"] += 7
-        raw["splits"]["train"]["bytes"] += 7  # consistent in itself: only the shard's file says otherwise
+        raw["splits"]["train"]["shards"][shard_index]["bytes"] += by
+        raw["splits"]["train"]["bytes"] += by  # consistent in itself: only the shard's file says otherwise
 
     edit_manifest(liar, change)
     return liar
+
+
+def test_a_fill_whose_manifest_gives_a_shard_a_petabyte_names_the_lie_not_the_limit(photos, tmp_path, cli):
+    """The limit was weighed against the manifest's size alone: "raise the limit to at least 10**15 bytes"."""
+    liar = _liar(photos, tmp_path, by=10**15)
+    result = cli("cache", liar, str(tmp_path / "c"), "--limit", str(shared.LIMIT))
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1, result.output
+    assert "train-00000-of-00006.tfrecord: shard of split 'train' is not the size the manifest says" in result.stderr
+    assert "raise the limit" not in result.stderr and not copies(tmp_path / "c")
 
 
 @pytest.mark.parametrize("reader", ["a live reader", "none"])
@@ -913,14 +922,17 @@ def _foreign_pin(directory, sha256: str, age_s: float) -> str:
     return path
 
 
-def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path):
+@pytest.mark.parametrize("dead_age_s", [3 * 3600, -3 * 3600], ids=["not renewed for 3 hours", "3 hours ahead"])
+def test_a_pin_of_another_host_counts_until_its_lease_runs_out(remote, tmp_path, dead_age_s):
     """This host cannot see whether another host's process runs: its pin holds while it was renewed within the
-    lease (an hour), and one not renewed for three hours is a dead process's."""
+    lease (an hour), and one not renewed for three hours is a dead process's. So is one dated three hours ahead:
+    no host's clock is that far off (it is planted), and counted live it kept its copy forever."""
     directory = str(tmp_path / "c")
     store = ShardStore(directory, 2000)
     shared.fetched(store, remote[0])
     shared.fetched(store, remote[1])
-    dead, live = _foreign_pin(directory, remote[0].sha256, 3 * 3600), _foreign_pin(directory, remote[1].sha256, 60)
+    dead = _foreign_pin(directory, remote[0].sha256, dead_age_s)
+    live = _foreign_pin(directory, remote[1].sha256, 60)
     shared.fetched(store, remote[2])
     shared.fetched(store, remote[3])
     assert shared.copies(directory) == {remote[1].sha256, remote[3].sha256}

@@ -39,9 +39,10 @@ def test_shard_names_and_their_generation(args, name):
 
 @pytest.mark.parametrize("name", ["train-g1-00000-of-00002.tfrecord", "train-g00001-00000-of-00002.tfrecord",
                                   "train-g0001-00000-of-00002.tfrecord/../x", "../train-g0001-00000-of-00001.tfrecord",
-                                  "train-x0001-00000-of-00002.tfrecord"])
+                                  "train-x0001-00000-of-00002.tfrecord",
+                                  "train-00000-of-00002.tfrecord\n", "train-00000-of-00002.idx\n"])  # "$" took these
 def test_malformed_generation_names_are_not_shard_names(name):
-    assert not is_shard_name(name)
+    assert not is_shard_name(name) and not is_output_name(name)
 
 
 def test_generation_out_of_range_is_refused():

@@ -413,7 +413,8 @@ def test_verify_reports_unreadable_dataset_info_without_hanging(image_tree, tmp_
     plant(lambda: os.mkfifo(path))  # would block an open()
     plant(lambda: os.symlink("/dev/zero", path))  # never ends
     for content in (b"\xff\x00 not json", json.dumps({"splits": {"train": 1}}).encode(), b"[1, 2]",
-                    json.dumps({"splits": [{"name": "train", "shardLengths": ["x"]}]}).encode(), b""):
+                    json.dumps({"splits": [{"name": "train", "shardLengths": ["x"]}]}).encode(), b"",
+                    b'{"splits": [{"name": "train", "shardLengths": [1e309]}]}'):  # int(inf): OverflowError
         plant(functools.partial(_write, path, content))
     plant(lambda: (_write(path, b""), os.truncate(path, (1 << 30) + 1)))  # sparse: over the size limit
 

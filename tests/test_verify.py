@@ -451,6 +451,42 @@ def test_missing_index_file_is_caught(image_tree, tmp_path):
     ]
 
 
+INDEX_LIES = {  # the index file's lines, given their sha256 in the manifest too; (line named, what it holds)
+    "offset-past-the-end": (lambda lines: [lines[0], "99999999 40", *lines[2:]], 2),
+    "negative-offset": (lambda lines: [lines[0], "-5 " + lines[1].split()[1], *lines[2:]], 2),
+    "size-overlapping-the-next": (lambda lines: [lines[0].split()[0] + " 99999", *lines[1:]], 1),
+    "unsorted": (lambda lines: [lines[1], lines[0], *lines[2:]], 1),
+    "a-record-left-out": (lambda lines: lines[:-1], -1),  # -1: the last line, now missing
+}
+
+
+@pytest.mark.parametrize("lie", INDEX_LIES, ids=INDEX_LIES.keys())
+def test_an_index_file_whose_lies_the_manifest_repeats_is_caught(image_tree, tmp_path, lie):
+    """verify weighed an index file only against the manifest's sha256: one that lies, with a manifest that gives
+    it that sha256, passed, and DALI would read records at its offsets."""
+    src, _ = image_tree
+    out = str(tmp_path / "out")
+    convert_images(src, out, ConvertOptions(num_shards=2, index=True), workers=0, progress=False)
+    path = os.path.join(out, shard_name(1, 2, ".idx"))
+    with open(path) as f:
+        lines = f.read().splitlines()
+    edit, line = INDEX_LIES[lie]
+    data = "".join(f"{entry}\n" for entry in edit(lines)).encode()
+    with open(path, "wb") as f:
+        f.write(data)
+    manifest_path = os.path.join(out, "dataset.json")
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    manifest["splits"]["train"]["shards"][1]["index_sha256"] = hashlib.sha256(data).hexdigest()
+    with open(manifest_path, "w") as f:
+        json.dump(manifest, f)
+    with pytest.raises(VerifyError) as caught:
+        verify(out)
+    line = len(lines) if line == -1 else line
+    assert len(caught.value.problems) == 1 and caught.value.problems[0].startswith(
+        f"{path}: line {line} of the index file does not list the shard's records"), caught.value.problems
+
+
 # The `tfrecord` package registers its own copy of tensorflow/example.proto, which clashes with TensorFlow's
 # ("duplicate symbol 'tensorflow.BytesList'"), so it reads the shards in a process that never imports TensorFlow.
 _READ_WITH_TFRECORD_PACKAGE = """

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from ..format.dataset import load_manifest
 from ..format.storage import join, prefer_small_gcs_blocks
+from ..readers.files import DatasetInfo, check_shards
 from ..readers.shard_cache.pipeline import ShardCache
 from ..readers.shard_cache.store import Shard, ShardStore, Stopped
 
@@ -76,11 +77,13 @@ def fill_shard_cache(path: str, directory: str, limit=None, *, splits=None, fetc
     for name in chosen:
         if name not in manifest.splits:
             raise ValueError(f"{path}: no split {name!r} (got splits {sorted(manifest.splits)}); pass one of those")
-    shards = [Shard(s.sha256, s.bytes, join(path, s.file)) for name in chosen for s in manifest.splits[name].shards]
+    listed = [(name, i, shard) for name in chosen for i, shard in enumerate(manifest.splits[name].shards)]
+    shards = [Shard(s.sha256, s.bytes, join(path, s.file)) for _, _, s in listed]
     cache = ShardCache(directory, limit, path)
-    if shards:
-        largest = max(shards, key=lambda s: s.size)
-        cache.check_room(largest.size, largest.remote, "--limit")
+    if listed:
+        name, index, largest = max(listed, key=lambda entry: entry[2].bytes)
+        check_shards(DatasetInfo(path, manifest), name, [index])  # a manifest's lie, not the limit, is then the error
+        cache.check_room(largest.bytes, join(path, largest.file), "--limit")
     store, limit = cache.store, cache.limit
     before = store.downloaded_bytes
     bar = tqdm(total=sum(s.size for s in shards), unit="B", unit_scale=True, desc="caching shards",

@@ -11,14 +11,18 @@ totals, dtypes, every statistic) against what the records hold, and for images
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import tensorflow as tf
 
 from ..format import json_checks
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import NotRegularFileError, VerifyError
-from ..format.storage import file_sha256, join, stat_regular
+from ..format.storage import file_sha256, join, open_for_reading, stat_regular
 from ..format.tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
+from ..format.tfrecord import record_frames
 from .image_checks import ImageChecks
 from .record_checks import read_shard
 from .shard_read import REWRITE, Tally
@@ -78,17 +82,7 @@ def verify(out: str) -> manifest_lib.Manifest:
             problems += read_shard(path, shard, shard_index, split, manifest, tally)
             if shard.index_file is not None:
                 listed.add(shard.index_file)
-                index_path = join(out, shard.index_file)
-                try:
-                    index_size, _ = stat_regular(index_path)
-                except FileNotFoundError:
-                    problems.append(f"{index_path}: missing index file; {fix}")
-                    continue
-                except NotRegularFileError as e:
-                    problems.append(f"{e}; remove it and {fix}")
-                    continue
-                if index_size > 64 * (shard.records + 1) or file_sha256(index_path)[0] != shard.index_sha256:
-                    problems.append(f"{index_path}: index file does not match the manifest's sha256; {unproven}")
+                problems += _index_problems(out, shard, intact=(size, sha256) == (shard.bytes, shard.sha256))
         problems += split_problems(manifest_path, name, split, manifest, tally)
         if images is not None:
             problems += images.split_problems(name, split, tally.intact)
@@ -106,6 +100,42 @@ def verify(out: str) -> manifest_lib.Manifest:
     return manifest
 
 
+def _index_problems(out: str, shard: manifest_lib.ShardInfo, intact: bool) -> list[str]:
+    """A shard's index file: the manifest's sha256, and (of an ``intact`` shard) an ``offset size`` line for each of
+    its records, read from their framing: a manifest that gives a lying index its sha256 does not make it true."""
+    path = join(out, shard.index_file)
+    try:
+        size, _ = stat_regular(path)
+    except FileNotFoundError:
+        return [f"{path}: missing index file; {REWRITE}"]
+    except NotRegularFileError as e:
+        return [f"{e}; remove it and {REWRITE}"]
+    unproven = f"remove it and {REWRITE}"
+    if size > 64 * (shard.records + 1) or file_sha256(path)[0] != shard.index_sha256:
+        return [f"{path}: index file does not match the manifest's sha256; {unproven}"]
+    if not intact:
+        return []  # the shard's own problem is reported: its records are not the ones the index was made of
+    with open_for_reading(path) as f:
+        lines = f.read(size).splitlines()
+    with open_for_reading(join(out, shard.file)) as f:
+        expected = [f"{offset} {length}".encode() for offset, length in record_frames(f, shard.records + 1)]
+    for number, (line, want) in enumerate(itertools.zip_longest(lines, expected), 1):
+        if line != want:
+            got = "nothing" if line is None else repr(line.decode("utf-8", "replace")[:40])
+            have = "no more records" if want is None else f"a record at {want.decode()}"
+            return [f"{path}: line {number} of the index file does not list the shard's records (got {got}; the "
+                    f"shard has {have}); {unproven}"]
+    return []
+
+
+def _tfds_count(value) -> int:
+    """A count as TFDS's metadata spells an int64 (a string of digits, or a JSON integer); ValueError otherwise (a
+    float such as 1e309 or 2.5, a bool)."""
+    if manifest_lib.is_count(value) or (isinstance(value, str) and re.fullmatch(r"[0-9]{1,19}", value)):
+        return int(value)
+    raise ValueError(f"not a count: {value!r:.40}")
+
+
 def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     """TFDS metadata (``tfshard tfds OUT``), when present, must describe these very shards and classes."""
     path = join(out, "dataset_info.json")
@@ -117,7 +147,7 @@ def _tfds_problems(out: str, manifest: manifest_lib.Manifest) -> list[str]:
     except ValueError as e:  # not a regular file, too large, not UTF-8 JSON, nested absurdly deep
         return [f"{path}: not TFDS metadata tfshard wrote ({str(e)[:120]}); {fix}"]
     try:
-        lengths = {s["name"]: [int(n) for n in s["shardLengths"]] for s in info["splits"]}
+        lengths = {s["name"]: [_tfds_count(n) for n in s["shardLengths"]] for s in info["splits"]}
         ours = manifest.fingerprint in info.get("description", "")
     except (KeyError, TypeError, ValueError):
         return [f"{path}: not TFDS metadata tfshard wrote (no splits with shard lengths); {fix}"]

@@ -30,10 +30,10 @@ from ...format.storage import file_kind
 from .locks import CacheFolderError
 
 SHARDS, PARTS, LOCKS, PINS = "shards", "parts", "locks", "pins"
-SHA = re.compile(r"^[0-9a-f]{64}$")
-SHARD_NAME = re.compile(r"^([0-9a-f]{64})\.tfrecord$")
-PART_NAME = re.compile(r"^([0-9a-f]{64})\.part$")
-LOCK_NAME = re.compile(r"^([0-9a-f]{64})\.lock$")
+SHA = re.compile(r"^[0-9a-f]{64}\Z")
+SHARD_NAME = re.compile(r"^([0-9a-f]{64})\.tfrecord\Z")
+PART_NAME = re.compile(r"^([0-9a-f]{64})\.part\Z")
+LOCK_NAME = re.compile(r"^([0-9a-f]{64})\.lock\Z")
 CHUNK = 2**20  # per read of a download or a hash: each in flight holds ~2 chunks (TF's string, Python's bytes)
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 

@@ -6,9 +6,9 @@ process holds no more pins of the copy. Whether the process a pin names still ho
 * a pin of this host: while that process runs (pid and start time, ``format/owners.py``, as the reader cache's
   owner records);
 * a pin of another host (a cache folder on a disk that hosts share), which this host cannot look up: while its
-  file's mtime is less than ``PIN_LEASE_S`` old. A process renews its pins' mtimes from a thread of its own, every
-  quarter lease while it holds any, so a live reader's pin never expires; one of a host that died expires within a
-  lease and is then removed.
+  file's mtime is less than ``PIN_LEASE_S`` old, and not more than that ahead. A process renews its pins' mtimes
+  from a thread of its own, every quarter lease while it holds any, so a live reader's pin never expires; one of a
+  host that died expires within a lease and is then removed.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ...format.owners import process_start
 from .folder import unlink
 
 PIN_LEASE_S = 3600.0  # a pin of another host not renewed for this long is a dead process's
-_PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})$")
+_PIN_NAME = re.compile(r"^([0-9a-f]{64})\.([0-9]+)\.([0-9]+)\.([0-9a-f]{8})\Z")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 _folders: dict[str, FolderPins] = {}  # folder -> this process's pins in it
 _folders_lock = threading.Lock()
@@ -119,7 +119,8 @@ def live_pins(directory: str, lease_s: float = PIN_LEASE_S) -> set[str]:
             alive = process_start(int(pid)) == start
         else:
             try:
-                alive = now - entry.stat(follow_symlinks=False).st_mtime < lease_s
+                # more than a lease ahead: no renewal set that (hosts' clocks are within minutes), it was planted
+                alive = abs(now - entry.stat(follow_symlinks=False).st_mtime) < lease_s
             except FileNotFoundError:
                 continue
         if alive:
