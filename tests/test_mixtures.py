@@ -216,6 +216,19 @@ def test_mixture_of_label_kinds_is_refused_naming_both(sets, tmp_path):
         readers.images([sets["a"], str(out)], batch_size=1)
 
 
+def test_remote_with_index_files_reads_the_same_stream(sets):
+    bucket = "ram://mixtures-indexed"  # stands in for gs://: records read one FixedLengthRecordDataset each
+    tf.io.gfile.makedirs(bucket)
+    try:
+        for name in tf.io.gfile.listdir(sets["b"]):
+            if not tf.io.gfile.isdir(f"{sets['b']}/{name}"):
+                tf.io.gfile.copy(f"{sets['b']}/{name}", f"{bucket}/{name}", overwrite=True)
+        arguments = {"batch_size": 2, "image_size": SIZE, "seed": 1, "with_source": True, "shuffle": "global"}
+        assert _read(readers.images(bucket, **arguments)) == _read(readers.images(sets["b"], **arguments))
+    finally:
+        tf.io.gfile.rmtree(bucket)
+
+
 def test_remote_without_index_or_shard_cache_is_refused(sets):
     bucket = "ram://mixtures-remote"
     tf.io.gfile.makedirs(bucket)

@@ -14,6 +14,7 @@ import secrets
 import numpy as np
 import tensorflow as tf
 
+from ...format.storage import is_url
 from ..epoch_guard import Stamp
 from ..image_batches import augmented, batched
 from ..image_ops import decode_center_crop, decode_random_crop
@@ -28,7 +29,8 @@ from .request import StreamRequest
 from .stream import Position, Stream
 
 AUTOTUNE = tf.data.AUTOTUNE
-DEFAULT_PARALLEL_READS = 16  # records read at once
+DEFAULT_PARALLEL_READS = 16  # remote records read at once
+_READ_BATCH = 64  # local records read by one Python call
 
 
 def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recipe: Recipe, seed: int | None,
@@ -50,14 +52,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
 
     elements = _elements(stream, table, position, [s.guard for s in sources], repeat=repeat, start_step=start_step,
                          drop_remainder=drop_remainder)
-    files, sizes = tf.constant(table.files), tf.constant(table.file_sizes, tf.int64)
-
-    def read(n, shard, offset, length, source):
-        return records_lib.read_at(files, sizes, shard, offset, length).map(lambda record: (record, n, source))
-
-    cycle = num_parallel_reads or DEFAULT_PARALLEL_READS
-    records = elements.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
-                                  deterministic=True)
+    records = _read(elements, table, num_parallel_reads)
     ds = records.map(_decoder(recipe, merged, seed, request.with_source), num_parallel_calls=AUTOTUNE,
                      deterministic=True)
     ds = batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=True)
@@ -69,6 +64,27 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     options.experimental_optimization.map_parallelization = True
     ds = ds.prefetch(AUTOTUNE).with_options(options)
     return ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+
+
+def _read(elements: tf.data.Dataset, table, num_parallel_reads: int | None) -> tf.data.Dataset:
+    """``(record, n, source)`` of each element, in order: local files a batch of records at a time (``pread``),
+    remote ones (an index file, no shard cache) one ``FixedLengthRecordDataset`` per record."""
+    if not any(is_url(f) for f in table.files):
+        read_batch = records_lib.pread_batch(table.files)
+
+        def read_many(n, shard, offset, length, source):
+            found = tf.numpy_function(read_batch, [shard, offset, length], tf.string, stateful=False)
+            return tf.ensure_shape(found, [None]), n, source
+
+        return elements.batch(_READ_BATCH).map(read_many, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+    files, sizes = tf.constant(table.files), tf.constant(table.file_sizes, tf.int64)
+
+    def read(n, shard, offset, length, source):
+        return records_lib.read_at(files, sizes, shard, offset, length).map(lambda record: (record, n, source))
+
+    cycle = num_parallel_reads or DEFAULT_PARALLEL_READS
+    return elements.interleave(read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
+                               deterministic=True)
 
 
 def _stream(request: StreamRequest, sources, merged, seed: int, shuffle: bool) -> Stream:

@@ -155,3 +155,28 @@ def read_at(files: tf.Tensor, file_sizes: tf.Tensor, shard: tf.Tensor, offset: t
     return tf.data.FixedLengthRecordDataset(tf.gather(files, shard), record_bytes=length, header_bytes=offset,
                                             footer_bytes=size - offset - length,
                                             buffer_size=tf.maximum(length, 1))
+
+
+def pread_batch(files: tuple[str, ...]):
+    """A numpy function reading a batch of records of local ``files`` at once: ``(shard, offset, length) ->
+    object [n]`` of their bytes, each file opened once per batch. Python per batch, one ``pread`` per record:
+    on 20 KB records 8.9k records/s against 1.0k for one ``read_at`` dataset per record (/tmp micro-benchmark, 2
+    loaded cores), as creating a dataset per element costs far more than the read."""
+
+    def read(shard, offset, length):
+        out = np.empty(len(shard), dtype=object)
+        opened = {}
+        try:
+            for i, (s, o, n) in enumerate(zip(shard.tolist(), offset.tolist(), length.tolist())):
+                if s not in opened:
+                    opened[s] = open_regular(files[s])
+                out[i] = os.pread(opened[s].fileno(), n, o)
+                if len(out[i]) != n:
+                    raise ValueError(f"{files[s]}: record at byte {o} is cut short (got {len(out[i])} of {n} "
+                                     "bytes); build the pipeline again")
+        finally:
+            for f in opened.values():
+                f.close()
+        return out
+
+    return read
