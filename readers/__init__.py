@@ -3,6 +3,7 @@
     from tfshard import readers
     ds = readers.images("photos-tfr", batch_size=64, seed=0)   # (images [B,224,224,3] float32, labels [B])
     info = readers.info("photos-tfr")                           # class names, counts, steps per epoch
+    weights = readers.class_weights("photos-tfr", "train")      # {class index: weight} for model.fit(class_weight=)
     ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64)  # resident sliding windows
     mw = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64)  # gathered in the model's step
     readers.preview("photos-tfr").save("sheet.png")             # a contact sheet (tfshard.tools.preview)
@@ -11,7 +12,7 @@ Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
 ``readers.images`` stays the function even after ``import tfshard.readers.images``
 (likewise ``episodes`` and ``windows``).
-The window arithmetic in ``readers/windowing/`` itself is plain numpy.
+The window arithmetic in ``readers/windowing/`` and the stream arithmetic in ``readers/sampling/`` are plain numpy.
 
 Compatibility: ``readers.preview`` (a contact sheet or an episode plot) lives with the other tools, as
 ``tfshard.tools.preview.preview``: it draws a finished dataset with PIL and reads through this package, so the
@@ -20,7 +21,7 @@ below: the one import from ``readers`` up into ``tools``, and the exception ``te
 """
 
 from .episodes import episodes
-from .files import DatasetInfo, info
+from .files import DatasetInfo, class_weights, info
 from .images import images
 from .normalize import normalization
 from .windowing.targets import Targets
@@ -28,8 +29,8 @@ from .windows.dataset import windows
 from .windows.in_model import ModelWindows, WindowGather, model_windows
 from .windows.resident import resident_windows
 
-__all__ = ["DatasetInfo", "ModelWindows", "Targets", "WindowGather", "episodes", "images", "info", "model_windows",
-           "normalization", "preview", "resident_windows", "windows"]
+__all__ = ["DatasetInfo", "ModelWindows", "Targets", "WindowGather", "class_weights", "episodes", "images", "info",
+           "model_windows", "normalization", "preview", "resident_windows", "windows"]
 
 
 def __getattr__(name):

@@ -1,5 +1,5 @@
 """Stages 1-3 of every reader: shard list from the manifest → per-epoch file shuffle → per-pipeline sharding →
-interleaved reads.
+interleaved reads; and what the manifest alone tells training code (``readers.info``, ``readers.class_weights``).
 
 The shard list comes from ``dataset.json`` (no directory listing, no data pass),
 and every read goes through TensorFlow's filesystem layer, so ``gs://`` paths
@@ -20,6 +20,7 @@ from ..format.names import tf_compression_type
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
+from .sampling import classes as sampling_classes
 from .shard_cache.pipeline import FETCH_AHEAD
 from .windowing.targets import TargetsArg, check_label_targets, window_spec
 
@@ -138,6 +139,28 @@ def split_info(dataset: DatasetInfo, split: str):
             f"{dataset.path}: no split {split!r} (got splits {sorted(dataset.manifest.splits)}); pass one of those"
         )
     return dataset.manifest.splits[split]
+
+
+def class_weights(path: str, split: str = "train") -> dict[int, float]:
+    """The ``class_weight`` dict ``model.fit`` takes, from the split's class counts in the manifest ("balanced", as
+    keras and scikit-learn mean it): class index → ``records / (classes · count)``; the mean weight per record is 1.
+
+    Raises:
+      ValueError: an episodes dataset, multi-label or value labels (no one class per record to weigh), or a class
+        with no record in the split (its balanced weight would be infinite; see ``sampling.classes``).
+
+    Example:
+      readers.class_weights("photos-tfr", "train")   # {0: 0.6666666666666666, 1: 2.0}: 30 and 10 images
+    """
+    dataset = info(path)
+    if dataset.label_kind != "class" or dataset.manifest.kind != "images":
+        what = f"an {dataset.manifest.kind} dataset" + (f" with {dataset.label_kind} labels" if dataset.label_kind
+                                                         else " without labels")
+        raise ValueError(f"{path}: class weights need one class per image (got {what}); pass an images dataset of "
+                         "class labels, or weigh the samples yourself")
+    counts = split_info(dataset, split).class_counts
+    return sampling_classes.class_weights([counts.get(name, 0) for name in dataset.class_names],
+                                          f"{path}: split {split!r}", dataset.class_names)
 
 
 def pipeline_shards(

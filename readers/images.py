@@ -28,11 +28,10 @@ record counts fix it: without ``ignore_errors`` and without a service.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import tensorflow as tf
 
-from . import augment as augment_lib
 from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
@@ -45,9 +44,9 @@ from .arguments import (
     check_reading,
 )
 from .epoch_guard import EpochGuard
+from .image_batches import augmented, batched
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
-    AUGMENTATIONS,
     Recipe,
     cache_identity,
     check_kind,
@@ -55,6 +54,8 @@ from .image_recipe import (
     check_resume,
     checked_image_size,
 )
+from .indexed.images import indexed_images
+from .indexed.request import stream_request
 from .options import quiet_options
 from .shard_cache.pipeline import ShardCacheArg
 
@@ -63,7 +64,7 @@ DEFAULT_SHUFFLE_BUFFER = 1024
 
 
 def images(
-    path: str,
+    path: str | Sequence[str],
     split: str = "train",
     *,
     batch_size: int,
@@ -87,11 +88,17 @@ def images(
     start_step: int = 0,
     shard_cache: str | None = None,
     shard_cache_limit: str | int | None = None,
+    weights: Sequence[float] | None = None,
+    epoch_size: int | None = None,
+    balance: str | None = None,
+    shuffle: str | None = None,
+    with_source: bool = False,
 ) -> tf.data.Dataset:
     """Streams a ``tfshard images`` dataset for training or evaluation.
 
     Args:
-      path: the dataset folder (local or ``gs://``), holding ``dataset.json``.
+      path: the dataset folder (local or ``gs://``), holding ``dataset.json``; or a list of them, a mixture read
+        as one stream (docs/guide/mixtures.md).
       split: which split to read.
       batch_size: batch size of this input pipeline (under a strategy, the
         per-replica size: ``input_context.get_per_replica_batch_size(global)``).
@@ -158,6 +165,15 @@ def images(
         processes of a host share one folder; with ``service`` each worker caches on its own host.
       shard_cache_limit: the most the folder may hold, temporary files included, e.g. ``"200GB"``; least
         recently used copies no live reader holds are evicted. None: 90% of the disk's free space.
+      weights: each path's part of an epoch (only the ratios count); None: in proportion to their records.
+      epoch_size: elements per epoch of the stream; None: the paths' records.
+      balance: ``"class"``: every class an equal share of every epoch (class labels only, not with ``weights``).
+      shuffle: ``"global"``: each epoch a seeded permutation of every record, also with ``training=False``.
+      with_source: the labels become ``{"label": labels, "source": int32 [B]}``, each element's index in ``path``.
+        A list of paths, ``weights``, ``epoch_size``, ``balance``, ``shuffle`` or ``with_source`` reads the
+        index-driven stream (``readers/indexed/``, docs/guide/mixtures.md): records read by position in an order
+        computed from ``seed``; ``start_step`` then counts global steps and resumes on any replica count. Not with
+        ``cache``, ``service``, ``ignore_errors`` or ``deterministic=False``.
 
     Returns:
       A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. The labels are
@@ -181,6 +197,10 @@ def images(
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
       model.fit(ds, epochs=10)
     """
+    stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, shuffle=shuffle,
+                            with_source=with_source, cache=cache, service=service, ignore_errors=ignore_errors,
+                            deterministic=deterministic)
+    path = path if stream is None else stream.where  # the paths, in messages
     batch_size = check_count(batch_size, "batch_size", path, high=MAX_BATCH_SIZE)
     image_size = checked_image_size(image_size)
     shuffle_buffer = check_count(shuffle_buffer, "shuffle_buffer", path, high=MAX_SHUFFLE_BUFFER)
@@ -200,6 +220,11 @@ def images(
     drop_remainder = training if drop_remainder is None else drop_remainder
     recipe = Recipe.of(training=training, cache=cache, remote=remote is not None, augment=augment, dtype=dtype,
                         image_size=image_size)
+    if stream is not None:  # mixtures, balance, a global shuffle: records read by position (readers/indexed/)
+        return indexed_images(stream, split, batch_size=batch_size, recipe=recipe, seed=seed,
+                              input_context=input_context, drop_remainder=drop_remainder,
+                              num_parallel_reads=num_parallel_reads, repeat=repeat, start_step=start_step,
+                              shard_cache=ShardCacheArg(shard_cache, shard_cache_limit))
     # On service workers a fixed seed would replay the same randomness every epoch (see ``service``).
     worker_seed = seed if remote is None else None
     dataset, shards, mine = _shards(path, split, input_context, remote, drop_remainder, batch_size, ignore_errors)
@@ -220,14 +245,14 @@ def images(
                   ignore_errors=ignore_errors)
     ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
                               shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
-    ds = _batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
+    ds = batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
     options.experimental_optimization.map_parallelization = True
     if deterministic is not None:
         options.deterministic = deterministic
     if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
         ds = epoch.ahead(remote.distribute(ds.with_options(options)))
-    ds = _augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=deterministic)
+    ds = augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=deterministic)
     if remote is None and not ignore_errors and not repeat:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
@@ -299,44 +324,3 @@ def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None,
     if recipe.training:
         ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     return ds.repeat() if repeat else ds
-
-
-def _batched(ds: tf.data.Dataset, recipe: Recipe, *, batch_size: int, drop_remainder: bool,
-             deterministic) -> tf.data.Dataset:
-    if recipe.per_image:
-        return ds.batch(batch_size, drop_remainder=drop_remainder)  # fused with the decode map (map_and_batch)
-    return ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-
-
-def _augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int, deterministic) -> tf.data.Dataset:
-    """Augment the uint8 batches (the crop after a cache, colour jitter, a callable), then cast to the asked dtype.
-    Nothing to do when every image left the decode map finished."""
-    if recipe.per_image:
-        return ds
-    unit_float = recipe.dtype == "float32"
-
-    def finish(images_):  # only float32 output is ever cast, once, on the batch
-        return augment_lib.to_unit_float(images_) if unit_float else images_
-
-    if not (recipe.training and (recipe.augment is not None or recipe.crop_after_cache is not None)):
-        if not unit_float:
-            return ds
-        return ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
-                      deterministic=deterministic)
-    augment, crop_to = recipe.augment, recipe.crop_after_cache
-
-    def augment_batch(batch, seed_):
-        images_, labels = batch  # uint8: crop and flip stay uint8; a cast to float, if any, comes last
-        if augment == "default":
-            return augment_lib.default_augment(images_, seed_, crop_to=crop_to, unit_float=unit_float), labels
-        if isinstance(augment, str):
-            return finish(AUGMENTATIONS[augment](images_, seed_, crop_to=crop_to)), labels
-        if crop_to is not None:
-            crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
-            images_ = augment_lib.random_resized_crop_batch(images_, crop_to, crop_seed)
-        images_ = finish(images_)
-        return (augment(images_, seed_) if augment is not None else images_), labels
-
-    # Per-batch seeds continue from the resumed step too (start_step batches in).
-    ds = tf.data.Dataset.zip((ds, seed_stream(seed, salt=2).skip(start_step)))
-    return ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)

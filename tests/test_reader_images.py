@@ -8,10 +8,22 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, labels_of, random_episodes, read_manifest, save_episodes, write_manifest
+from helpers import (
+    convert_episode_tree,
+    convert_image_tree,
+    edit_manifest,
+    flat_jpegs,
+    labels_of,
+    make_tree,
+    random_episodes,
+    read_manifest,
+    save_episodes,
+    write_manifest,
+    write_text,
+)
 from PIL import Image
 from tfshard import readers
-from tfshard.ingest import ConvertOptions, convert_images
+from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
 
 NUM_CLASSES = 24
 
@@ -256,6 +268,49 @@ def test_public_names_stay_functions_after_their_modules_load():
 
     assert callable(readers.images) and readers.images is readers.images
     assert callable(ingest.verify) and ingest.verify is ingest.verify
+
+
+# --- readers.class_weights --------------------------------------------------------------------------------------
+
+
+def test_class_weights_are_the_balanced_weights_of_the_labels_read_back(converted_images, tmp_path):
+    src = tmp_path / "src"
+    make_tree(src, per_class=6)
+    for name in ("000", "001", "002", "003"):
+        os.remove(src / "dog" / f"{name}.jpg")  # cat 6, dog 2
+    convert_image_tree(src, tmp_path / "out")
+    for out, expected in ((converted_images.out, {0: 1.0, 1: 1.0}), (str(tmp_path / "out"), {0: 8 / 12, 1: 8 / 4})):
+        labels = np.array(labels_of(readers.images(out, batch_size=4, image_size=8, training=False)))
+        counts = np.bincount(labels)
+        oracle = {c: len(labels) / (len(counts) * int(n)) for c, n in enumerate(counts)}  # sklearn's "balanced"
+        assert readers.class_weights(out, "train") == oracle == expected
+
+
+def test_class_weights_refuse_a_class_with_no_record_naming_it(converted_images_copy):
+    edit_manifest(converted_images_copy.out, lambda raw: raw["splits"]["train"].update(class_counts={"cat": 12,
+                                                                                                      "dog": 0}))
+    with pytest.raises(ValueError, match=re.escape(f"{converted_images_copy.out}: split 'train': class 1 ('dog') "
+                                                   "has no record, so no balanced weight")):
+        readers.class_weights(converted_images_copy.out, "train")
+    with pytest.raises(ValueError, match="no split 'val'"):
+        readers.class_weights(converted_images_copy.out, "val")
+
+
+@pytest.mark.parametrize("kind, shown", [("multi", "an images dataset with multi labels"),
+                                         ("value", "an images dataset with value labels"),
+                                         ("episodes", "an episodes dataset without labels")])
+def test_class_weights_refuse_datasets_without_one_class_per_image(tmp_path, kind, shown):
+    src, out = tmp_path / "src", tmp_path / "out"
+    if kind == "episodes":
+        save_episodes(src, dict(zip(["a.npy", "b.npy"], random_episodes([6, 7]))))
+        convert_episode_tree(src, out)
+    else:
+        flat_jpegs(src, ["a", "b", "c"])
+        rows = "path,label\na.jpg,cat;dog\nb.jpg,dog\nc.jpg,cat\n" if kind == "multi" else "path,age\na.jpg,1.5\n" \
+            "b.jpg,2\nc.jpg,3\n"
+        convert_image_tree(src, out, image=ImageOptions(labels_file=write_text(tmp_path / "l.csv", rows)), seed=None)
+    with pytest.raises(ValueError, match=re.escape(f"{out}: class weights need one class per image (got {shown})")):
+        readers.class_weights(str(out), "train")
 
 
 # --- shards checked before reading ------------------------------------------------------------------------------

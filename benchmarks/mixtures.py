@@ -1,0 +1,127 @@
+"""Benchmark: the index-driven stream of ``readers.images`` (issue 32) side by side with what it replaces.
+
+On ``benchmarks/ingest.py``'s photo-like JPEGs (500x375, ~83 KB), converted once (not timed), each method yields one
+epoch of training batches (``--batch-size`` 224x224, random crop and flip), timed from creating the iterator to its
+end, best of ``--repeats`` interleaved passes:
+
+  1. mixture: ``readers.images([a, b], weights=[0.7, 0.3])`` against one reader over one dataset of the same images,
+     and against the hand-written ``unbatch`` / ``sample_from_datasets`` / ``batch`` over two readers;
+  2. balance: ``balance="class"`` on a 10:1 set against the unbalanced reader of it, and against
+     ``rejection_resample`` to a uniform class distribution (batched after it, as its docs do);
+  3. global shuffle: ``shuffle="global"`` against today's file + buffer shuffle of the same dataset.
+
+Images per second are printed side by side with the ratios the issue sets as targets. Run it with
+``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
+
+import argparse
+import shutil
+import tempfile
+import time
+
+import ingest as bench_ingest  # noqa: E402  (benchmarks/ingest.py: the image generator)
+
+
+def _tree(src: str, dst: str, keep) -> str:
+    """Hard links of the images of ``src`` whose index ``keep`` accepts, in their class folders."""
+    for i, (path, name, _) in enumerate(bench_ingest.list_images(src)):
+        if keep(i):
+            os.makedirs(os.path.join(dst, name), exist_ok=True)
+            os.link(path, os.path.join(dst, name, os.path.basename(path)))
+    return dst
+
+
+def _tilted(src: str, dst: str) -> str:
+    """Two classes 10:1 of ``src``'s images (class 1 keeps every tenth image of its share)."""
+    for i, (path, _, _) in enumerate(bench_ingest.list_images(src)):
+        name = "many" if i % 11 else "few"
+        os.makedirs(os.path.join(dst, name), exist_ok=True)
+        os.link(path, os.path.join(dst, name, os.path.basename(path)))
+    return dst
+
+
+def _time(make) -> tuple[float, int]:
+    ds = make()
+    start, images = time.perf_counter(), 0
+    for batch, _ in ds:
+        images += int(batch.shape[0])
+    return time.perf_counter() - start, images
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--images", type=int, default=600)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--data-dir", default="bench-data")
+    args = parser.parse_args()
+
+    import tensorflow as tf
+    from tfshard import readers
+    from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
+
+    src = bench_ingest.image_set(args.data_dir, args.images)
+    work = tempfile.mkdtemp(prefix="tfshard-mixtures-")
+    try:
+        trees = {"all": src, "a": _tree(src, f"{work}/a", lambda i: i % 10 < 7),
+                 "b": _tree(src, f"{work}/b", lambda i: i % 10 >= 7), "tilted": _tilted(src, f"{work}/t")}
+        outs = {}
+        for name, tree in trees.items():
+            outs[name] = f"{work}/{name}-tfr"
+            convert_images(tree, outs[name], ConvertOptions(image=ImageOptions()), progress=False)
+        bench_ingest.warm(src)  # the shards were just written: in the page cache too
+        common = {"batch_size": args.batch_size, "seed": 0}
+        total = readers.info(outs["all"]).num_records("train")
+        tilted = readers.info(outs["tilted"]).num_records("train")
+        steps = total // args.batch_size
+
+        def hand_written():
+            parts = [readers.images(outs[k], **common).unbatch() for k in ("a", "b")]
+            mixed = tf.data.Dataset.sample_from_datasets([p.repeat() for p in parts], [0.7, 0.3], seed=0)
+            return mixed.batch(args.batch_size, drop_remainder=True).take(steps).prefetch(tf.data.AUTOTUNE)
+
+        def rejection():
+            ds = readers.images(outs["tilted"], **common).unbatch()
+            resampled = ds.rejection_resample(lambda image, label: tf.cast(label, tf.int32), [0.5, 0.5], seed=0)
+            return resampled.map(lambda _, pair: pair).batch(args.batch_size, drop_remainder=True).take(
+                tilted // args.batch_size).prefetch(tf.data.AUTOTUNE)
+
+        methods = {
+            "one reader": lambda: readers.images(outs["all"], **common),
+            "mixture 70/30": lambda: readers.images([outs["a"], outs["b"]], weights=[0.7, 0.3], epoch_size=total,
+                                                    **common),
+            "hand-written mix": hand_written,
+            "unbalanced 10:1": lambda: readers.images(outs["tilted"], **common),
+            "balance='class'": lambda: readers.images(outs["tilted"], balance="class", **common),
+            "rejection_resample": rejection,
+            "file+buffer shuffle": lambda: readers.images(outs["all"], **common),
+            "shuffle='global'": lambda: readers.images(outs["all"], shuffle="global", **common),
+        }
+        best = {name: 0.0 for name in methods}
+        for _ in range(args.repeats):
+            for name, make in methods.items():
+                seconds, images = _time(make)
+                best[name] = max(best[name], images / seconds)
+        print(f"{args.images} images, batch {args.batch_size}, best of {args.repeats}; load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+        for name, rate in best.items():
+            print(f"  {name:22s} {rate:8.1f} img/s")
+        for what, num, den, target in [("mixture / one reader", "mixture 70/30", "one reader", 0.95),
+                                       ("mixture / hand-written", "mixture 70/30", "hand-written mix", 1.5),
+                                       ("balance / unbalanced", "balance='class'", "unbalanced 10:1", 0.95),
+                                       ("balance / rejection_resample", "balance='class'", "rejection_resample", 3),
+                                       ("global / file+buffer", "shuffle='global'", "file+buffer shuffle", 0.9)]:
+            ratio = best[num] / best[den]
+            print(f"  {what:30s} {ratio:5.2f}x (target >= {target}x) {'ok' if ratio >= target else 'MISSED'}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

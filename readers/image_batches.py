@@ -1,0 +1,53 @@
+"""The last stages of both image readers (``readers/images.py`` and ``readers/indexed/images.py``): batch the
+decoded images, then augment the uint8 batches and cast them to the asked dtype."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from . import augment as augment_lib
+from .image_ops import seed_stream
+from .image_recipe import AUGMENTATIONS, Recipe
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def batched(ds: tf.data.Dataset, recipe: Recipe, *, batch_size: int, drop_remainder: bool,
+             deterministic) -> tf.data.Dataset:
+    if recipe.per_image:
+        return ds.batch(batch_size, drop_remainder=drop_remainder)  # fused with the decode map (map_and_batch)
+    return ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+
+
+def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int, deterministic) -> tf.data.Dataset:
+    """Augment the uint8 batches (the crop after a cache, colour jitter, a callable), then cast to the asked dtype.
+    Nothing to do when every image left the decode map finished."""
+    if recipe.per_image:
+        return ds
+    unit_float = recipe.dtype == "float32"
+
+    def finish(images_):  # only float32 output is ever cast, once, on the batch
+        return augment_lib.to_unit_float(images_) if unit_float else images_
+
+    if not (recipe.training and (recipe.augment is not None or recipe.crop_after_cache is not None)):
+        if not unit_float:
+            return ds
+        return ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
+                      deterministic=deterministic)
+    augment, crop_to = recipe.augment, recipe.crop_after_cache
+
+    def augment_batch(batch, seed_):
+        images_, labels = batch  # uint8: crop and flip stay uint8; a cast to float, if any, comes last
+        if augment == "default":
+            return augment_lib.default_augment(images_, seed_, crop_to=crop_to, unit_float=unit_float), labels
+        if isinstance(augment, str):
+            return finish(AUGMENTATIONS[augment](images_, seed_, crop_to=crop_to)), labels
+        if crop_to is not None:
+            crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
+            images_ = augment_lib.random_resized_crop_batch(images_, crop_to, crop_seed)
+        images_ = finish(images_)
+        return (augment(images_, seed_) if augment is not None else images_), labels
+
+    # Per-batch seeds continue from the resumed step too (start_step batches in).
+    ds = tf.data.Dataset.zip((ds, seed_stream(seed, salt=2).skip(start_step)))
+    return ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
