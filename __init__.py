@@ -10,9 +10,15 @@ Importing ``tfshard`` imports nothing else: ``tfshard.ingest``'s pure core never
 loads TensorFlow, and ``tfshard.readers`` loads it when imported.
 """
 
-from importlib import metadata as _metadata
 
-try:
-    __version__ = _metadata.version("tfshard")
-except _metadata.PackageNotFoundError:  # run from a checkout that was never installed
-    __version__ = "0+unknown"
+def __getattr__(name: str):
+    """``tfshard.__version__``, looked up when asked for: importlib.metadata takes ~0.25 s to import, and the
+    ``tfshard`` command handles Ctrl-C only once this package is imported (``__main__.py``)."""
+    if name != "__version__":
+        raise AttributeError(f"module 'tfshard' has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        return metadata.version("tfshard")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "0+unknown"

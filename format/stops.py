@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM as a stop that is never lost: recorded when it arrives, raised where Python can.
+"""Ctrl-C, SIGTERM and SIGHUP as a stop that is never lost: recorded when it arrives, raised where Python can.
 
 A Python signal handler runs in the main thread, between two bytecodes, wherever that thread is. So the
 ``KeyboardInterrupt`` it raises can land in a ``__del__`` or a weakref callback (where Python prints "Exception
@@ -20,11 +20,12 @@ Pure Python: no TensorFlow.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _state = {"arrived": None, "deferring": 0}
 
@@ -33,8 +34,12 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM (what Slurm, Kubernetes and ``kill`` send), raised in the main thread to stop like Ctrl-C."""
 
 
+class HungUp(KeyboardInterrupt):
+    """SIGHUP (the terminal was closed, an ssh session dropped), raised in the main thread to stop like Ctrl-C."""
+
+
 def _exception(signum: int) -> KeyboardInterrupt:
-    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    return {signal.SIGTERM: Terminated, signal.SIGHUP: HungUp}.get(signum, KeyboardInterrupt)()
 
 
 def _on_stop(signum, frame) -> None:
@@ -57,31 +62,51 @@ def _quiet_when_recorded(previous):
 
 
 def install() -> None:
-    """Records and raises Ctrl-C (``KeyboardInterrupt``) and SIGTERM (``Terminated``) from now on, in this process.
-    Call it from the main thread, before any work starts (a command-line entry point); elsewhere it does nothing."""
+    """Records and raises Ctrl-C (``KeyboardInterrupt``), SIGTERM (``Terminated``) and SIGHUP (``HungUp``) from now
+    on, in this process; an ignored SIGHUP stays ignored (``nohup``). Call it from the main thread, before any work
+    starts (a command-line entry point); elsewhere it does nothing."""
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in STOP_SIGNALS:
-        signal.signal(signum, _on_stop)
+        if signum != signal.SIGHUP or signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _on_stop)
     if not getattr(sys.unraisablehook, "tfshard_stops", False):
         sys.unraisablehook = _quiet_when_recorded(sys.unraisablehook)
 
 
 def installed() -> bool:
-    """Whether ``install()``'s handlers (not a caller's own) handle both stop signals right now."""
-    return all(signal.getsignal(signum) is _on_stop for signum in STOP_SIGNALS)
+    """Whether ``install()``'s handlers (not a caller's own) handle Ctrl-C and SIGTERM right now."""
+    return all(signal.getsignal(signum) is _on_stop for signum in (signal.SIGINT, signal.SIGTERM))
 
 
 def requested() -> int | None:
-    """The first stop signal that arrived since ``install()`` (``signal.SIGINT`` or ``SIGTERM``), or None."""
+    """The first stop signal that arrived since ``install()`` (``signal.SIGINT``, ``SIGTERM`` or ``SIGHUP``), or
+    None."""
     return _state["arrived"]
 
 
 def check() -> None:
-    """Raises the stop that arrived (``KeyboardInterrupt`` for Ctrl-C, ``Terminated`` for SIGTERM), even when
+    """Raises the stop that arrived (``KeyboardInterrupt`` for Ctrl-C, ``Terminated``, ``HungUp``), even when
     it was raised before and swallowed; does nothing when none did (or without ``install()``)."""
     if _state["arrived"] is not None:
         raise _exception(_state["arrived"])
+
+
+def leaving(code: int) -> None:
+    """The command is done, its last line printed: from now on a stop ends the process at once with ``code`` (stdout
+    and stderr flushed first) instead of raising into the interpreter's shutdown, where it printed a traceback from
+    whatever finalizer it landed in and exited 1 or by the signal (a second Ctrl-C after a stop's line, or one
+    just after a summary). Only after ``install()``; a caller's own handlers are left alone."""
+    def leave(signum, frame) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # closed, or a reader gone
+                stream.flush()
+        os._exit(code)
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is _on_stop:
+                signal.signal(signum, leave)
 
 
 @contextlib.contextmanager

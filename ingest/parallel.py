@@ -59,15 +59,15 @@ def _watch_parent(pid: int, start: str | None) -> None:
 def _start_worker(parent_pid: int, parent_start: str | None) -> None:
     """Runs first in every worker process.
 
-    Ctrl-C and SIGTERM are the parent's to handle: it stops the workers (a terminal's SIGINT, or Slurm's SIGTERM,
-    reaches the whole process group, and a worker dying of it mid-task would print its own traceback and wedge the
-    pool). And a worker exits within a second once the parent is gone, however it died: with ``forkserver`` a worker
-    is the server's child, not ours, and it holds both the server's liveness pipe and its own task queue open, so
-    after a ``kill -9`` of the parent the server, the workers and the resource tracker would all wait forever,
-    holding the caller's stdout and stderr (``subprocess.run(capture_output=True)`` never returned).
+    Ctrl-C, SIGTERM and SIGHUP are the parent's to handle: it stops the workers (a terminal's SIGINT or SIGHUP, or
+    Slurm's SIGTERM, reaches the whole process group, and a worker dying of it mid-task would print its own traceback
+    and wedge the pool). And a worker exits within a second once the parent is gone, however it died: with
+    ``forkserver`` a worker is the server's child, not ours, and it holds both the server's liveness pipe and its own
+    task queue open, so after a ``kill -9`` of the parent the server, the workers and the resource tracker would all
+    wait forever, holding the caller's stdout and stderr (``subprocess.run(capture_output=True)`` never returned).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for signum in stops.STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
     threading.Thread(target=_watch_parent, args=(parent_pid, parent_start), name="tfshard-parent-watch",
                      daemon=True).start()
 
@@ -130,7 +130,7 @@ def _end_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:
     """Kills the pool's workers, for a consumer that stopped with chunks still in flight: what they compute would be
     thrown away, and the pool's shutdown would wait for each of them first (a chunk of eight 12-megapixel JPEGs
     resized kept a conversion going 6-13 s after Ctrl-C on a busy machine). They write nothing, the parent writes
-    everything, and they ignore SIGINT and SIGTERM (``_start_worker``): SIGKILL, then the shutdown finds them gone,
+    everything, and they ignore the stop signals (``_start_worker``): SIGKILL, then the shutdown finds them gone,
     and every chunk left fails with the pool (nobody asks for it). None is cancelled first: Python 3.11's pool then
     failed a cancelled one on its own thread and printed that thread's traceback (fixed in 3.12).
 

@@ -4,10 +4,12 @@
 
 WHEN is a comma-separated list of conditions that must all hold at a call of a Python function on the main thread:
 ``NAME`` or ``NAME#N`` (the N-th call of a function whose name or qualified name is NAME; the first without ``#N``),
-``exists=PATH`` and ``missing=PATH`` (a file is there, or is not). At the first call where they hold, READY is
-created and the main thread waits right there, between two calls of the command, until the file ``READY.go``
-exists (the command goes on) or a signal arrives: Ctrl-C and SIGTERM raise in the call about to be made, as they
-would anywhere in the command, and SIGKILL ends it there. So a test signals or kills a conversion at a known point
+``exists=PATH`` and ``missing=PATH`` (a file is there, or is not), ``import=MODULE`` (MODULE's import starts; the
+command then starts cold, as a shell starts it: through its entry point, nothing loaded first). At the first call
+where they hold, READY is created and the main thread waits right there, between two calls of the command, until
+the file ``READY.go`` exists (the command goes on) or a signal arrives: Ctrl-C and SIGTERM raise in the call about
+to be made, as they would anywhere in the command (or are noted, where the command holds them back until it can
+stop cleanly), and SIGKILL ends it there. So a test signals or kills a conversion at a known point
 however fast the machine and however busy its cores, instead of racing it (tests/test_resume.py,
 tests/test_output_folder.py, tests/test_append.py, tests/test_duplicates.py). A command that ends without
 reaching the point exits as it would have, and READY never appears.
@@ -23,17 +25,19 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def parse(when: str) -> tuple[dict[str, int], list[str], list[str]]:
-    calls, present, absent = {}, [], []
+def parse(when: str) -> tuple[dict[str, int], list[str], list[str], str | None]:
+    calls, present, absent, module = {}, [], [], None
     for condition in when.split(","):
-        if condition.startswith("exists="):
+        if condition.startswith("import="):
+            module = condition[len("import="):]
+        elif condition.startswith("exists="):
             present.append(condition[len("exists="):])
         elif condition.startswith("missing="):
             absent.append(condition[len("missing="):])
         else:
             name, _, nth = condition.partition("#")
             calls[name] = int(nth or 1)
-    return calls, present, absent
+    return calls, present, absent, module
 
 
 def load_quietly() -> None:
@@ -46,11 +50,21 @@ def load_quietly() -> None:
     import tfshard.ingest  # noqa: F401
 
 
-def main(ready: str, when: str, args: list[str]) -> None:
-    load_quietly()
-    from tfshard import cli
+def _stop_noted() -> bool:
+    """Whether the command noted a stop it holds back (``format/stops.py``), once it has loaded that module."""
+    stops = sys.modules.get("tfshard.format.stops")
+    return stops is not None and stops.requested() is not None
 
-    wanted, present, absent = parse(when)
+
+def main(ready: str, when: str, args: list[str]) -> None:
+    wanted, present, absent, module = parse(when)
+    if module is None:
+        load_quietly()
+        from tfshard.cli import main as command
+    else:  # the entry point's own imports are watched (``tfshard`` = ``tfshard.__main__:main``)
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        sys.argv[1:] = args
+        args = None
     seen = dict.fromkeys(wanted, 0)
 
     def holding(frame, event, arg) -> None:
@@ -61,16 +75,20 @@ def main(ready: str, when: str, args: list[str]) -> None:
             seen[name] += 1
         if any(seen[name] < nth for name, nth in wanted.items()):
             return
+        if module is not None and (code.co_name != "<module>" or frame.f_globals.get("__name__") != module):
+            return
         if not all(os.path.exists(p) for p in present) or any(os.path.exists(p) for p in absent):
             return
         sys.setprofile(None)
         with open(ready, "w"):
             pass
-        while not os.path.exists(ready + ".go"):
+        while not os.path.exists(ready + ".go") and not _stop_noted():
             time.sleep(0.005)  # a Ctrl-C or SIGTERM raises here, into the call about to be made
 
     sys.setprofile(holding)
-    cli.main(args)
+    if module is not None:
+        from tfshard.__main__ import main as command
+    command(args)
 
 
 def start_held(args: list[str], when: str, ready: str, *, timeout: float = 240, **popen) -> subprocess.Popen:

@@ -175,7 +175,8 @@ def test_usage_errors_are_one_line_with_exit_2(args, message):
 
 def test_exit_codes_are_the_documented_ones(tmp_path):
     assert cli_module.EXIT_CODES == {0: "success", 1: "an error (one line on stderr)",
-                                     2: "a usage error: a bad flag or argument", 130: "interrupted (Ctrl-C)",
+                                     2: "a usage error: a bad flag or argument",
+                                     129: "hung up (SIGHUP: the terminal was closed)", 130: "interrupted (Ctrl-C)",
                                      143: "terminated (SIGTERM)"}
     assert tfshard("--version").returncode == 0
     assert tfshard("info", tmp_path / "missing").returncode == 1
@@ -223,8 +224,13 @@ BENCH = ["bench", "--epochs", "100000", "--image-size", "32", "--batch-size", "4
 
 def _start_bench(command: list[str], temp: str, ignore_ctrl_c: bool = False) -> subprocess.Popen:
     """Starts ``command`` (a bench) and returns once its first epoch has completed its temporary cache."""
+    def as_a_terminal_job() -> None:  # SIGHUP as a terminal's job gets it, even under a `nohup` test run
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        if ignore_ctrl_c:
+            ignoring_ctrl_c()
+
     proc = subprocess.Popen(command, cwd=REPO, env={**ENV, "TMPDIR": temp}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=ignoring_ctrl_c if ignore_ctrl_c else None)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=as_a_terminal_job)
     deadline = time.monotonic() + 240
     while not any(f.endswith(".index") for f in glob.glob(os.path.join(temp, "tfshard-bench-cache-*", "*"))):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -246,16 +252,18 @@ def _stopped_bench(proc: subprocess.Popen, out: str, code: int, temp: str, signu
         proc.kill()
         pytest.fail(f"the bench was still running {timeout_s} s after the stop: {proc.communicate()[1]!r}")
     assert proc.returncode == code, stderr
-    word = "terminated (SIGTERM)" if code == 143 else "interrupted"
+    word = {143: "terminated (SIGTERM)", 129: "hung up (SIGHUP)"}.get(code, "interrupted")
     assert stderr.strip().endswith(f"{out}: bench: {word}"), stderr
     assert os.listdir(temp) == [], "the bench left its temporary cache behind"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, code, ignore_ctrl_c", [(signal.SIGTERM, 143, False), (signal.SIGINT, 130, False),
-                                                         (signal.SIGINT, 130, True)],
-                         ids=["sigterm", "ctrl-c", "ctrl-c-started-ignoring-it"])
+                                                         (signal.SIGINT, 130, True), (signal.SIGHUP, 129, False)],
+                         ids=["sigterm", "ctrl-c", "ctrl-c-started-ignoring-it", "terminal-closed"])
 def test_bench_stopped_midway_removes_its_temporary_cache(bench_dataset, tmp_path, signum, code, ignore_ctrl_c):
+    """A closed terminal (SIGHUP) killed the bench outright, leaving its temporary cache, a decoded copy of the
+    split, in TMPDIR."""
     out, temp = _bench_source(bench_dataset, tmp_path)
     proc = _start_bench([sys.executable, "-m", "tfshard", BENCH[0], out, *BENCH[1:]], temp, ignore_ctrl_c)
     _stopped_bench(proc, out, code, temp, signum)
@@ -288,6 +296,32 @@ def test_sigterm_stops_a_command_without_a_stop_line_of_its_own_with_143(convert
     finally:
         kill_group(proc)
     assert (proc.returncode, stderr, stdout) == (143, "tfshard: terminated (SIGTERM)\n", "")
+
+
+@pytest.mark.parametrize("when, missing, signum, code, line", [
+    ("import=typer", False, signal.SIGINT, 130, "tfshard: interrupted"),
+    ("import=typer", False, signal.SIGTERM, 143, "tfshard: terminated (SIGTERM)"),
+    ("exiting", False, signal.SIGTERM, 0, None),
+    ("exiting", True, signal.SIGINT, 1, "error: "),
+], ids=["ctrl-c-while-it-loads", "sigterm-while-it-loads", "sigterm-after-its-last-line", "ctrl-c-after-its-error"])
+def test_a_stop_at_either_end_of_a_command(converted_images, tmp_path, when, missing, signum, code, line):
+    """Held cold, as a shell starts it, while its entry point still imports typer (tests/stop_point.py), Ctrl-C
+    printed a 20-line KeyboardInterrupt traceback and SIGTERM killed it with nothing said (no handler was in yet).
+    Held once its last line is printed, a stop raised into the exit: a traceback, and exit 1 or by the signal (what a
+    second Ctrl-C after a stop's line did). It now ends the process with the code its last line told."""
+    out = tmp_path / "missing" if missing else converted_images.out
+    proc = start_held(["info", out], when, str(tmp_path / "held"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                      text=True)
+    try:
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == code, stderr
+    if line is None:
+        assert stderr == "" and "records" in stdout, (stdout, stderr)
+    else:
+        assert len(stderr.splitlines()) == 1 and stderr.startswith(line), stderr
 
 
 def test_the_command_freezes_the_collector_before_the_interpreter_shuts_down():

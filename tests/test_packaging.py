@@ -93,7 +93,7 @@ def test_wheel_holds_the_library_under_tfshard_only(built):
     assert not [n for n in names if "/tests/" in n or "/benchmarks/" in n or "conftest" in n], names
     with zipfile.ZipFile(built["wheel"]) as wheel:
         entry_points = wheel.read(f"tfshard-{tfshard.__version__}.dist-info/entry_points.txt").decode()
-    assert "tfshard = tfshard.cli:main" in entry_points
+    assert "tfshard = tfshard.__main__:main" in entry_points
 
 
 def test_installed_beside_another_top_level_cli_both_work(built):

@@ -20,14 +20,16 @@ from collections.abc import Iterable, Iterator
 import typer
 
 from ..format import stops
-from ..format.stops import Terminated
+from ..format.stops import HungUp, Terminated
 from ..format.storage import prefer_small_gcs_blocks
 from .report import short_tf_error
 
 EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
-              130: "interrupted (Ctrl-C)", 143: "terminated (SIGTERM)"}
+              129: "hung up (SIGHUP: the terminal was closed)", 130: "interrupted (Ctrl-C)",
+              143: "terminated (SIGTERM)"}
 GLOBAL_FLAGS = ("--debug", "--verbose", "-v")
-_STOP_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+_STOP_CODES = (128 + signal.SIGHUP, 128 + signal.SIGINT, 128 + signal.SIGTERM)
+_STOPPED = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)", signal.SIGHUP: "hung up (SIGHUP)"}
 
 
 def configure(debug: bool, verbose: bool) -> None:
@@ -85,12 +87,13 @@ def one_line(error: BaseException) -> str:
 
 
 def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tuple[str, int]:
-    """Ctrl-C or SIGTERM: the line to print and the exit code, 128 + the signal number, as shells expect."""
+    """Ctrl-C, SIGTERM or SIGHUP: the line to print and the exit code, 128 + the signal number, as shells expect."""
     first = stops.requested()  # the stop that arrived first is the one reported
-    terminated = first == signal.SIGTERM if first is not None else isinstance(error, Terminated)
-    how = "terminated (SIGTERM)" if terminated else "interrupted"
+    if first is None:
+        first = signal.SIGTERM if isinstance(error, Terminated) else signal.SIGHUP if isinstance(error, HungUp) else \
+            signal.SIGINT
     tail = "; run the same command again to resume (committed shards are kept)" if resumable else ""
-    return f"{what}: {how}{tail}", 128 + (signal.SIGTERM if terminated else signal.SIGINT)
+    return f"{what}: {_STOPPED[first]}{tail}", 128 + first
 
 
 @contextlib.contextmanager
@@ -151,13 +154,20 @@ def _invoked(command, args: list[str], prog_name: str):
 
 def run(app: typer.Typer, args: list[str], prog_name: str) -> int:
     """Runs the typer ``app`` on ``args``; returns one of ``EXIT_CODES``. Usage errors are one line too
-    (``error: ...``, exit 2), not the boxed panel typer draws by default. Ctrl-C and SIGTERM stop every command
-    (130, 143), from before TensorFlow loads to the last line printed."""
-    errors = _click().exceptions
-    command = typer.main.get_command(app)
+    (``error: ...``, exit 2), not the boxed panel typer draws by default. Ctrl-C, SIGTERM and SIGHUP stop every
+    command (130, 143, 129), from before TensorFlow loads to the last line printed; after it, one ends the process at
+    once with the code that line told (``stops.leaving``)."""
     stops.install()
+    code = _outcome(app, args, prog_name)
+    stops.leaving(code)
+    return code
+
+
+def _outcome(app: typer.Typer, args: list[str], prog_name: str) -> int:
+    errors = _click().exceptions
     try:
-        code = _invoked(command, global_flags_first(args), prog_name)
+        stops.check()  # a stop that arrived while the command loaded (``tfshard.__main__``)
+        code = _invoked(typer.main.get_command(app), global_flags_first(args), prog_name)
         if code not in _STOP_CODES:  # a stop the command did not report (swallowed on its way) still ends it
             stops.check()
     except errors.NoArgsIsHelpError as e:
