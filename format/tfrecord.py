@@ -139,7 +139,8 @@ def record_frames(f: BinaryIO, most: int) -> Iterator[tuple[int, int]]:
     record's data is skipped, not read nor checked): what a DALI ``tfrecord2idx`` index lists. Stops at the end of
     the file, at a record the file is too short to hold, or after ``most`` records."""
     offset = 0
-    end = f.seek(0, 2)
+    f.seek(0, 2)
+    end = f.tell()  # not seek's value: TensorFlow's GFile (gs://) returns None from seek
     for _ in range(most):
         f.seek(offset)
         header = f.read(_UINT64.size)
