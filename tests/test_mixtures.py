@@ -1,18 +1,28 @@
-"""readers.images on the index-driven stream (issue 32): mixtures of datasets, class balance, a global shuffle and
-elastic resume, read back from real converted datasets and checked against what ``readers/sampling`` predicts."""
+"""readers.images and readers.episodes on the index-driven stream (issue 32): mixtures of datasets, class balance, a
+global shuffle and elastic resume, read back from real converted datasets and checked against what
+``readers/sampling`` predicts."""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import re
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_image_tree, flat_jpegs, make_tree, write_text
+from helpers import (
+    convert_episode_tree,
+    convert_image_tree,
+    flat_jpegs,
+    make_tree,
+    random_episodes,
+    save_episodes,
+    write_text,
+)
 from tfshard import readers
-from tfshard.ingest import ImageOptions
+from tfshard.ingest import EpisodeOptions, ImageOptions
 from tfshard.readers.sampling import classes as sampling_classes
 from tfshard.readers.sampling.plan import StreamSpec, epoch_order, shares
 
@@ -57,6 +67,20 @@ def _read(ds, steps=None) -> list[tuple[str, int, int]]:
         for image, label, source in zip(images.numpy(), labels["label"].numpy(), labels["source"].numpy()):
             out.append((_digest(image), int(label), int(source)))
     return out
+
+
+@contextlib.contextmanager
+def _in_memory_bucket(bucket: str, path: str):
+    """``path``'s files (not its folders) copied to ``bucket`` on ``ram://``, TensorFlow's in-memory filesystem,
+    which stands in for ``gs://``; removed afterwards."""
+    tf.io.gfile.makedirs(bucket)
+    try:
+        for name in tf.io.gfile.listdir(path):
+            if not tf.io.gfile.isdir(f"{path}/{name}"):
+                tf.io.gfile.copy(f"{path}/{name}", f"{bucket}/{name}", overwrite=True)
+        yield bucket
+    finally:
+        tf.io.gfile.rmtree(bucket)
 
 
 # --- mixtures ------------------------------------------------------------------------------------------------------
@@ -217,30 +241,17 @@ def test_mixture_of_label_kinds_is_refused_naming_both(sets, tmp_path):
 
 
 def test_remote_with_index_files_reads_the_same_stream(sets):
-    bucket = "ram://mixtures-indexed"  # stands in for gs://: records read one FixedLengthRecordDataset each
-    tf.io.gfile.makedirs(bucket)
-    try:
-        for name in tf.io.gfile.listdir(sets["b"]):
-            if not tf.io.gfile.isdir(f"{sets['b']}/{name}"):
-                tf.io.gfile.copy(f"{sets['b']}/{name}", f"{bucket}/{name}", overwrite=True)
+    # records read one FixedLengthRecordDataset each
+    with _in_memory_bucket("ram://mixtures-indexed", sets["b"]) as bucket:
         arguments = {"batch_size": 2, "image_size": SIZE, "seed": 1, "with_source": True, "shuffle": "global"}
         assert _read(readers.images(bucket, **arguments)) == _read(readers.images(sets["b"], **arguments))
-    finally:
-        tf.io.gfile.rmtree(bucket)
 
 
 def test_remote_without_index_or_shard_cache_is_refused(sets):
-    bucket = "ram://mixtures-remote"
-    tf.io.gfile.makedirs(bucket)
-    try:
-        for name in tf.io.gfile.listdir(sets["a"]):
-            if not tf.io.gfile.isdir(f"{sets['a']}/{name}"):
-                tf.io.gfile.copy(f"{sets['a']}/{name}", f"{bucket}/{name}", overwrite=True)
+    with _in_memory_bucket("ram://mixtures-remote", sets["a"]) as bucket:
         with pytest.raises(ValueError, match="a remote shard without an index file cannot be read by record position "
                                              r".*convert with --index .*or pass shard_cache=DIR"):
             readers.images(bucket, batch_size=1, shuffle="global")
-    finally:
-        tf.io.gfile.rmtree(bucket)
 
 
 @pytest.mark.parametrize("arguments, problem", [
@@ -253,3 +264,163 @@ def test_remote_without_index_or_shard_cache_is_refused(sets):
 def test_stream_refuses_what_it_cannot_honour(sets, arguments, problem):
     with pytest.raises(ValueError, match=re.escape(problem)):
         readers.images([sets["a"], sets["b"]], batch_size=2, **arguments)
+
+
+# --- episodes ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def episode_sets(tmp_path_factory):
+    """Episode datasets of ``data`` float32 [T, 2], split into chunk records of 4 steps: ``a`` (7 episodes, 3 shards,
+    located by scanning the framing), ``b`` (3 episodes, one shard with a DALI index file); ``wide`` (2 episodes of
+    [T, 3]) and ``gzip`` (compressed) for the refusals."""
+    root = tmp_path_factory.mktemp("episode-mixtures")
+    chunked = EpisodeOptions(max_record_bytes=32)
+    made = {}
+    for name, lengths, width, options in [("a", [5, 9, 3, 12, 7, 1, 8], 2, {"num_shards": 3}),
+                                          ("b", [6, 2, 10], 2, {"index": True}), ("wide", [3, 4], 3, {}),
+                                          ("gzip", [3, 4], 2, {"compression": "gzip"})]:
+        save_episodes(root / name, {f"e{i}.npy": e for i, e in enumerate(random_episodes(lengths, len(name), width))})
+        convert_episode_tree(root / name, root / name.upper(), episode=chunked, **options)
+        made[name] = str(root / name.upper())
+    return made
+
+
+def _default_episodes(path) -> dict[int, np.ndarray]:
+    """Each episode's ``data`` by its id, read by today's reader."""
+    return {int(keys["episode"]): episode["data"] for keys, episode in readers.episodes(path, with_keys=True)}
+
+
+def _manifest_order(path) -> list[int]:
+    """The episode ids in manifest (record) order: today's reader's order without shuffle_files."""
+    return [int(keys["episode"]) for keys, _ in readers.episodes(path, with_keys=True)]
+
+
+def _episodes_read(ds, count=None) -> list[tuple[int, int, np.ndarray]]:
+    """``(source, id, data)`` of the episodes of a ``with_keys=True, with_source=True`` dataset, in order."""
+    ds = ds.take(count) if count is not None else ds
+    return [(int(episode["source"]), int(keys["episode"]), episode["data"]) for keys, episode in ds]
+
+
+def test_episodes_global_shuffle_is_the_permutation_sampling_predicts(episode_sets):
+    path = episode_sets["a"]
+    default, order = _default_episodes(path), _manifest_order(path)
+    ds = readers.episodes(path, shuffle="global", seed=9, repeat=True, with_keys=True, with_source=True)
+    got = _episodes_read(ds, 3 * 7)
+    spec = StreamSpec(sizes=(7,), shuffle=True, seed=9)
+    for epoch in range(3):
+        epoch_got = got[epoch * 7:(epoch + 1) * 7]
+        assert [i for _, i, _ in epoch_got] == [order[r] for r in epoch_order(spec, epoch)[1]]
+        for _, i, data in epoch_got:  # the default reader's episode, all its chunks joined
+            np.testing.assert_array_equal(data, default[i])
+    assert [i for _, i, _ in got[:7]] != [i for _, i, _ in got[7:14]]
+
+
+def test_episodes_stream_without_shuffle_is_the_default_readers_order(episode_sets):
+    path = episode_sets["a"]
+    ds = readers.episodes(path, with_keys=True, with_source=True)
+    assert len(ds) == 7
+    assert [i for _, i, _ in _episodes_read(ds)] == _manifest_order(path)
+
+
+@pytest.mark.parametrize("epoch_size", [10, 20])
+def test_episode_mixture_gives_exact_shares_and_each_episode_once_a_pass(episode_sets, epoch_size):
+    a, b = episode_sets["a"], episode_sets["b"]
+    defaults = [_default_episodes(a), _default_episodes(b)]
+    ds = readers.episodes([a, b], weights=[0.7, 0.3], epoch_size=epoch_size, shuffle="global", seed=5,
+                          with_keys=True, with_source=True)
+    assert len(ds) == epoch_size
+    got = _episodes_read(ds)
+    counts = collections.Counter(source for source, _, _ in got)
+    assert [counts[0], counts[1]] == [epoch_size * 7 // 10, epoch_size * 3 // 10]  # 70/30 of 7 + 3 episodes
+    passes = epoch_size // 10  # the shares are whole passes here: 7·k and 3·k
+    for source, default in enumerate(defaults):
+        assert collections.Counter(i for s, i, _ in got if s == source) == collections.Counter(list(default) * passes)
+    for source, i, data in got:
+        np.testing.assert_array_equal(data, defaults[source][i])
+
+
+def _episode_stream(path, replicas, start, count, **kwargs) -> list[tuple[int, int]]:
+    """``(source, id)`` of ``count`` groups of ``replicas`` episodes from episode ``start`` of the stream, read by
+    ``replicas`` plain input pipelines (each its part of every group, in replica order)."""
+    parts = []
+    for r in range(replicas):
+        context = tf.distribute.InputContext(replicas, r, replicas)
+        ds = readers.episodes(path, seed=2, repeat=True, start_step=start, input_context=context, shuffle="global",
+                              with_keys=True, with_source=True, **kwargs)
+        parts.append([(s, i) for s, i, _ in _episodes_read(ds, count)])
+    return [parts[r][k] for k in range(count) for r in range(replicas)]
+
+
+@pytest.mark.parametrize("before, after", [(1, 2), (2, 1), (2, 3)])
+@pytest.mark.parametrize("mixture", [False, True], ids=["one", "mixture"])
+def test_episodes_elastic_resume_on_another_replica_count(episode_sets, before, after, mixture):
+    path = [episode_sets["a"], episode_sets["b"]] if mixture else episode_sets["a"]
+    kwargs = {"weights": [0.7, 0.3]} if mixture else {}
+    whole = _episode_stream(path, 1, 0, 24, **kwargs)
+    consumed = 4 * before  # 4 steps of one episode per replica, then the job stops
+    resumed = _episode_stream(path, before, 0, 4, **kwargs) + _episode_stream(path, after, consumed, 5, **kwargs)
+    assert resumed == whole[:len(resumed)]
+
+
+def test_episodes_elastic_resume_under_a_mirrored_strategy(episode_sets, strategies):
+    path = episode_sets["a"]
+    whole = [data for _, _, data in _episodes_read(readers.episodes(
+        path, seed=2, repeat=True, shuffle="global", with_keys=True, with_source=True), 12)]
+
+    def run(strategy, start, steps):
+        ds = strategy.distribute_datasets_from_function(lambda context: readers.episodes(
+            path, seed=2, repeat=True, start_step=start, input_context=context, shuffle="global"))
+        it = iter(ds)
+        return [data.numpy() for _ in range(steps) for data in
+                strategy.experimental_local_results(next(it)["data"])]
+
+    resumed = run(strategies[2], 0, 2) + run(strategies[3], 4, 2)  # 2 steps on 2 replicas, then 2 on 3
+    assert len(resumed) == 10
+    for k, (one, other) in enumerate(zip(whole, resumed)):
+        np.testing.assert_array_equal(one, other, err_msg=f"episode {k}")
+
+
+def test_episode_mixture_of_other_features_is_refused_naming_both(episode_sets):
+    a, wide = episode_sets["a"], episode_sets["wide"]
+    with pytest.raises(ValueError, match=re.escape(
+            f"{wide}: its features are not {a}'s, so one stream cannot hold both (got 'data' float32 [3], {a} has "
+            "float32 [2]); mix datasets of one feature schema")) as caught:
+        readers.episodes([a, wide])
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("arguments, problem", [
+    ({"weights": [1.0]}, "weights: must give one weight per source, 2 (got 1 weights"),
+    ({"weights": [0.7, -0.3]}, "weights: must be positive finite numbers (got weights=[0.7, -0.3])"),
+    ({"shuffle_files": True}, "cannot read the index-driven stream (mixtures, a global shuffle, repeat, start_step) "
+                              "with shuffle_files=True"),
+    ({"start_step": 3}, "start_step=3: cannot resume exactly with repeat=False"),
+    ({"repeat": True, "start_step": 3, "shuffle": "global"}, "start_step=3: cannot resume exactly with seed=None"),
+], ids=["weights-length", "weights-negative", "shuffle-files", "no-repeat", "no-seed"])
+def test_episode_stream_refuses_bad_arguments_in_one_line(episode_sets, arguments, problem):
+    a, b = episode_sets["a"], episode_sets["b"]
+    with pytest.raises(ValueError, match=re.escape(f"{a} + {b}: {problem}")) as caught:
+        readers.episodes([a, b], **arguments)
+    assert "\n" not in str(caught.value)
+
+
+def test_episode_stream_refuses_compressed_and_remote_unindexed_shards(episode_sets):
+    gzip = episode_sets["gzip"]
+    with pytest.raises(ValueError, match=re.escape(f"{gzip}: records of compressed shards cannot be read by position "
+                                                   "(got compression='gzip')")):
+        readers.episodes(gzip, shuffle="global")
+    with _in_memory_bucket("ram://episode-mixtures-remote", episode_sets["a"]) as bucket:
+        with pytest.raises(ValueError, match="a remote shard without an index file cannot be read by record position "
+                                             r".*convert with --index .*or pass shard_cache=DIR"):
+            readers.episodes(bucket, shuffle="global")
+
+
+def test_episodes_remote_with_index_files_read_the_same_stream(episode_sets):
+    # records read one FixedLengthRecordDataset each
+    with _in_memory_bucket("ram://episode-mixtures-indexed", episode_sets["b"]) as bucket:
+        arguments = {"seed": 1, "with_source": True, "with_keys": True, "shuffle": "global", "epoch_size": 7}
+        remote, local = (_episodes_read(readers.episodes(p, **arguments)) for p in (bucket, episode_sets["b"]))
+        assert [(s, i) for s, i, _ in remote] == [(s, i) for s, i, _ in local]
+        for (_, _, one), (_, _, other) in zip(remote, local):
+            np.testing.assert_array_equal(one, other)

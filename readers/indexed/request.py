@@ -99,3 +99,28 @@ def stream_request(path, *, weights=None, epoch_size=None, balance=None, shuffle
             raise ValueError(f"{where}: cannot read the index-driven stream (mixtures, balance, a global shuffle) "
                              f"with {problem}")
     return StreamRequest(paths, spec.weights, epoch_size, balance, shuffle, with_source)
+
+
+def episode_request(path, *, weights=None, epoch_size=None, shuffle=None, with_source=False, repeat=False,
+                    start_step=0, shuffle_files=False) -> StreamRequest | None:
+    """The checked ``StreamRequest`` of ``readers.episodes``' arguments, or None when none asks for the stream: a
+    list of paths, ``weights``, ``epoch_size``, ``shuffle``, ``with_source``, ``repeat=True`` or a ``start_step``.
+
+    Raises:
+      TypeError: a path that is neither a folder nor a list of folders.
+      ValueError: what ``stream_request`` refuses, a ``repeat`` that is not a bool, or the stream with
+        ``shuffle_files=True`` (a file order of one dataset; the stream orders episodes itself).
+    """
+    paths, _ = _paths(path)
+    where = " + ".join(paths)
+    if not isinstance(repeat, bool):
+        raise ValueError(f"{where}: repeat must be True or False (got repeat={repeat!r})")
+    request = stream_request(path, weights=weights, epoch_size=epoch_size, shuffle=shuffle, with_source=with_source)
+    zero_step = not isinstance(start_step, bool) and hasattr(start_step, "__index__") and start_step == 0
+    if request is None and (repeat or not zero_step):  # any other start_step is checked (and refused) by the stream
+        request = StreamRequest(paths)
+    if request is not None and shuffle_files:
+        raise ValueError(f"{where}: cannot read the index-driven stream (mixtures, a global shuffle, repeat, "
+                         "start_step) with shuffle_files=True: it orders whole episodes itself; pass "
+                         "shuffle='global' for a permutation of every episode each epoch, and drop shuffle_files")
+    return request

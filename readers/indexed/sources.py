@@ -44,15 +44,28 @@ class Source:
 
 
 def load(path: str, split: str, shard_cache: ShardCacheArg) -> Source:
-    """A source: the dataset at ``path``, every shard of ``split`` checked and located record by record.
+    """A source: the images dataset at ``path``, every shard of ``split`` checked and located record by record.
 
     Raises:
-      ValueError: not an images dataset, compressed shards (a record has no byte offset in a gzip stream), a shard
-        or index file that does not fit the manifest, a remote shard without index or shard cache, a shard the
-        cache cannot hold.
+      ValueError: not an images dataset, or what ``locate`` refuses.
     """
     dataset = files_lib.info(path)
     check_kind(dataset)
+    shards, session, table = locate(dataset, split, shard_cache)
+    return Source(path, dataset, shards, EpochGuard(dataset, split, shards), ImageLabels.of(dataset.manifest), table,
+                  session)
+
+
+def locate(dataset: files_lib.DatasetInfo, split: str, shard_cache: ShardCacheArg):
+    """``(shards, session, table)``: every shard of ``split`` checked, its shard-cache copies fetched (``session``
+    None without a cache), and where each of its records is (``records.RecordTable``). Keep ``session`` with the
+    pipeline: its copies stay pinned while it lives.
+
+    Raises:
+      ValueError: compressed shards (a record has no byte offset in a gzip stream), a shard or index file that does
+        not fit the manifest, a remote shard without index or shard cache, a shard the cache cannot hold.
+    """
+    path = dataset.path
     compression = dataset.manifest.compression
     if compression is not None:
         raise ValueError(f"{path}: records of compressed shards cannot be read by position (got compression="
@@ -68,9 +81,7 @@ def load(path: str, split: str, shard_cache: ShardCacheArg) -> Source:
                 raise ValueError(f"{path}: shard_cache could not hold a copy of {shard.remote} (see the log); every "
                                  "shard is read at random, so each needs its copy: raise shard_cache_limit")
             reads[i] = local
-    table = records_lib.record_table(path, shards, reads)
-    return Source(path, dataset, shards, EpochGuard(dataset, split, shards), ImageLabels.of(dataset.manifest), table,
-                  session)
+    return shards, session, records_lib.record_table(path, shards, reads)
 
 
 @dataclasses.dataclass(frozen=True)

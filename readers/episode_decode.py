@@ -1,0 +1,154 @@
+"""An episode dataset's feature schema, and its chunk records joined and decoded: what ``readers.episodes``' two
+paths (shards streamed in order, ``episodes.py``; episodes read by position, ``indexed/episodes.py``) share.
+
+An episode is one record, or several chunk records written one after another in the same shard, joined here in
+order (``join_chunks``). Feature bytes are raw little-endian, read with ``tf.io.decode_raw`` (no per-element
+parsing). Each episode is checked against the manifest as it is decoded (``decode_episode``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from ..format.manifest import EpisodeInfo
+from ..format.records import data_features
+from . import files as files_lib
+from .windowing.targets import LABEL, label_array
+
+SOURCE = "source"  # the key with_source adds to each episode: its dataset's index in the reader's paths
+
+# decode_raw has no unsigned 32/64-bit output: read the signed twin and bitcast (same bytes).
+_RAW_TWIN = {np.dtype("<u4"): tf.int32, np.dtype("<u8"): tf.int64}
+
+
+def feature_schema(dataset: files_lib.DatasetInfo) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """Feature name → (numpy dtype, trailing shape), from the manifest of an episode dataset."""
+    kind = dataset.manifest.kind
+    if kind != "episodes":
+        raise ValueError(
+            f"{dataset.path}: an {kind!r} dataset, not episodes (got kind={kind!r} in dataset.json); read it with "
+            "readers.images, or write an episodes dataset with `tfshard episodes SRC OUT`"
+        )
+    return {
+        name: (np.dtype(spec["dtype"]), tuple(spec["shape"]))
+        for name, spec in data_features(dataset.manifest.features).items()
+    }
+
+
+def select_features(
+    dataset: files_lib.DatasetInfo, features: str | Sequence[str] | None
+) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """The schema restricted to ``features`` (None: all), in the order asked; unknown names are an error."""
+    schema = feature_schema(dataset)
+    names = list(schema) if features is None else [features] if isinstance(features, str) else list(features)
+    unknown = [n for n in names if n not in schema]
+    if unknown or not names:
+        raise ValueError(
+            f"{dataset.path}: no feature(s) {unknown or names!r} (got features={features!r}); "
+            f"the dataset has {sorted(schema)}"
+        )
+    return {n: schema[n] for n in names}
+
+
+def decode_feature(raw: tf.Tensor, dtype: np.dtype, shape: tuple[int, ...],
+                   steps: tf.Tensor | None = None) -> tf.Tensor:
+    """Raw little-endian bytes → ``[steps, *shape]`` of ``dtype`` (``steps`` needed when a step holds no value)."""
+    twin = _RAW_TWIN.get(dtype)
+    values = tf.io.decode_raw(raw, twin or tf.as_dtype(dtype), little_endian=True)
+    if twin is not None:
+        values = tf.bitcast(values, tf.as_dtype(dtype))
+    return tf.reshape(values, [-1 if steps is None else steps, *shape])
+
+
+def join_chunks(records: tf.data.Dataset, names: Sequence[str], with_label: bool = False,
+                carry: Sequence[str] = ()) -> tf.data.Dataset:
+    """Parsed chunk records, each episode's one after another → one ``(meta, joined)`` per episode, each feature's
+    bytes joined in order.
+
+    ``meta``: the episode's id, length and source (and label), from its last chunk record; and the record's keys
+    ``carry`` as they are (what a reader put beside the parsed keys).
+    """
+    meta_keys = ("id", "length", "source", "label") if with_label else ("id", "length", "source")
+    empty = {n: tf.constant(b"") for n in names}
+
+    def step(joined, record):
+        first = tf.equal(record["episode/chunk"], 0)
+        joined = {
+            n: tf.strings.join([tf.where(first, tf.constant(b""), joined[n]), record[f"data/{n}"]]) for n in names
+        }
+        last = tf.equal(record["episode/chunk"], record["episode/chunks"] - 1)
+        meta = {key: record[f"episode/{key}"] for key in meta_keys}
+        meta.update({key: record[key] for key in carry})
+        return joined, (last, meta, joined)
+
+    joined = records.scan(empty, step).filter(lambda last, meta, joined: last)
+    return joined.map(lambda last, meta, joined: (meta, joined))
+
+
+def manifest_lookup(episodes: list[EpisodeInfo], label_dtype: tf.DType | None = None):
+    """A graph function: an episode's ``meta`` → ``(length, label)`` the manifest lists for its id; length -1 for an
+    id it does not list.
+
+    Sorted constants and a binary search: they serialise with the graph (a tf.data service ships it to its workers).
+    ``label_dtype``: the labels' dtype (None: the dataset has none; the label is then 0).
+    """
+    order = sorted(episodes, key=lambda e: e.id)
+    dtype = label_dtype or tf.int64
+    if not order:
+        return lambda meta: (tf.constant(-1, tf.int64), tf.zeros([], dtype))
+    ids = tf.constant([e.id for e in order], tf.int64)
+    lengths = tf.constant([e.length for e in order], tf.int64)
+    labels = tf.constant(label_array([e.label for e in order]) if label_dtype else np.zeros(len(order), np.int64))
+
+    def lookup(meta):
+        episode_id = meta["id"]
+        i = tf.minimum(tf.searchsorted(ids, tf.reshape(episode_id, [1]))[0], len(order) - 1)
+        return tf.where(tf.equal(ids[i], episode_id), lengths[i], tf.constant(-1, tf.int64)), labels[i]
+
+    return lookup
+
+
+def decode_episode(schema, where: str, fix: str, manifest_lookup, with_keys: bool = False,
+                   with_label: bool = False, source_key: str | None = None):
+    """Decodes a joined episode, checking its rows against its records' length and that length (and its label)
+    against the manifest (``manifest_lookup(meta) -> (length, label)``).
+
+    ``with_keys``: returns ``({"episode": id}, episode)``. ``with_label``: the episode gains ``"label"``.
+    ``source_key``: the episode gains ``"source"``, ``meta[source_key]`` (a mixture's dataset index).
+    """
+
+    def decode(meta, joined):
+        expected, label = manifest_lookup(meta)
+        tf.debugging.Assert(
+            tf.equal(meta["length"], expected),
+            [f"{where}: episode", meta["id"], meta["source"], "has", meta["length"],
+             "steps in its records, the manifest says (-1: it does not list this id)", expected, f"; {fix}"],
+        )
+        # A zero-width feature ([T, 0]) has no values to infer T from: give it the record's length.
+        episode = {n: decode_feature(joined[n], *schema[n], meta["length"] if 0 in schema[n][1] else None)
+                   for n in schema}
+        for n, values in episode.items():
+            tf.debugging.assert_equal(
+                tf.shape(values, out_type=tf.int64)[0], meta["length"],
+                message=f"{where}: feature {n!r} does not match the episode length; {fix}",
+            )
+        if with_label:
+            tf.debugging.Assert(
+                tf.equal(meta["label"], label),
+                [f"{where}: episode", meta["id"], meta["source"], "has label", meta["label"],
+                 "in its records, the manifest says", label, f"; {fix}"],
+            )
+            episode[LABEL] = meta["label"]
+        if source_key is not None:
+            episode[SOURCE] = meta[source_key]
+        return ({"episode": meta["id"]}, episode) if with_keys else episode
+
+    return decode
+
+
+def repair_hint(path: str) -> str:
+    """How to fix a dataset whose records disagree with its manifest."""
+    return f"run `tfshard verify {path}`; rewrite the dataset with --overwrite"

@@ -1,0 +1,81 @@
+"""The stages every reader on the index-driven stream shares: where a pipeline stands in each global step, its
+elements a chunk at a time (Python per chunk: the order from ``readers/sampling``, each source's epoch check), and
+their records read by position, in order.
+
+    position = pipeline_position(batch_size, input_context, where)
+    records = read(elements(indices_of, rows, dtypes, guards, repeat=True), table, None, read_batch=64)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from ...format.storage import is_url
+from . import records as records_lib
+from .stream import Position
+
+AUTOTUNE = tf.data.AUTOTUNE
+DEFAULT_PARALLEL_READS = 16  # remote records read at once
+READ_BATCH = 64  # local records read by one Python call
+
+
+def pipeline_position(batch: int, input_context, where: str) -> Position:
+    """This pipeline's ``Position``: ``batch`` elements per replica at each global step (one pipeline: the whole
+    step).
+
+    Raises:
+      ValueError: replicas the input pipelines do not divide.
+    """
+    if input_context is None:
+        return Position(1, 0, batch, batch)
+    pipelines, replicas = input_context.num_input_pipelines, input_context.num_replicas_in_sync
+    if replicas % pipelines:
+        raise ValueError(f"{where}: input_context has {replicas} replicas over {pipelines} input pipelines, which "
+                         "do not feed equal slices of a step; use a strategy whose pipelines feed equal replicas")
+    return Position(pipelines, input_context.input_pipeline_id, batch * replicas, batch)
+
+
+def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool) -> tf.data.Dataset:
+    """The rows of this pipeline's elements, in order, a chunk at a time: ``indices_of(number)`` the global elements
+    of chunk ``number`` (with ``repeat``; without, of the next epoch each iteration), ``rows(indices)`` their rows as
+    1-D arrays of ``dtypes``. Each chunk first runs every source's epoch check (``epoch_guard.py``)."""
+
+    def chunk(number):
+        problem = next((p for p in (g.problem() for g in guards) if p), "")
+        indices = indices_of(int(number))
+        if problem:
+            indices = indices[:0]
+        return (*rows(indices), np.array(problem.encode()))
+
+    def elements_of(number):
+        *found, problem = tf.numpy_function(chunk, [number], [*dtypes, tf.string], stateful=True)
+        with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, b""), [problem])]):
+            found[0] = tf.identity(found[0])
+        return tf.data.Dataset.from_tensor_slices(tuple(tf.ensure_shape(t, [None]) for t in found))
+
+    numbers = tf.data.Dataset.range(2**62) if repeat else tf.data.Dataset.range(1)
+    return numbers.flat_map(elements_of)
+
+
+def read(elements: tf.data.Dataset, table: records_lib.RecordTable, num_parallel_reads: int | None,
+         read_batch: int = READ_BATCH) -> tf.data.Dataset:
+    """``(shard, offset, length, *carried)`` rows → ``(record, *carried)``, in order: local files ``read_batch``
+    records at a time (``pread``), remote ones (an index file, no shard cache) one ``FixedLengthRecordDataset`` per
+    record."""
+    if not any(is_url(f) for f in table.files):
+        read_batch_of = records_lib.pread_batch(table.files)
+
+        def read_many(shard, offset, length, *carried):
+            found = tf.numpy_function(read_batch_of, [shard, offset, length], tf.string, stateful=False)
+            return (tf.ensure_shape(found, [None]), *carried)
+
+        return elements.batch(read_batch).map(read_many, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()
+    files, sizes = tf.constant(table.files), tf.constant(table.file_sizes, tf.int64)
+
+    def read_one(shard, offset, length, *carried):
+        return records_lib.read_at(files, sizes, shard, offset, length).map(lambda record: (record, *carried))
+
+    cycle = num_parallel_reads or DEFAULT_PARALLEL_READS
+    return elements.interleave(read_one, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
+                               deterministic=True)
