@@ -19,6 +19,7 @@ from ..epoch_guard import Stamp
 from ..image_batches import augmented, batched
 from ..image_ops import decode_center_crop, decode_random_crop
 from ..image_recipe import Recipe
+from ..input_position import InputPosition, attach, opened
 from ..options import external_state_ignored, quiet_options
 from ..sampling import classes as sampling_classes
 from ..sampling.plan import StreamSpec
@@ -35,8 +36,9 @@ _READ_BATCH = 64  # local records read by one Python call
 
 def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recipe: Recipe, seed: int | None,
                    input_context, drop_remainder: bool, num_parallel_reads: int | None, repeat: bool,
-                   start_step: int, shard_cache: ShardCacheArg) -> tf.data.Dataset:
-    """The stream's batches (see ``readers.images``, which checks the arguments and calls this)."""
+                   start_step: int | InputPosition, shard_cache: ShardCacheArg) -> tf.data.Dataset:
+    """The stream's batches (see ``readers.images``, which checks the arguments and calls this). ``start_step``: an
+    int, or with ``repeat`` and a seed the ``InputPosition`` that says it when the iterator opens."""
     where = request.where
     sources = [sources_lib.load(path, split, shard_cache) for path in request.paths]
     merged = sources_lib.merged_labels(sources)
@@ -63,7 +65,8 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     options = quiet_options()
     options.experimental_optimization.map_parallelization = True
     ds = ds.prefetch(AUTOTUNE).with_options(options)
-    return ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    ds = ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    return attach(ds, start_step if isinstance(start_step, InputPosition) else None)
 
 
 def _read(elements: tf.data.Dataset, table, num_parallel_reads: int | None) -> tf.data.Dataset:
@@ -121,17 +124,17 @@ def _position(batch_size: int, input_context, where: str) -> Position:
     return Position(pipelines, input_context.input_pipeline_id, batch_size * replicas, batch_size)
 
 
-def _elements(stream: Stream, table, position: Position, guards, *, repeat: bool, start_step: int,
+def _elements(stream: Stream, table, position: Position, guards, *, repeat: bool, start_step: int | InputPosition,
               drop_remainder: bool) -> tf.data.Dataset:
     """``(n, shard, offset, length, source)`` of this pipeline's elements, in order; a chunk's order is computed in
     Python once per chunk, after each source's epoch check (``epoch_guard.py``)."""
     epoch_size = stream.spec.epoch_size
     iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
 
-    def chunk(number):
+    def chunk(number, start):
         problem = next((p for p in (g.problem() for g in guards) if p), "")
         if repeat:
-            indices = position.chunk(int(number), start_step, epoch_size)
+            indices = position.chunk(int(number), int(start), epoch_size)
         else:
             indices = position.epoch(next(iterations), epoch_size, drop_remainder)
         if problem:
@@ -140,16 +143,19 @@ def _elements(stream: Stream, table, position: Position, guards, *, repeat: bool
         return (indices.astype(np.int64), table.shard[record], table.offset[record], table.length[record],
                 source.astype(np.int32), np.array(problem.encode()))
 
-    def elements_of(number):
+    def elements_of(number, start):
         n, shard, offset, length, source, problem = tf.numpy_function(
-            chunk, [number], [tf.int64, tf.int32, tf.int64, tf.int64, tf.int32, tf.string], stateful=True)
+            chunk, [number, start], [tf.int64, tf.int32, tf.int64, tf.int64, tf.int32, tf.string], stateful=True)
         with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, b""), [problem])]):
             n = tf.identity(n)
         return tf.data.Dataset.from_tensor_slices(tuple(tf.ensure_shape(t, [None]) for t in
                                                         (n, shard, offset, length, source)))
 
-    numbers = tf.data.Dataset.range(2**62) if repeat else tf.data.Dataset.range(1)
-    return numbers.flat_map(elements_of)
+    def from_step(start):  # the start step is read once, when the iterator opens (input_position.py)
+        numbers = tf.data.Dataset.range(2**62) if repeat else tf.data.Dataset.range(1)
+        return numbers.flat_map(lambda number: elements_of(number, start))
+
+    return opened(start_step, from_step)
 
 
 def _decoder(recipe: Recipe, merged: sources_lib.MergedLabels, seed: int, with_source: bool):
