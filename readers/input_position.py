@@ -1,8 +1,9 @@
 """Where a resumable input starts, read when its iterator opens, so that a callback can move it before then.
 
-``readers.images(..., repeat=True, seed=...)`` returns a stream that is a pure function of its seed and its start
-step (``start_step``). Such an input gets an ``InputPosition``: its start is read from Python when the pipeline's
-first element is asked for, not when the pipeline is built. Keras' ``model.fit`` opens its input's iterator after
+``readers.images(..., repeat=True, seed=...)`` and resident ``readers.windows(..., repeat=True, seed=...)`` return
+a stream that is a pure function of its seed and its start step (``start_step``). Such an input gets an
+``InputPosition``: its start is read from Python when the pipeline's first element is asked for, not when the
+pipeline is built. Keras' ``model.fit`` opens its input's iterator after
 ``callbacks.on_train_begin()``, so ``readers.BackupAndRestore`` (``readers/backup.py``) restores the model there and
 moves the input to the step it had reached. The pipeline references its position weakly, and the dataset strongly
 (``POSITION_ATTRIBUTE``), so the live positions are those of live datasets.
@@ -52,17 +53,17 @@ def attach(ds: tf.data.Dataset, position: InputPosition | None) -> tf.data.Datas
 
 
 def of(ds) -> InputPosition | None:
-    """The position of a reader's dataset, or of the reader's dataset a derived one (``ds.map(...)``) reads."""
+    """The position of a reader's dataset (a distributed one too), or of the reader's dataset a derived one
+    (``ds.map(...)``) reads."""
     seen, todo = set(), [ds]
     while todo:
         d = todo.pop()
-        if id(d) in seen or not isinstance(d, tf.data.Dataset):
-            continue
-        seen.add(id(d))
         found = getattr(d, POSITION_ATTRIBUTE, None)
         if found is not None:
             return found
-        todo.extend(d._inputs())  # tf.data's own walk of a dataset's inputs
+        if id(d) not in seen and isinstance(d, tf.data.Dataset):
+            seen.add(id(d))
+            todo.extend(d._inputs())  # tf.data's own walk of a dataset's inputs
     return None
 
 

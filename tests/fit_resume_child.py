@@ -3,7 +3,8 @@
 
     python fit_resume_child.py STREAM DATASET BACKUP LOG EPOCHS STEPS_PER_EPOCH SAVE_FREQ HOLD_AT [STEPS_PER_EXECUTION]
 
-STREAM is ``default`` (readers.images' default stream) or ``global`` (the index-driven one, ``shuffle="global"``).
+STREAM is ``default`` (readers.images' default stream), ``global`` (the index-driven one, ``shuffle="global"``) or
+``windows`` (resident readers.windows; DATASET then holds episodes).
 The model's train step appends ``step<TAB>label:pixel sum,...`` of every batch it trains on to LOG (flushed), the
 step counted from the one the callback restored. Once the input has given HOLD_AT global steps (-1: never), the job
 creates ``LOG.held`` after that batch's save, if any, and waits there to be killed. At the end it writes its weights
@@ -26,14 +27,17 @@ from tfshard import readers  # noqa: E402
 
 def reader(stream: str, dataset: str, start_step: int = 0):
     """The job's input (the test reads it in-process too, as the uninterrupted job's reference)."""
+    if stream == "windows":
+        return readers.windows(dataset, length=8, shift=4, batch_size=4, features="obs", targets=1, seed=11,
+                               repeat=True, start_step=start_step)
     extra = {"shuffle": "global"} if stream == "global" else {}
     return readers.images(dataset, batch_size=4, image_size=8, seed=7, repeat=True, start_step=start_step, **extra)
 
 
-def line(images, labels) -> str:
-    """What the job logs of a batch: ``label:pixel sum`` of each image."""
-    sums = np.sum(images, axis=(1, 2, 3))
-    return ",".join(f"{int(label)}:{total:.4f}" for label, total in zip(labels, sums))
+def line(x, y) -> str:
+    """What the job logs of a batch: ``target sum:input sum`` of each example (a label and its image's pixels)."""
+    pairs = zip(np.reshape(y, (len(y), -1)).sum(axis=1), np.reshape(x, (len(x), -1)).sum(axis=1))
+    return ",".join(f"{target:.4f}:{total:.4f}" for target, total in pairs)
 
 
 def job(stream: str, dataset: str, backup_dir: str, log: str, epochs: str, steps: str, save_freq: str,
@@ -66,10 +70,14 @@ def job(stream: str, dataset: str, backup_dir: str, log: str, epochs: str, steps
                 while True:
                     time.sleep(0.01)  # held here until the test kills the job
 
-    model = Logged([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(
-        24, kernel_initializer=keras.initializers.GlorotUniform(seed=0))])  # the same start in every process
-    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  steps_per_execution=int(steps_per_execution))
+    x, y = (spec.shape[1:] for spec in ds.element_spec)
+    outputs = int(np.prod(y)) if stream == "windows" else 24
+    model = Logged([keras.Input(x), keras.layers.Flatten(), keras.layers.Dense(
+        outputs, kernel_initializer=keras.initializers.GlorotUniform(seed=0))])  # the same start in every process
+    loss = "mse" if stream == "windows" else keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    if stream == "windows":
+        model.add(keras.layers.Reshape(y))
+    model.compile(keras.optimizers.SGD(0.01), loss, steps_per_execution=int(steps_per_execution))
     model.fit(ds, epochs=int(epochs), steps_per_epoch=int(steps), callbacks=[backup, Hold()], verbose=0)
     out.close()
     np.save(log + ".weights.npy", np.concatenate([w.ravel() for w in model.get_weights()]))

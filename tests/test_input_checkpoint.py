@@ -321,27 +321,28 @@ def _run_fit(args, held: str | None = None) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("stream, steps_per_execution", [("default", 1), ("global", 2)])
-def test_a_fit_killed_at_random_steps_trains_on_the_batches_an_uninterrupted_fit_does(photos, tmp_path, stream,
-                                                                                      steps_per_execution):
+@pytest.mark.parametrize("stream, steps_per_execution", [("default", 1), ("global", 2), ("windows", 1)])
+def test_a_fit_killed_at_random_steps_trains_on_the_batches_an_uninterrupted_fit_does(photos, dataset, tmp_path,
+                                                                                      stream, steps_per_execution):
     """model.fit with readers.BackupAndRestore, SIGKILLed three times (before the first save, mid-epoch, at an epoch
     end) and rerun with the same command: the batches it trained on, step by step, are the first ones of its input,
     exactly as many as an uninterrupted fit trains on, and the final weights are that fit's."""
     import fit_resume_child
 
-    epochs, steps, save_freq = 6, 5, 3  # 5 steps an epoch of 6 batches of records: epochs straddle the data's
+    epochs, steps, save_freq = 6, 5, 3  # fit's epochs of 5 steps straddle the data's of 6 (images) or 17 (windows)
     per_epoch = -(-steps // steps_per_execution) * steps_per_execution  # Keras trains whole executions
     total = epochs * per_epoch
+    data = dataset if stream == "windows" else photos  # 17 batches of windows an epoch, 6 of images
     reference = tmp_path / "reference.log"
-    fit_resume_child.job(stream, photos, str(tmp_path / "bk-reference"), str(reference), epochs, steps, save_freq,
+    fit_resume_child.job(stream, data, str(tmp_path / "bk-reference"), str(reference), epochs, steps, save_freq,
                          -1, steps_per_execution, pass_dataset=True)
-    iterator = iter(fit_resume_child.reader(stream, photos))
+    iterator = iter(fit_resume_child.reader(stream, data))
     expected = [fit_resume_child.line(*(t.numpy() for t in next(iterator))) for _ in range(total)]
     assert _consumed(reference) == expected
 
     log, backup = tmp_path / "killed.log", tmp_path / "bk"
     rng = random.Random(stream)
-    args = [stream, photos, backup, log, epochs, steps, save_freq]
+    args = [stream, data, backup, log, epochs, steps, save_freq]
     for hold_at in (1, rng.randint(save_freq + 1, total - per_epoch), rng.randint(2, epochs - 1) * per_epoch):
         _run_fit([*args, hold_at, steps_per_execution], held=f"{log}.held")
     _run_fit([*args, -1, steps_per_execution])
