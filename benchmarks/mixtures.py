@@ -8,7 +8,11 @@ end, best of ``--repeats`` interleaved passes:
      and against the hand-written ``unbatch`` / ``sample_from_datasets`` / ``batch`` over two readers;
   2. balance: ``balance="class"`` on a 10:1 set against the unbalanced reader of it, and against
      ``rejection_resample`` to a uniform class distribution (batched after it, as its docs do);
-  3. global shuffle: ``shuffle="global"`` against today's file + buffer shuffle of the same dataset.
+  3. global shuffle: ``shuffle="global"`` against today's file + buffer shuffle of the same dataset;
+  4. resume: the input state ``readers.BackupAndRestore`` saves (its state file, after one step of ``model.fit``)
+     and a TensorFlow iterator checkpoint of the index-driven reader, in bytes; and the time to the first batch
+     with ``start_step`` at 90% of an epoch against at 0 (building the pipeline included), for ``shuffle="global"``
+     and for the default reader (which reads the records before the step again, undecoded).
 
 Images per second are printed side by side with the ratios the issue sets as targets. Run it with
 ``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2``.
@@ -52,6 +56,34 @@ def _time(make) -> tuple[float, int]:
     for batch, _ in ds:
         images += int(batch.shape[0])
     return time.perf_counter() - start, images
+
+
+def _first_batch(make) -> float:
+    start = time.perf_counter()
+    next(iter(make()))
+    return time.perf_counter() - start
+
+
+def _state_sizes(out: str, common: dict, work: str) -> tuple[int, int]:
+    """Bytes of readers.BackupAndRestore's state file after one fit step, and of an iterator checkpoint, both of
+    ``shuffle="global"`` on ``out``."""
+    import keras
+    import tensorflow as tf
+    from tfshard import readers
+
+    ds = readers.images(out, shuffle="global", repeat=True, **common)
+    model = keras.Sequential([keras.Input((224, 224, 3)), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(len(readers.info(out).class_names))])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    backup = readers.BackupAndRestore(f"{work}/backup", save_freq=1, delete_checkpoint=False, dataset=ds)
+    model.fit(ds, epochs=1, steps_per_epoch=1, callbacks=[backup], verbose=0)
+    state = os.path.getsize(f"{work}/backup/tfshard_state.json")
+    iterator = iter(readers.images(out, shuffle="global", repeat=True, **common))
+    next(iterator)
+    prefix = tf.train.Checkpoint(input=iterator).write(f"{work}/iterator/ckpt")
+    folder = os.path.dirname(prefix)
+    checkpoint = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+    return state, checkpoint
 
 
 def main() -> None:
@@ -119,6 +151,19 @@ def main() -> None:
                                        ("global / file+buffer", "shuffle='global'", "file+buffer shuffle", 0.9)]:
             ratio = best[num] / best[den]
             print(f"  {what:30s} {ratio:5.2f}x (target >= {target}x) {'ok' if ratio >= target else 'MISSED'}")
+
+        late = int(0.9 * steps)
+        for name, extra in [("shuffle='global'", {"shuffle": "global"}), ("default reader", {})]:
+            def at(step, extra=extra):
+                return lambda: readers.images(outs["all"], repeat=True, start_step=step, **extra, **common)
+
+            zero, resumed = (min(_first_batch(at(step)) for _ in range(args.repeats)) for step in (0, late))
+            cost = resumed - zero
+            print(f"  resume at step {late} of {steps} ({name}): first batch in {resumed:.3f} s, {zero:.3f} s at step "
+                  f"0: {cost:+.3f} s (target <= 1 s) {'ok' if cost <= 1 else 'MISSED'}")
+        state, checkpoint = _state_sizes(outs["all"], common, work)
+        print(f"  input state: BackupAndRestore's state file {state} bytes (target <= 4096) "
+              f"{'ok' if state <= 4096 else 'MISSED'}; an iterator checkpoint of shuffle='global' {checkpoint:,} bytes")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -23,7 +23,7 @@ API = {
                        "parse_size", "load_manifest", "Manifest", "InputError", "OutputExistsError",
                        "TfdsMetadataError"],
     "tfshard.readers": ["images", "info", "DatasetInfo", "class_weights", "normalization", "episodes", "windows",
-                        "resident_windows", "model_windows", "ModelWindows", "WindowGather"],
+                        "resident_windows", "model_windows", "ModelWindows", "WindowGather", "BackupAndRestore"],
     "tfshard.readers.windows.request": ["WindowRequest"],
     "tfshard.readers.service": ["start_dispatcher", "start_worker", "bound_port"],
     "tfshard.tools.verify": ["verify", "VerifyError"],

@@ -7,6 +7,7 @@
     ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64)  # resident sliding windows
     mw = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64)  # gathered in the model's step
     readers.preview("photos-tfr").save("sheet.png")             # a contact sheet (tfshard.tools.preview)
+    backup = readers.BackupAndRestore("bk", save_freq=500)      # model.fit resumes mid-epoch, input position too
 
 Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
@@ -29,12 +30,18 @@ from .windows.dataset import windows
 from .windows.in_model import ModelWindows, WindowGather, model_windows
 from .windows.resident import resident_windows
 
-__all__ = ["DatasetInfo", "ModelWindows", "Targets", "WindowGather", "class_weights", "episodes", "images", "info",
-           "model_windows", "normalization", "preview", "resident_windows", "windows"]
+__all__ = ["BackupAndRestore", "DatasetInfo", "ModelWindows", "Targets", "WindowGather", "class_weights", "episodes",
+           "images", "info", "model_windows", "normalization", "preview", "resident_windows", "windows"]
 
 
 def __getattr__(name):
-    """``readers.preview`` → ``tfshard.tools.preview.preview`` on first use (see the module's docstring)."""
+    """``readers.preview`` → ``tfshard.tools.preview.preview`` and ``readers.BackupAndRestore`` (a Keras callback,
+    so Keras is imported only for it) on first use (see the module's docstring)."""
+    if name == "BackupAndRestore":
+        from .backup import BackupAndRestore
+
+        globals()["BackupAndRestore"] = BackupAndRestore
+        return BackupAndRestore
     if name == "preview":
         from ..tools.preview import preview
 
@@ -44,4 +51,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__))  # ``preview`` is listed before its first use too
+    return sorted(set(globals()) | set(__all__))  # ``preview`` and ``BackupAndRestore`` before their first use too

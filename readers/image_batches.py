@@ -8,6 +8,7 @@ import tensorflow as tf
 from . import augment as augment_lib
 from .image_ops import seed_stream
 from .image_recipe import AUGMENTATIONS, Recipe
+from .input_position import InputPosition, skipped
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -19,7 +20,8 @@ def batched(ds: tf.data.Dataset, recipe: Recipe, *, batch_size: int, drop_remain
     return ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
-def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int, deterministic) -> tf.data.Dataset:
+def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | InputPosition,
+              deterministic) -> tf.data.Dataset:
     """Augment the uint8 batches (the crop after a cache, colour jitter, a callable), then cast to the asked dtype.
     Nothing to do when every image left the decode map finished."""
     if recipe.per_image:
@@ -49,5 +51,5 @@ def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int, det
         return (augment(images_, seed_) if augment is not None else images_), labels
 
     # Per-batch seeds continue from the resumed step too (start_step batches in).
-    ds = tf.data.Dataset.zip((ds, seed_stream(seed, salt=2).skip(start_step)))
+    ds = tf.data.Dataset.zip((ds, skipped(seed_stream(seed, salt=2), start_step, per_step=1)))
     return ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)

@@ -56,7 +56,8 @@ from .image_recipe import (
 )
 from .indexed.images import indexed_images
 from .indexed.request import stream_request
-from .options import quiet_options
+from .input_position import InputPosition, attach, skipped
+from .options import external_state_ignored, quiet_options
 from .shard_cache.pipeline import ShardCacheArg
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -157,7 +158,8 @@ def images(
       start_step: with ``repeat`` and a ``seed``, start at this step (batch) exactly
         as if the ones before had been read: the records before it are read and
         shuffled again but not decoded. A job that saved its step count with the
-        model resumes mid-epoch with no record lost or repeated (docs/guide/resuming.md).
+        model resumes mid-epoch with no record lost or repeated (docs/guide/resuming.md). Inside ``model.fit``,
+        ``readers.BackupAndRestore`` saves and restores it with the model.
         Not with ``cache``, ``service`` or ``ignore_errors``.
       shard_cache: a local folder that keeps verified copies of the shards (for ``gs://`` data): each epoch's
         files are fetched into it a few ahead of the reads, in the epoch's shuffled order, checked against the
@@ -220,10 +222,13 @@ def images(
     drop_remainder = training if drop_remainder is None else drop_remainder
     recipe = Recipe.of(training=training, cache=cache, remote=remote is not None, augment=augment, dtype=dtype,
                         image_size=image_size)
+    # A seeded endless stream is a pure function of its start: readers.BackupAndRestore moves it (input_position.py).
+    resumable = repeat and seed is not None and cache is None and not ignore_errors and deterministic is not False
+    start = InputPosition(start_step, path if isinstance(path, str) else " + ".join(path)) if resumable else start_step
     if stream is not None:  # mixtures, balance, a global shuffle: records read by position (readers/indexed/)
         return indexed_images(stream, split, batch_size=batch_size, recipe=recipe, seed=seed,
                               input_context=input_context, drop_remainder=drop_remainder,
-                              num_parallel_reads=num_parallel_reads, repeat=repeat, start_step=start_step,
+                              num_parallel_reads=num_parallel_reads, repeat=repeat, start_step=start,
                               shard_cache=ShardCacheArg(shard_cache, shard_cache_limit))
     # On service workers a fixed seed would replay the same randomness every epoch (see ``service``).
     worker_seed = seed if remote is None else None
@@ -241,7 +246,7 @@ def images(
     if remote is None and cache is None:
         records = epoch.ahead(records, skippable=ignore_errors)
     ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
-                  repeat=repeat, skip=start_step * batch_size, deterministic=deterministic,
+                  repeat=repeat, start=start, batch_size=batch_size, deterministic=deterministic,
                   ignore_errors=ignore_errors)
     ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
                               shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
@@ -250,9 +255,11 @@ def images(
     options.experimental_optimization.map_parallelization = True
     if deterministic is not None:
         options.deterministic = deterministic
+    if resumable:  # its start, read in Python when the iterator opens, is not state an iterator checkpoint needs
+        options = external_state_ignored(options)
     if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
         ds = epoch.ahead(remote.distribute(ds.with_options(options)))
-    ds = augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=deterministic)
+    ds = augmented(ds, recipe, seed=seed, start_step=start, deterministic=deterministic)
     if remote is None and not ignore_errors and not repeat:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
@@ -260,7 +267,7 @@ def images(
             mine // batch_size if drop_remainder else -(-mine // batch_size)))
     if remote is None:  # a checkpoint of it restores only into a pipeline of the same shards (epoch_guard.py)
         ds = epoch.stamp.lead(ds)
-    return ds.prefetch(AUTOTUNE).with_options(options)
+    return attach(ds.prefetch(AUTOTUNE).with_options(options), start if resumable else None)
 
 
 # --- the stages, in their canonical order ----------------------------------------------------------------------------
@@ -286,11 +293,12 @@ def _shards(path: str, split: str, input_context, remote, drop_remainder: bool, 
 
 
 def _decoded(records: tf.data.Dataset, recipe: Recipe, labels: ImageLabels, *, shuffle_buffer: int, seed,
-             repeat: bool, skip: int, deterministic, ignore_errors: bool) -> tf.data.Dataset:
+             repeat: bool, start: int | InputPosition, batch_size: int, deterministic,
+             ignore_errors: bool) -> tf.data.Dataset:
     """Parse and decode, in parallel. In training without a cache the decode is the random crop: the *encoded*
     records are shuffled first (as TF's model garden readers do: the buffer holds ~80 KB JPEGs instead of 150 KB
-    decoded images, and batch() stays fused with the decode map). ``skip``: records a resumed job reads but does not
-    decode."""
+    decoded images, and batch() stays fused with the decode map). ``start``: the step a resumed job starts at (the
+    records before it are read but not decoded), or the ``InputPosition`` that says it when the iterator opens."""
     if recipe.random_decode:
         flip = recipe.per_image and recipe.augment == "default"
 
@@ -307,8 +315,7 @@ def _decoded(records: tf.data.Dataset, recipe: Recipe, labels: ImageLabels, *, s
             return decode_center_crop(encoded, size, padding, unit_float=recipe.unit_float), label
 
         ds = records.repeat() if repeat and not recipe.cached else records  # with a cache: after it, below
-    if skip:
-        ds = ds.skip(skip)
+    ds = skipped(ds, start, per_step=batch_size)
     ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     return ds.ignore_errors(log_warning=True) if ignore_errors else ds
 

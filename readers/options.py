@@ -21,7 +21,8 @@ def quiet_options() -> tf.data.Options:
 def external_state_ignored(options: tf.data.Options | None = None) -> tf.data.Options:
     """``options`` (new ones by default) letting ``tf.train.Checkpoint(iterator)`` save a pipeline whose functions
     read state tf.data cannot save but that never changes while the dataset exists: resident arrays, or the
-    shard checks' Python (``readers/guard.py``), which stats the file anew each time."""
+    shard checks' Python (``readers/guard.py``), which stats the file anew each time, or a resumable input's start
+    step (``readers/input_position.py``), read once as its iterator opens."""
     options = options or tf.data.Options()
     options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     return options

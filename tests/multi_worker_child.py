@@ -31,10 +31,39 @@ def image_signatures(strategy, path: str) -> list[list[float]]:
     return seen
 
 
+ELASTIC_STEPS, ELASTIC_BATCH = 5, 4  # global steps the two workers run of the elastic stream, its global batch
+
+
+def elastic_reader(path: str, batch_size: int = ELASTIC_BATCH, context=None, start_step: int = 0):
+    """The index-driven stream the elastic test reads: a global shuffle, seeded crops, endless."""
+    return readers.images(path, batch_size=batch_size, image_size=(8, 8), seed=0, shuffle="global", repeat=True,
+                          input_context=context, start_step=start_step)
+
+
+def signatures(images, labels) -> list[list[float]]:
+    """``[label, pixel sum]`` of each image of a batch."""
+    return [[int(label), round(float(np.sum(image)), 3)] for image, label in zip(images, labels)]
+
+
+def elastic_steps(strategy, path: str) -> list[list[list[float]]]:
+    """The first ELASTIC_STEPS global steps of the elastic stream, as this worker's replicas read them."""
+    def dataset_fn(context):
+        return elastic_reader(path, context.get_per_replica_batch_size(ELASTIC_BATCH), context)
+
+    iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
+    steps = []
+    for _ in range(ELASTIC_STEPS):
+        images, labels = next(iterator)
+        steps.append([s for part_images, part_labels in zip(strategy.experimental_local_results(images),
+                                                              strategy.experimental_local_results(labels))
+                      for s in signatures(part_images.numpy(), part_labels.numpy())])
+    return steps
+
+
 def main(images: str, episodes: str, one_shard: str, result_path: str) -> None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     task = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-    result = {"task": task, "images": image_signatures(strategy, images)}
+    result = {"task": task, "images": image_signatures(strategy, images), "elastic": elastic_steps(strategy, images)}
     try:
         image_signatures(strategy, one_shard)
         result["few_shards_error"] = None

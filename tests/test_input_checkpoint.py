@@ -9,6 +9,7 @@ document (an iterator checkpoint holds positions, not the arguments the dataset 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -294,6 +295,218 @@ def test_images_start_step_per_input_pipeline_under_a_strategy(photos, pipeline)
 def test_images_repeat_is_refused_with_a_service(photos):
     with pytest.raises(ValueError, match=r"repeat: not with service="):
         readers.images(photos, batch_size=4, repeat=True, service="grpc://localhost:5050")
+
+
+# --- model.fit resumes mid-epoch: readers.BackupAndRestore ----------------------------------------------------------
+
+FIT_CHILD = os.path.join(os.path.dirname(__file__), "fit_resume_child.py")
+
+
+def _run_fit(args, held: str | None = None) -> None:
+    """Runs the fit child to its end; with ``held`` (its HOLD_AT > -1), SIGKILLs it once it is held at that step."""
+    child = subprocess.Popen([sys.executable, FIT_CHILD, *map(str, args)], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                             start_new_session=True)
+    if held is None:
+        output, _ = child.communicate(timeout=180)
+        assert child.returncode == 0, output
+        return
+    deadline = time.monotonic() + 180
+    while not os.path.exists(held) and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)  # polls for the point the job holds at; the kill is never timed
+    assert os.path.exists(held), f"the job ended (exit {child.poll()}) before it was held: {child.communicate()[0]}"
+    os.killpg(child.pid, signal.SIGKILL)
+    child.communicate(timeout=60)
+    os.remove(held)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stream, steps_per_execution", [("default", 1), ("global", 2), ("windows", 1)])
+def test_a_fit_killed_at_random_steps_trains_on_the_batches_an_uninterrupted_fit_does(photos, dataset, tmp_path,
+                                                                                      stream, steps_per_execution):
+    """model.fit with readers.BackupAndRestore, SIGKILLed three times (before the first save, mid-epoch, at an epoch
+    end) and rerun with the same command: the batches it trained on, step by step, are the first ones of its input,
+    exactly as many as an uninterrupted fit trains on, and the final weights are that fit's."""
+    import fit_resume_child
+
+    epochs, steps, save_freq = 6, 5, 3  # fit's epochs of 5 steps straddle the data's of 6 (images) or 17 (windows)
+    per_epoch = -(-steps // steps_per_execution) * steps_per_execution  # Keras trains whole executions
+    total = epochs * per_epoch
+    data = dataset if stream == "windows" else photos  # 17 batches of windows an epoch, 6 of images
+    reference = tmp_path / "reference.log"
+    fit_resume_child.job(stream, data, str(tmp_path / "bk-reference"), str(reference), epochs, steps, save_freq,
+                         -1, steps_per_execution, pass_dataset=True)
+    iterator = iter(fit_resume_child.reader(stream, data))
+    expected = [fit_resume_child.line(*(t.numpy() for t in next(iterator))) for _ in range(total)]
+    assert _consumed(reference) == expected
+
+    log, backup = tmp_path / "killed.log", tmp_path / "bk"
+    rng = random.Random(stream)
+    args = [stream, data, backup, log, epochs, steps, save_freq]
+    for hold_at in (1, rng.randint(save_freq + 1, total - per_epoch), rng.randint(2, epochs - 1) * per_epoch):
+        _run_fit([*args, hold_at, steps_per_execution], held=f"{log}.held")
+    _run_fit([*args, -1, steps_per_execution])
+    assert _consumed(log) == expected
+    assert _lines(log) > total  # the kills really replayed steps after the last save
+    np.testing.assert_array_equal(np.load(f"{log}.weights.npy"), np.load(f"{reference}.weights.npy"))
+    assert not os.path.exists(backup)  # delete_checkpoint, as Keras' own
+
+
+def _fit(ds, callbacks, steps=2, epochs=1):
+    import keras
+
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(24)])
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+    model.fit(ds, epochs=epochs, steps_per_epoch=steps, callbacks=callbacks, verbose=0)
+    return model
+
+
+@pytest.mark.parametrize("start_step", [0, 3])
+def test_a_fit_with_no_backup_starts_where_the_reader_says(photos, tmp_path, start_step):
+    ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True, start_step=start_step)
+    backup = readers.BackupAndRestore(tmp_path / "bk", save_freq=1, delete_checkpoint=False, dataset=ds)
+    _fit(ds, backup)
+    with open(tmp_path / "bk" / "tfshard_state.json") as f:
+        state = json.load(f)
+    assert backup.step == state["current"]["step"] == start_step + 2
+    assert sorted(os.listdir(tmp_path / "bk")) == [f"step-{start_step + 2}.weights.h5", "tfshard_state.json"]
+
+
+def test_keras_own_callback_restarts_the_epoch_ours_trains_its_remaining_batches(photos, tmp_path):
+    """Why readers.BackupAndRestore exists: Keras' callback records the batch it saved at but resumes that epoch from
+    its first batch (and the input from its start); ours trains only the epoch's remaining batch, from the step the
+    input had reached."""
+    import keras
+
+    class Interrupt(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:  # after the save of the epoch's 3rd batch
+                raise RuntimeError("interrupted")
+
+    class Count(keras.callbacks.Callback):
+        batches = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches += 1
+
+    def callback(ours: bool, ds):
+        if ours:
+            return readers.BackupAndRestore(tmp_path / "ours", save_freq=3, delete_checkpoint=False, dataset=ds)
+        return keras.callbacks.BackupAndRestore(str(tmp_path / "keras"), save_freq=3, delete_checkpoint=False)
+
+    trained = {}
+    for ours in (False, True):
+        ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True)
+        with pytest.raises(RuntimeError, match="interrupted"):
+            _fit(ds, [callback(ours, ds), Interrupt()], steps=4)
+        if not ours:
+            with open(tmp_path / "keras" / "training_metadata.json") as f:
+                assert json.load(f) == {"epoch": 0, "batch": 2}  # recorded, and unused below
+        ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True)
+        resumed, count = callback(ours, ds), Count()
+        _fit(ds, [resumed, count], steps=4)
+        trained[ours] = count.batches
+    assert trained == {False: 4, True: 1}
+    assert resumed.step == 4
+
+
+@pytest.mark.parametrize("stream", ["default", "global"])
+def test_a_fit_under_a_strategy_interrupted_twice_ends_with_an_uninterrupted_fits_weights(photos, tmp_path, stream,
+                                                                                         strategies):
+    """A model built in a MirroredStrategy's scope (2 replicas): Keras iterates the input once before
+    on_train_begin to build it, and splits each global batch; the restore still lands on the step reached."""
+    import keras
+
+    class Interrupt(keras.callbacks.Callback):
+        def __init__(self, at: int):
+            super().__init__()
+            self.at, self.seen = at, 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen += 1
+            if self.seen == self.at:
+                raise RuntimeError("interrupted")
+
+    def fit(backup_dir, interrupt=None):
+        import fit_resume_child
+
+        ds = fit_resume_child.reader(stream, photos)
+        with strategies[2].scope():
+            model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(
+                24, kernel_initializer=keras.initializers.GlorotUniform(seed=0))])
+            model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        callbacks = [readers.BackupAndRestore(backup_dir, save_freq=2, dataset=ds)]
+        model.fit(ds, epochs=3, steps_per_epoch=5, callbacks=callbacks + ([Interrupt(interrupt)] if interrupt else []),
+                  verbose=0)
+        return np.concatenate([w.ravel() for w in model.get_weights()])
+
+    uninterrupted = fit(tmp_path / "reference")
+    for at in (7, 4):  # mid-epoch (saved at step 6), then after an epoch's last batch, saved before its end
+        with pytest.raises(RuntimeError, match="interrupted"):
+            fit(tmp_path / "bk", at)
+    np.testing.assert_array_equal(fit(tmp_path / "bk"), uninterrupted)
+
+
+def test_double_checkpoint_restores_the_save_before_when_the_last_ones_weights_are_damaged(photos, tmp_path):
+    import keras
+
+    class Count(keras.callbacks.Callback):
+        batches = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.batches += 1
+
+    def backup(ds):
+        return readers.BackupAndRestore(tmp_path / "bk", save_freq=1, double_checkpoint=True, delete_checkpoint=False,
+                                        dataset=ds)
+
+    ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True)
+    _fit(ds, backup(ds), steps=4)
+    assert sorted(os.listdir(tmp_path / "bk")) == ["step-3.weights.h5", "step-4.weights.h5", "tfshard_state.json"]
+    (tmp_path / "bk" / "step-4.weights.h5").write_bytes(b"cut")
+    ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True)
+    resumed, count = backup(ds), Count()
+    _fit(ds, [resumed, count], steps=4)
+    assert (count.batches, resumed.step) == (1, 4)  # from step 3: the epoch's last batch again
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("{not json", "not a BackupAndRestore state file"),
+    ('{"format": "other", "current": {}}', "not a BackupAndRestore state file"),
+    ('{"format": "tfshard.BackupAndRestore/1", "current": {"epoch": 0, "batch": 1, "step": -4, '
+     '"weights": "step-1.weights.h5"}}', "its current save is not"),
+    ('{"format": "tfshard.BackupAndRestore/1", "current": {"epoch": true, "batch": 1, "step": 4, '
+     '"weights": "step-1.weights.h5"}}', "its current save is not"),
+    ('{"format": "tfshard.BackupAndRestore/1", "current": {"epoch": 0, "batch": 1, "step": 4, '
+     '"weights": "../../etc/x.weights.h5"}}', "its current save is not"),
+    ('{"format": "tfshard.BackupAndRestore/1", "current": {"epoch": 0, "batch": 1, "step": 4, '
+     '"weights": "step-4.weights.h5"}}', "weights do not load"),
+])
+def test_a_damaged_or_edited_state_file_is_a_one_line_error(photos, tmp_path, content, problem):
+    folder = tmp_path / "bk"
+    folder.mkdir()
+    (folder / "tfshard_state.json").write_text(content)
+    ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True)
+    with pytest.raises(ValueError, match=re.escape(problem)) as raised:
+        _fit(ds, readers.BackupAndRestore(folder, dataset=ds))
+    assert "\n" not in str(raised.value) and "start afresh" in str(raised.value)
+
+
+def test_the_input_must_be_one_resumable_tfshard_dataset(photos, tmp_path):
+    unseeded = readers.images(photos, batch_size=4, image_size=8, repeat=True)
+    with pytest.raises(ValueError, match=r"bk: dataset is not a resumable tfshard input .*repeat=True, seed="):
+        readers.BackupAndRestore(tmp_path / "bk", dataset=unseeded)
+    first = readers.images(photos, batch_size=4, image_size=8, seed=1, repeat=True)
+    second = readers.images(photos, batch_size=4, image_size=8, seed=2, repeat=True)
+    with pytest.raises(ValueError, match=r"bk: BackupAndRestore restores the position of one resumable tfshard "
+                                         r"input \(got \d+: .*pass it as readers.BackupAndRestore\(..., dataset=ds\)"):
+        _fit(first, readers.BackupAndRestore(tmp_path / "bk"))
+    model = _fit(second.map(lambda x, y: (x, y)), readers.BackupAndRestore(tmp_path / "bk2", dataset=second))
+    assert model.built
+    with pytest.raises(ValueError, match=r"bk3: model.fit needs steps_per_epoch"):
+        model.fit(second.take(2), epochs=1, callbacks=[readers.BackupAndRestore(tmp_path / "bk3", dataset=second)],
+                  verbose=0)
 
 
 def test_model_windows_starts_begin_at_start_step(dataset):

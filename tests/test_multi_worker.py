@@ -80,6 +80,27 @@ def test_two_workers_read_disjoint_complete_file_shares(cluster_run):
 
 
 @pytest.mark.slow
+def test_two_workers_then_one_resuming_read_what_one_uninterrupted_replica_does(cluster_run):
+    """Elastic resume 2 -> 1 real workers (issue 32): two workers run global steps [0, s) of shuffle="global", one
+    process resumes with start_step=s; the elements, crops included, are an uninterrupted 1-replica run's."""
+    import multi_worker_child as child
+
+    base, results = cluster_run
+    path, steps = str(base / "images-tfr"), child.ELASTIC_STEPS
+    by_task = [r["elastic"] for r in sorted(results, key=lambda r: r["task"])]
+    before = [by_task[0][k] + by_task[1][k] for k in range(steps)]  # pipeline 0 holds the first half of a step
+    after = steps + 4  # on into the second epoch of 24 records in steps of 4
+
+    def read(start: int, count: int) -> list:
+        iterator = iter(child.elastic_reader(path, start_step=start))
+        return [child.signatures(*(t.numpy() for t in next(iterator))) for _ in range(count)]
+
+    resumed = read(steps, after - steps)
+    assert before + resumed == read(0, after)
+    assert all(len(step) == child.ELASTIC_BATCH for step in before)
+
+
+@pytest.mark.slow
 def test_fewer_shards_than_workers_is_a_clear_error(cluster_run):
     _, results = cluster_run
     for r in results:

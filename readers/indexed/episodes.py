@@ -113,7 +113,7 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
     epoch_size = spec.epoch_size
     iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
 
-    def indices_of(number):
+    def indices_of(number, _start):  # the start is this reader's own start_step (no InputPosition: not resumable)
         if repeat:  # start_step counts episodes, not steps of the position's global batch
             return start_step + position.chunk(number, 0, epoch_size)
         return position.epoch(next(iterations), epoch_size, drop_remainder=False)

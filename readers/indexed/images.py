@@ -18,6 +18,7 @@ from ..epoch_guard import Stamp
 from ..image_batches import augmented, batched
 from ..image_ops import decode_center_crop, decode_random_crop
 from ..image_recipe import Recipe
+from ..input_position import InputPosition, attach
 from ..options import external_state_ignored, quiet_options
 from ..sampling import classes as sampling_classes
 from ..sampling.plan import StreamSpec
@@ -33,8 +34,9 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recipe: Recipe, seed: int | None,
                    input_context, drop_remainder: bool, num_parallel_reads: int | None, repeat: bool,
-                   start_step: int, shard_cache: ShardCacheArg) -> tf.data.Dataset:
-    """The stream's batches (see ``readers.images``, which checks the arguments and calls this)."""
+                   start_step: int | InputPosition, shard_cache: ShardCacheArg) -> tf.data.Dataset:
+    """The stream's batches (see ``readers.images``, which checks the arguments and calls this). ``start_step``: an
+    int, or with ``repeat`` and a seed the ``InputPosition`` that says it when the iterator opens."""
     where = request.where
     sources = [sources_lib.load(path, split, shard_cache) for path in request.paths]
     merged = sources_lib.merged_labels(sources)
@@ -50,9 +52,9 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
 
     iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
 
-    def indices_of(number):
+    def indices_of(number, start):
         if repeat:
-            return position.chunk(number, start_step, epoch_size)
+            return position.chunk(number, start, epoch_size)
         return position.epoch(next(iterations), epoch_size, drop_remainder)
 
     def rows(indices):
@@ -61,7 +63,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
                 source.astype(np.int32))
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int32],
-                                     [s.guard for s in sources], repeat=repeat)
+                                     [s.guard for s in sources], repeat=repeat, start_step=start_step)
     records = pipeline_lib.read(elements, table, num_parallel_reads)
     ds = records.map(_decoder(recipe, merged, seed, request.with_source), num_parallel_calls=AUTOTUNE,
                      deterministic=True)
@@ -73,7 +75,8 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     options = quiet_options()
     options.experimental_optimization.map_parallelization = True
     ds = ds.prefetch(AUTOTUNE).with_options(options)
-    return ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    ds = ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    return attach(ds, start_step if isinstance(start_step, InputPosition) else None)
 
 
 def _stream(request: StreamRequest, sources, merged, seed: int, shuffle: bool) -> Stream:

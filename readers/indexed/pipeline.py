@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...format.storage import is_url
+from ..input_position import InputPosition, opened
 from . import records as records_lib
 from .stream import Position
 
@@ -36,26 +37,32 @@ def pipeline_position(batch: int, input_context, where: str) -> Position:
     return Position(pipelines, input_context.input_pipeline_id, batch * replicas, batch)
 
 
-def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool) -> tf.data.Dataset:
-    """The rows of this pipeline's elements, in order, a chunk at a time: ``indices_of(number)`` the global elements
-    of chunk ``number`` (with ``repeat``; without, of the next epoch each iteration), ``rows(indices)`` their rows as
-    1-D arrays of ``dtypes``. Each chunk first runs every source's epoch check (``epoch_guard.py``)."""
+def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool,
+             start_step: int | InputPosition = 0) -> tf.data.Dataset:
+    """The rows of this pipeline's elements, in order, a chunk at a time: ``indices_of(number, start)`` the global
+    elements of chunk ``number`` from start step ``start`` (with ``repeat``; without, of the next epoch each
+    iteration), ``rows(indices)`` their rows as 1-D arrays of ``dtypes``. Each chunk first runs every source's epoch
+    check (``epoch_guard.py``). ``start_step``: an int, or an ``InputPosition`` read when the iterator opens (so
+    ``readers.BackupAndRestore`` can move it, ``input_position.py``)."""
 
-    def chunk(number):
+    def chunk(number, start):
         problem = next((p for p in (g.problem() for g in guards) if p), "")
-        indices = indices_of(int(number))
+        indices = indices_of(int(number), int(start))
         if problem:
             indices = indices[:0]
         return (*rows(indices), np.array(problem.encode()))
 
-    def elements_of(number):
-        *found, problem = tf.numpy_function(chunk, [number], [*dtypes, tf.string], stateful=True)
+    def elements_of(number, start):
+        *found, problem = tf.numpy_function(chunk, [number, start], [*dtypes, tf.string], stateful=True)
         with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, b""), [problem])]):
             found[0] = tf.identity(found[0])
         return tf.data.Dataset.from_tensor_slices(tuple(tf.ensure_shape(t, [None]) for t in found))
 
-    numbers = tf.data.Dataset.range(2**62) if repeat else tf.data.Dataset.range(1)
-    return numbers.flat_map(elements_of)
+    def from_step(start):  # the start step, read once when the iterator opens (input_position.py)
+        numbers = tf.data.Dataset.range(2**62) if repeat else tf.data.Dataset.range(1)
+        return numbers.flat_map(lambda number: elements_of(number, start))
+
+    return opened(start_step, from_step)
 
 
 def read(elements: tf.data.Dataset, table: records_lib.RecordTable, num_parallel_reads: int | None,

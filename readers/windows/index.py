@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..epoch_guard import Stamp
+from ..input_position import InputPosition, opened
 from ..options import external_state_ignored, quiet_options
 from ..windowing.starts import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
 from .layout import Concatenated, Layout
@@ -28,7 +29,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 def index_batches(
     starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
-    limit: int | None = None, repeat: bool = False, start_step: int = 0, then: Callable | None = None,
+    limit: int | None = None, repeat: bool = False, start_step: int | InputPosition = 0, then: Callable | None = None,
     where: str = "resident windows", before_epoch: Callable | None = None, stamp: Stamp | None = None,
 ) -> tf.data.Dataset:
     """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
@@ -41,7 +42,8 @@ def index_batches(
     ``limit``: use only the first ``limit`` positions of each epoch's permutation (equal steps across workers).
     ``repeat``: epoch after epoch, each with a new permutation, in one iterator (whose checkpoint then holds
     the epoch too). Epoch ``e``'s seed is then the e-th pair of ``Dataset.random(seed)``, so the stream is a
-    pure function of ``seed`` and the step: ``start_step`` starts it at any step without reading the ones before.
+    pure function of ``seed`` and the step: ``start_step`` starts it at any step without reading the ones before
+    (an ``InputPosition``: the step it holds when the iterator opens, ``readers.BackupAndRestore``'s).
     ``then``: a function of the start rows run in one parallel map (the gather: one map, one hand-off).
     ``before_epoch``: dataset -> dataset, run on each epoch's batches of starts (``EpochGuard.ahead``: the arrays
     were loaded from shards once, so each epoch checks they are still the dataset at the path).
@@ -82,13 +84,18 @@ def index_batches(
             raise ValueError(f"{where}: {usable} windows over {replicas} replicas leave replica {replica} no batch "
                              "in an epoch, so repeat=True would never yield one; pass a smaller batch_size or use "
                              "fewer replicas")
-        first_epoch, first_batch = divmod(start_step, per_epoch)
-        if first_epoch > INT32_LIMIT:
-            raise ValueError(f"{where}: start_step={start_step} is {first_epoch} epochs in; tf.data skips at most "
+        first = start_step.first if isinstance(start_step, InputPosition) else start_step
+        if first // per_epoch > INT32_LIMIT:
+            raise ValueError(f"{where}: start_step={first} is {first // per_epoch} epochs in; tf.data skips at most "
                              f"{INT32_LIMIT}; pass the step count the job saved")
-        seeds = stamped(tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch))
-        return rows(seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)).skip(
-            tf.where(e == 0, tf.constant(first_batch, tf.int64), tf.constant(0, tf.int64)))))
+
+        def from_step(step):
+            first_epoch, first_batch = step // per_epoch, step % per_epoch
+            seeds = stamped(tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch))
+            return seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)).skip(
+                tf.where(e == 0, first_batch, tf.constant(0, tf.int64))))
+
+        return rows(opened(start_step, from_step))
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
     seeds = stamped(seeds)
     return rows(seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)))).apply(

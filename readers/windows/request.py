@@ -76,7 +76,8 @@ class WindowRequest:
         ``tf.train.Checkpoint(input=iter(ds))`` saves that iterator mid-epoch in a
         few KB (the epoch's seed and position; never the arrays or prefetched
         windows) and a restore continues with exactly the windows an uninterrupted
-        run would have seen next, this epoch and later ones (docs/guide/resuming.md).
+        run would have seen next, this epoch and later ones (docs/guide/resuming.md). Inside ``model.fit``,
+        ``readers.BackupAndRestore`` saves and restores the position with the model.
       start_step: with ``repeat``, start the stream at this step (batch) as if
         the ones before had been read: a job that saved only its step count
         (under a strategy, whose distributed iterators TensorFlow cannot

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from ..arguments import check_not_empty, per_replica_text
 from ..epoch_guard import Stamp
+from ..input_position import InputPosition, attach
 from ..windowing.starts import row_steps_of, start_rows
 from ..windowing.targets import TargetsArg
 from .index import Episodes, gather_batches, index_batches
@@ -143,8 +144,11 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
     spec = layout.spec
     report_short_episodes(source.where, spec, source.lengths)
     row = row_steps_of(spec, source.lengths)  # one layout for every replica and worker
+    # A seeded endless stream is a pure function of its start: readers.BackupAndRestore moves it (input_position.py).
+    resumable = request.repeat and (request.seed is not None or not request.shuffle)
+    start = InputPosition(request.start_step, source.where) if resumable else request.start_step
     options = dict(shuffle=request.shuffle, seed=draw_seed(request.seed), drop_remainder=drop_remainder,
-                   repeat=request.repeat, start_step=request.start_step, where=source.where,
+                   repeat=request.repeat, start_step=start, where=source.where,
                    before_epoch=source.before_epoch, stamp=source.stamp)
     strategy = pick_strategy(request.strategy)
     if strategy is None:
@@ -156,7 +160,7 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
         starts = start_rows(spec, data.lengths, row)
         index = functools.partial(index_batches, starts, batch_size=batch_size, replica=0, replicas=1, **options)
         episodes = Episodes(data, tf.as_dtype(starts.dtype), resident.get(LABEL_ARRAY))
-        return _with_arrays(gather_batches(index, resident, layout, episodes, with_keys), [resident])
+        return _with_arrays(gather_batches(index, resident, layout, episodes, with_keys), [resident], start)
 
     replicas = strategy.num_replicas_in_sync
     check_batch_divides(batch_size, replicas, source.where)
@@ -186,7 +190,7 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
         saved = getattr(strategy.extended, "_input_workers_devices", None)
         try:
             return _with_arrays(strategy.distribute_datasets_from_function(replica_dataset, options=per_replica),
-                                per_device)
+                                per_device, start)
         finally:
             if saved is not None:
                 strategy.extended._input_workers_devices = saved
@@ -219,13 +223,14 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
         return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(len(datasets)).repeat())
 
     placed: list[dict[str, tf.Variable]] = []
-    return _with_arrays(strategy.distribute_datasets_from_function(worker_dataset), placed)
+    return _with_arrays(strategy.distribute_datasets_from_function(worker_dataset), placed, start)
 
 
-def _with_arrays(dataset, arrays: list[dict[str, tf.Variable]]):
-    """Attaches the resident variables (one dict per device) as ``dataset.resident_arrays``, to see where they live."""
+def _with_arrays(dataset, arrays: list[dict[str, tf.Variable]], start: int | InputPosition):
+    """Attaches the resident variables (one dict per device) as ``dataset.resident_arrays``, to see where they live,
+    and the input's position, that every replica's pipeline reads (when it is resumable)."""
     dataset.resident_arrays = arrays
-    return dataset
+    return attach(dataset, start if isinstance(start, InputPosition) else None)
 
 
 def resident_windows(
