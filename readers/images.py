@@ -223,7 +223,10 @@ def images(
     recipe = Recipe.of(training=training, cache=cache, remote=remote is not None, augment=augment, dtype=dtype,
                         image_size=image_size)
     # A seeded endless stream is a pure function of its start: readers.BackupAndRestore moves it (input_position.py).
-    resumable = repeat and seed is not None and cache is None and not ignore_errors and deterministic is not False
+    # Not through a shard cache on this path: its fetch-ahead tickets live in the pipeline built when the iterator
+    # opens, and an iterator checkpoint restored into such a rebuilt pipeline read other elements (test_shard_cache).
+    resumable = (repeat and seed is not None and cache is None and not ignore_errors and deterministic is not False
+                 and (stream is not None or shard_cache is None))
     start = InputPosition(start_step, path if isinstance(path, str) else " + ".join(path)) if resumable else start_step
     if stream is not None:  # mixtures, balance, a global shuffle: records read by position (readers/indexed/)
         return indexed_images(stream, split, batch_size=batch_size, recipe=recipe, seed=seed,
