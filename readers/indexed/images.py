@@ -26,7 +26,7 @@ from ..shard_cache.pipeline import ShardCacheArg
 from . import records as records_lib
 from . import sources as sources_lib
 from .request import StreamRequest
-from .stream import Position, Stream
+from .stream import Position, Stream, pipeline_position
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_PARALLEL_READS = 16  # remote records read at once
@@ -42,7 +42,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     merged = sources_lib.merged_labels(sources)
     seed = secrets.randbelow(2**62) if seed is None else seed  # unseeded: fresh, but one seed for the whole run
     stream = _stream(request, sources, merged, seed, shuffle=recipe.training or request.shuffle == "global")
-    position = _position(batch_size, input_context, where)
+    position = pipeline_position(batch_size, input_context, where)
     epoch_size = stream.spec.epoch_size
     if drop_remainder and position.batches(epoch_size, True) == 0:
         raise ValueError(f"{where}: split {split!r} gives {epoch_size} elements an epoch, fewer than one global "
@@ -109,16 +109,6 @@ def _stream(request: StreamRequest, sources, merged, seed: int, shuffle: bool) -
     except ValueError as e:
         raise ValueError(f"{request.where}: {e}") from e
     return Stream(spec, members, starts)
-
-
-def _position(batch_size: int, input_context, where: str) -> Position:
-    if input_context is None:
-        return Position(1, 0, batch_size, batch_size)
-    pipelines, replicas = input_context.num_input_pipelines, input_context.num_replicas_in_sync
-    if replicas % pipelines:
-        raise ValueError(f"{where}: input_context has {replicas} replicas over {pipelines} input pipelines, which "
-                         "do not feed equal slices of a step; use a strategy whose pipelines feed equal replicas")
-    return Position(pipelines, input_context.input_pipeline_id, batch_size * replicas, batch_size)
 
 
 def _elements(stream: Stream, table, position: Position, guards, *, repeat: bool, start_step: int,
