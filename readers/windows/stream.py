@@ -96,20 +96,24 @@ def stream_batches(
         full = len(rows) // batch * batch
         return rows[:full].reshape(-1, batch), rows[full:]
 
-    def batches_of(stamp_element, number):
+    def chunk_of(stamp_element, number):
         if stamp is not None:
             with tf.control_dependencies([stamp.check(stamp_element, number)]):
                 number = tf.identity(number)
         full, tail = tf.numpy_function(chunk, [number], [dtype, dtype], stateful=True)
-        batches = tf.data.Dataset.from_tensor_slices(tf.ensure_shape(full, [None, batch]))
+        return tf.ensure_shape(full, [None, batch]), tf.ensure_shape(tail, [None])
+
+    def batches_of(full, tail):
+        batches = tf.data.Dataset.from_tensor_slices(full)
         if not drop_remainder:
-            tail = tf.ensure_shape(tail, [None])
             batches = batches.concatenate(tf.data.Dataset.from_tensors(tail).filter(lambda t: tf.size(t) > 0))
         return batches if before_epoch is None else before_epoch(batches)
 
     numbers = tf.data.Dataset.range(2**62 if repeat else 1)
     stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
-    index = tf.data.Dataset.zip((stamps, numbers)).flat_map(batches_of)
+    # The next chunk's order is computed while this one's batches are read (prefetch), so a chunk boundary does
+    # not stall the gather.
+    index = tf.data.Dataset.zip((stamps, numbers)).map(chunk_of).prefetch(1).flat_map(batches_of)
     if then is not None:
         index = index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
     return index if repeat else index.apply(tf.data.experimental.assert_cardinality(per_epoch))
