@@ -9,7 +9,9 @@ files cached in ``--data-dir/windows/<parameters>/`` and converted (timed) with
 
 1. Iterated from Python (as a training loop or ``model.fit`` with workers=1 takes batches):
 
-  1. tfshard resident: ``readers.windows(out, ...)`` (one array in memory, one gather per batch);
+  1. tfshard resident: ``readers.windows(out, ...)`` (one array in memory, one gather per batch), and the same on
+     the index-driven stream (``epoch_size=`` all the windows: each epoch's order computed by numpy, as mixtures,
+     ``balance`` and elastic resume read it), printed after the table as a ratio of the two;
   2. Sequence: a ``keras.utils.PyDataset`` whose ``__getitem__`` stacks one batch with numpy
      from per-episode arrays and shuffled (episode, start) pairs, called in a Python loop;
   3. ``tf.data.Dataset.from_generator`` yielding one window at a time, then ``.batch(B)``;
@@ -97,6 +99,7 @@ import ingest as bench_ingest  # noqa: E402  (the package is tfshard.ingest, so 
 MIN_STEPS, MAX_STEPS = 5_000, 20_000
 CHECK_EPISODES = 3
 RESIDENT, SEQUENCE = "tfshard resident", "Sequence (keras PyDataset)"
+STREAM = "tfshard resident, stream (epoch_size=)"
 FROM_GENERATOR, MEMCPY = "from_generator", "memcpy"
 FLOOR, STARTS = "tf.data iteration floor (int32 [B])", "tfshard model_windows: start rows only"
 FIT_WINDOWS, FIT_SAME = "(a) readers.windows, targets=\"same\"", "(b) its first batch, repeated"
@@ -204,6 +207,16 @@ def in_model(data: Data, shape: Shape, drop_remainder: bool, **kwargs):
 
 def tfshard(data: Data, shape: Shape, drop_remainder: bool, resident: bool = True):
     ds = resident_dataset(data, shape, drop_remainder, resident=resident)
+    return lambda: iter(ds)
+
+
+def tfshard_stream(data: Data, shape: Shape, drop_remainder: bool):
+    """``readers.windows`` on the index-driven stream (issue 32): ``epoch_size`` set to all the windows, so the epoch
+    is the default one's size, its order computed by numpy once per epoch instead of one ``stateless_shuffle``."""
+    from tfshard.readers.windowing.starts import window_count
+
+    every = window_count([len(e) for e in data.episodes], shape.length, shape.shift)
+    ds = resident_dataset(data, shape, drop_remainder, epoch_size=every)
     return lambda: iter(ds)
 
 
@@ -381,6 +394,7 @@ class Contender(typing.NamedTuple):
 
 CONTENDERS = [
     Contender(RESIDENT, tfshard, "shuffled"),
+    Contender(STREAM, tfshard_stream, "shuffled"),
     Contender(SEQUENCE, sequence, "shuffled"),
     Contender(FROM_GENERATOR, from_generator, "shuffled", timing="batches"),
     Contender("window + flat_map", window_flat_map, "in order", timing="batches"),
@@ -669,6 +683,8 @@ def compare(shape: Shape, settings: Settings) -> list[Target]:
                   f"{rate[c.name] / rate[FLOOR]:8.1%} {rate[c.name] / rate[MEMCPY]:9.1%} "
                   f"{run.cpu / run.seconds / cpus:4.0%} {run.other:5.0%}  {checks[c.name]}")
 
+        print(f"\nthe stream (mixtures, balance, elastic resume) / the default resident path, windows/s: "
+              f"{rate[STREAM] / rate[RESIDENT]:.2f}x ({rate[STREAM]:.0f} vs {rate[RESIDENT]:.0f})")
         print(f"\ngetting the data into memory (not in the rates above)  first s  best of {calls} s  MB/s (best)")
         for name, (times, size) in build.items():
             print(f"{name:<52} {times[0]:8.3f} {min(times):12.3f} {size / min(times) / 1e6:11.0f}")

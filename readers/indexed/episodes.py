@@ -33,7 +33,7 @@ from . import pipeline as pipeline_lib
 from . import records as records_lib
 from . import sources as sources_lib
 from .request import StreamRequest
-from .stream import Stream
+from .stream import Stream, pipeline_position
 
 AUTOTUNE = tf.data.AUTOTUNE
 _READ_BYTES = 4 * 2**20  # local record bytes read by one Python call (at least one record)
@@ -109,7 +109,7 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
     table = records_lib.concatenated([s.table for s in sources])
     episodes = episode_table_lib.concatenated([s.episodes for s in sources],
                                               np.cumsum([0] + [len(s.table) for s in sources[:-1]]))
-    position = pipeline_lib.pipeline_position(1, input_context, where)
+    position = pipeline_position(1, input_context, where)
     epoch_size = spec.epoch_size
     iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
 

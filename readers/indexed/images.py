@@ -27,7 +27,7 @@ from . import pipeline as pipeline_lib
 from . import records as records_lib
 from . import sources as sources_lib
 from .request import StreamRequest
-from .stream import Stream
+from .stream import Stream, pipeline_position
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -42,7 +42,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     merged = sources_lib.merged_labels(sources)
     seed = secrets.randbelow(2**62) if seed is None else seed  # unseeded: fresh, but one seed for the whole run
     stream = _stream(request, sources, merged, seed, shuffle=recipe.training or request.shuffle == "global")
-    position = pipeline_lib.pipeline_position(batch_size, input_context, where)
+    position = pipeline_position(batch_size, input_context, where)
     epoch_size = stream.spec.epoch_size
     if drop_remainder and position.batches(epoch_size, True) == 0:
         raise ValueError(f"{where}: split {split!r} gives {epoch_size} elements an epoch, fewer than one global "

@@ -1,8 +1,7 @@
-"""The stages every reader on the index-driven stream shares: where a pipeline stands in each global step, its
-elements a chunk at a time (Python per chunk: the order from ``readers/sampling``, each source's epoch check), and
-their records read by position, in order.
+"""The stages every reader on the index-driven stream shares (where a pipeline stands in each global step is
+``stream.pipeline_position``): its elements a chunk at a time (Python per chunk: the order from
+``readers/sampling``, each source's epoch check), and their records read by position, in order.
 
-    position = pipeline_position(batch_size, input_context, where)
     records = read(elements(indices_of, rows, dtypes, guards, repeat=True), table, None, read_batch=64)
 """
 
@@ -14,27 +13,10 @@ import tensorflow as tf
 from ...format.storage import is_url
 from ..input_position import InputPosition, opened
 from . import records as records_lib
-from .stream import Position
 
 AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_PARALLEL_READS = 16  # remote records read at once
 READ_BATCH = 64  # local records read by one Python call
-
-
-def pipeline_position(batch: int, input_context, where: str) -> Position:
-    """This pipeline's ``Position``: ``batch`` elements per replica at each global step (one pipeline: the whole
-    step).
-
-    Raises:
-      ValueError: replicas the input pipelines do not divide.
-    """
-    if input_context is None:
-        return Position(1, 0, batch, batch)
-    pipelines, replicas = input_context.num_input_pipelines, input_context.num_replicas_in_sync
-    if replicas % pipelines:
-        raise ValueError(f"{where}: input_context has {replicas} replicas over {pipelines} input pipelines, which "
-                         "do not feed equal slices of a step; use a strategy whose pipelines feed equal replicas")
-    return Position(pipelines, input_context.input_pipeline_id, batch * replicas, batch)
 
 
 def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool,

@@ -83,3 +83,20 @@ class Position:
         """Batches this pipeline yields of one epoch (no ``repeat``)."""
         mine = len(self.epoch(0, epoch_size, drop_remainder))
         return mine // self.batch if drop_remainder else -(-mine // self.batch)
+
+
+def pipeline_position(batch_size: int, input_context, where: str) -> Position:
+    """This pipeline's ``Position``: under an ``input_context`` (a ``tf.distribute.InputContext``) ``batch_size`` is
+    the per-replica batch and the pipeline feeds its equal share of the replicas; without, one pipeline of global
+    batches of ``batch_size``.
+
+    Raises:
+      ValueError: replicas the input pipelines do not divide.
+    """
+    if input_context is None:
+        return Position(1, 0, batch_size, batch_size)
+    pipelines, replicas = input_context.num_input_pipelines, input_context.num_replicas_in_sync
+    if replicas % pipelines:
+        raise ValueError(f"{where}: input_context has {replicas} replicas over {pipelines} input pipelines, which "
+                         "do not feed equal slices of a step; use a strategy whose pipelines feed equal replicas")
+    return Position(pipelines, input_context.input_pipeline_id, batch_size * replicas, batch_size)

@@ -25,10 +25,13 @@ from .. import service as service_lib
 from ..arguments import DEFAULT_READ_BUFFER_BYTES
 from ..episodes import feature_schema, select_features
 from ..epoch_guard import EpochGuard
+from ..indexed.request import StreamRequest, stream_request
 from ..shard_cache.pipeline import ShardCacheArg
 from ..windowing.targets import TargetsArg
+from . import mixture as mixture_lib
 from .layout import Layout, check_window_args, pad_fill
 from .loader import load_concatenated
+from .mixture import Mixture
 from .request import DEFAULT_SHUFFLE_BUFFER, WindowRequest
 from .resident import Source, build_resident
 from .streamed import streamed_windows
@@ -100,8 +103,19 @@ def plan_resident(path: str, split: str, features, targets: TargetsArg, read_buf
     return layout, shard_source(dataset, split, layout, schema, read_buffer_bytes)
 
 
+def plan_mixture(stream: StreamRequest, split: str, features, targets: TargetsArg, read_buffer_bytes: int,
+                 shard_cache: ShardCacheArg | None = None, **shape) -> tuple[Layout, Source, Mixture]:
+    """The stream's sources, checked (``mixture.check_sources``) before any is read, then laid end to end as one
+    (``mixture.combine``); ``shape``: ``WindowRequest.layout_shape``."""
+    planned = [_plan(path, split, features, targets, **shape) for path in stream.paths]
+    mixture_lib.check_sources(stream, planned)
+    sources = [shard_source(dataset, split, layout, schema, read_buffer_bytes, shard_cache)
+               for dataset, layout, schema in planned]
+    return mixture_lib.combine(stream, split, planned, sources)
+
+
 def windows(
-    path: str,
+    path: str | Sequence[str],
     split: str = "train",
     *,
     length: int,
@@ -130,6 +144,10 @@ def windows(
     start_step: int = 0,
     shard_cache: str | None = None,
     shard_cache_limit: str | int | None = None,
+    weights: Sequence[float] | None = None,
+    epoch_size: int | None = None,
+    balance: str | None = None,
+    with_source: bool = False,
 ):
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
@@ -140,7 +158,8 @@ def windows(
     for any window are counted and logged, never dropped silently.
 
     Args:
-      path: a ``tfshard episodes`` output folder (local or ``gs://``).
+      path: a ``tfshard episodes`` output folder (local or ``gs://``), or a list of them: a mixture (resident; the
+        sources must have the same features), read on the stream (docs/guide/mixtures.md#windows).
       split: which split.
       length, shift, batch_size, features, targets, sampling_rate, time_range, padding, pad_value, shuffle, seed,
         drop_remainder, device, strategy, resident, shuffle_buffer, input_context, read_buffer_bytes, service,
@@ -151,6 +170,16 @@ def windows(
         and the streamed epochs read them from there once fetched (docs/guide/shard-cache.md); with ``service``
         each worker caches on its own host.
       shard_cache_limit: the most that folder may hold, e.g. ``"200GB"`` (None: 90% of the disk's free space).
+      weights: each path's part of an epoch's windows (only the ratios count); None: in proportion to their windows.
+      epoch_size: windows per epoch; None: the sources' windows. A source smaller than its share repeats in a fresh
+        order, a larger one is subsampled (no window twice within a pass).
+      balance: ``"class"``: each episode class an equal share of every epoch's windows (class labels; not with
+        ``weights``).
+      with_source: each element becomes ``(keys, element)``, ``keys["source"]`` int32 [B] the index in ``path``
+        of each window's dataset (with ``with_keys``, beside ``"episode"`` and ``"step"``).
+        Any of these four, or a list of paths, reads the index-driven stream: every epoch a seeded order of
+        ``(source, window)`` computed from ``seed``, ``start_step`` in global steps on any replica count
+        (docs/guide/mixtures.md#windows). Without them the reader is unchanged.
 
     Returns:
       A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
@@ -172,17 +201,23 @@ def windows(
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")
       x, y = next(iter(ds))  # both [64, 256, 3], equal: one gather, emitted twice
     """
+    stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, with_source=with_source)
     request = WindowRequest(
-        where=f"{path}", length=length, shift=shift, batch_size=batch_size, features=features, targets=targets,
+        where=f"{path}" if stream is None else stream.where, length=length, shift=shift, batch_size=batch_size,
+        features=features, targets=targets,
         sampling_rate=sampling_rate, time_range=time_range, padding=padding, pad_value=pad_value, shuffle=shuffle,
         seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy, with_keys=with_keys,
         repeat=repeat, start_step=start_step, read_buffer_bytes=read_buffer_bytes, resident=resident,
         shuffle_buffer=shuffle_buffer, input_context=input_context, service=service,
-        service_job_name=service_job_name, processing_mode=processing_mode)
+        service_job_name=service_job_name, processing_mode=processing_mode, stream=stream)
+    cache = ShardCacheArg(shard_cache, shard_cache_limit)
+    if stream is not None:
+        layout, source, mixture = plan_mixture(stream, split, features, targets, request.read_buffer_bytes, cache,
+                                               **request.layout_shape())
+        return mixture_lib.mixture_windows(source, layout, request, mixture)
     remote = service_lib.service_options(service, processing_mode, service_job_name, where=request.where,
                                          input_context=input_context)
     dataset, layout, schema = _plan(path, split, features, targets, **request.layout_shape())
-    cache = ShardCacheArg(shard_cache, shard_cache_limit)
     if request.resident:
         source = shard_source(dataset, split, layout, schema, request.read_buffer_bytes, cache)
         return build_resident(source, layout, request)

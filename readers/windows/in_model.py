@@ -26,11 +26,14 @@ import keras
 import tensorflow as tf
 
 from ..arguments import DEFAULT_READ_BUFFER_BYTES, check_not_empty, per_replica_text
+from ..indexed.request import stream_request
+from ..indexed.stream import Position
 from ..windowing.starts import row_steps_of, start_rows
 from ..windowing.targets import TargetsArg
-from .dataset import plan_resident
+from .dataset import plan_mixture, plan_resident
 from .index import Episodes, index_batches, resumable_options, window_element
 from .layout import LABEL_ARRAY, Concatenated, Layout
+from .mixture import check_epoch_batches, stream_of
 from .request import WindowRequest
 from .resident import (
     check_batch_divides,
@@ -41,6 +44,7 @@ from .resident import (
     resident_variables,
     variables_on,
 )
+from .stream import stream_batches
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -150,7 +154,7 @@ def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, devi
 
 
 def model_windows(
-    path: str,
+    path: str | Sequence[str],
     split: str = "train",
     *,
     length: int,
@@ -170,6 +174,10 @@ def model_windows(
     read_buffer_bytes: int = DEFAULT_READ_BUFFER_BYTES,
     repeat: bool = False,
     start_step: int = 0,
+    weights: Sequence[float] | None = None,
+    epoch_size: int | None = None,
+    balance: str | None = None,
+    with_source: bool = False,
 ) -> ModelWindows:
     """Sliding windows as ``readers.windows`` gives them, gathered in the model's step instead of the pipeline.
 
@@ -185,6 +193,10 @@ def model_windows(
         (``targets="label"``: the episodes' labels, mirrored too; ``repeat``/``start_step``: ``starts`` runs epoch
         after epoch from one iterator, checkpointable, or started at a saved step, under a strategy too, where
         Keras distributes ``starts``).
+      weights, epoch_size, balance, with_source: as for ``readers.windows`` (a list of paths too): ``starts`` then
+        reads the stream's global batches, so ``start_step`` counts global steps on any replica count (Keras
+        splits each global batch into contiguous per-replica slices); ``with_source`` adds ``"source"`` to
+        ``keys(starts)``.
       strategy: a single-worker ``tf.distribute`` strategy (``MirroredStrategy``,
         ``OneDeviceStrategy``); picked up from an enclosing ``strategy.scope()``.
         Each replica holds a full copy of the arrays. For several workers, use
@@ -204,38 +216,55 @@ def model_windows(
       model.compile("adam", "mse")
       model.fit(windows.starts, epochs=10)
     """
+    stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, with_source=with_source)
+    where = path if stream is None else stream.where
     request = WindowRequest(
-        where=path, length=length, shift=shift, batch_size=batch_size, features=features, targets=targets,
+        where=where, length=length, shift=shift, batch_size=batch_size, features=features, targets=targets,
         sampling_rate=sampling_rate, time_range=time_range, padding=padding, pad_value=pad_value, shuffle=shuffle,
         seed=seed, drop_remainder=drop_remainder, device=device, strategy=strategy,
-        read_buffer_bytes=read_buffer_bytes, repeat=repeat, start_step=start_step)
+        read_buffer_bytes=read_buffer_bytes, repeat=repeat, start_step=start_step, stream=stream)
     batch_size = request.batch_size
     strategy = pick_strategy(strategy)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         raise ValueError(
-            f"{path}: model_windows holds every episode on every replica and supports single-worker strategies "
+            f"{where}: model_windows holds every episode on every replica and supports single-worker strategies "
             f"(got {type(strategy).__name__}); use readers.windows(..., strategy=strategy), where each worker "
             "holds only its own shards' episodes"
         )
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
-    check_batch_divides(batch_size, replicas, path)
-    layout, source = plan_resident(path, split, features, targets, request.read_buffer_bytes,
-                                   **request.layout_shape())
+    check_batch_divides(batch_size, replicas, where)
+    mixture = None
+    if stream is None:
+        layout, source = plan_resident(path, split, features, targets, request.read_buffer_bytes,
+                                       **request.layout_shape())
+    else:
+        layout, source, mixture = plan_mixture(stream, split, features, targets, request.read_buffer_bytes,
+                                               **request.layout_shape())
     spec = layout.spec
     report_short_episodes(source.where, spec, source.lengths)
-    if drop_remainder:
+    if drop_remainder and mixture is None:
         what = f"batch_size={batch_size}" if replicas == 1 else per_replica_text(batch_size // replicas, batch_size,
                                                                                   replicas)
         check_not_empty(source.where, spec.count(source.lengths), "windows", "for this pipeline", batch_size, what)
+    position = Position(1, 0, batch_size, batch_size)  # global batches: Keras splits them over the replicas
+    if mixture is not None:
+        epoch_size = spec.count(source.lengths) if epoch_size is None else epoch_size
+        check_epoch_batches(where, position, epoch_size, drop_remainder)
     row = row_steps_of(spec, source.lengths)
     data = source.load(None, row)
     arrays = _variables(data, strategy, device)
     starts = start_rows(spec, data.lengths, row)
-    index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
-                           drop_remainder=drop_remainder, replica=0, replicas=1, repeat=repeat,
-                           start_step=request.start_step,
-                           where=path, before_epoch=source.before_epoch, stamp=source.stamp)
+    resume = dict(repeat=repeat, start_step=request.start_step, where=where, before_epoch=source.before_epoch,
+                  stamp=source.stamp)
+    if mixture is None:
+        index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
+                              drop_remainder=drop_remainder, replica=0, replicas=1, **resume)
+    else:
+        index = stream_batches(starts, stream=stream_of(mixture, spec, data.lengths, shuffle=shuffle,
+                                                        seed=draw_seed(seed)),
+                               position=position, drop_remainder=drop_remainder, **resume)
     dtype = index.element_spec.dtype
-    episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None))
+    sources = mixture.episode_sources if mixture is not None and with_source else None
+    episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None), sources)
     gather = WindowGather(_Resident(arrays, layout, episodes, dtype), name="window_gather")
     return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)), gather, arrays, row)

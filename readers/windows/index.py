@@ -107,9 +107,12 @@ class Episodes:
     starts in it (the keys, the mask of a padded window), and its label. Small constants, one entry per episode.
 
     ``labels``: the labels' variable (on the arrays' device), or None.
+    ``sources``: each episode's source (its dataset's index in a mixture's paths), int32, or None; given, the keys
+    hold ``"source"`` too (``with_source``).
     """
 
-    def __init__(self, data: Concatenated, dtype: tf.DType, labels: tf.Variable | None = None):
+    def __init__(self, data: Concatenated, dtype: tf.DType, labels: tf.Variable | None = None,
+                 sources: np.ndarray | None = None):
         self.row = data.row
         offsets = data.offsets
         self.first_rows = tf.constant((offsets // data.row).astype(dtype.as_numpy_dtype))  # each segment's first row
@@ -117,6 +120,7 @@ class Episodes:
         self.lo = tf.constant(np.asarray([data.spec.bounds(t)[0] for t in data.lengths], np.int64))
         self.ids = tf.constant(np.asarray(data.ids, np.int64))
         self.labels = labels
+        self.sources = None if sources is None else tf.constant(np.asarray(sources, np.int32))
 
     def episode_of(self, starts: tf.Tensor) -> tf.Tensor:
         """Each window's episode (its index here, not its id)."""
@@ -128,8 +132,10 @@ class Episodes:
         return episode, tf.cast(starts, tf.int64) * self.row - tf.gather(self.begin, episode)
 
     def keys(self, episode: tf.Tensor, start: tf.Tensor) -> dict[str, tf.Tensor]:
-        """``{"episode": id, "step": start}``: the episode's id (source order) and the step of the episode itself."""
-        return {"episode": tf.gather(self.ids, episode), "step": tf.gather(self.lo, episode) + start}
+        """``{"episode": id, "step": start}``: the episode's id (source order) and the step of the episode itself;
+        and ``"source"`` when the episodes' sources are known."""
+        keys = {"episode": tf.gather(self.ids, episode), "step": tf.gather(self.lo, episode) + start}
+        return keys if self.sources is None else {**keys, "source": tf.gather(self.sources, episode)}
 
 
 def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
@@ -166,16 +172,18 @@ def gather_windows(arrays: dict, starts: tf.Tensor, ranges: dict[str, tuple[int,
     return out
 
 
-def window_element(arrays: dict, layout: Layout, episodes: Episodes, starts: tf.Tensor, with_keys: bool = False):
+def window_element(arrays: dict, layout: Layout, episodes: Episodes, starts: tf.Tensor, with_keys: bool = False,
+                   with_source: bool = False):
     """What ``readers.windows`` yields for a batch of start rows: one gather per feature of the points it needs
     (``Layout.point_ranges``), the element shaped by ``layout``, with the mask of padded windows, the episodes'
-    labels and the keys as they ask."""
+    labels and the keys as they ask (``with_source``: ``"source"`` alone without ``with_keys``; ``episodes``
+    must know the sources)."""
     spec = layout.spec
     gathered = gather_windows(arrays, starts, layout.point_ranges(), spec.sampling_rate)
     mask = labels = keys = None
     if layout.masked or with_keys:
         episode, start = episodes.locate(starts)
-    elif layout.label:  # the label alone needs no start step: two ops fewer a batch
+    elif layout.label or with_source:  # the label alone needs no start step: two ops fewer a batch
         episode = episodes.episode_of(starts)
     if layout.masked:
         points = tf.range(spec.length, dtype=tf.int64) * spec.sampling_rate
@@ -185,15 +193,18 @@ def window_element(arrays: dict, layout: Layout, episodes: Episodes, starts: tf.
             labels = _gather_rows(episodes.labels, episode)
     if with_keys:
         keys = episodes.keys(episode, start)
+    elif with_source:
+        keys = {"source": tf.gather(episodes.sources, episode)}
     element = layout.shape(gathered, mask, labels)
     return element if keys is None else (keys, element)
 
 
 def gather_batches(make_index: Callable, arrays: dict, layout: Layout, episodes: Episodes,
-                   with_keys: bool = False) -> tf.data.Dataset:
+                   with_keys: bool = False, with_source: bool = False) -> tf.data.Dataset:
     """``make_index``: ``index_batches`` with its arguments bound; the gather runs in its map, where the arrays are
     (only the element leaves the device: to the host, see ``readers.windows``)."""
-    return make_index(then=lambda starts: window_element(arrays, layout, episodes, starts, with_keys)).prefetch(
+    return make_index(then=lambda starts: window_element(arrays, layout, episodes, starts, with_keys,
+                                                                with_source)).prefetch(
         AUTOTUNE).with_options(resumable_options(small=make_index.keywords.get("repeat", False)))
 
 

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..arguments import DEFAULT_READ_BUFFER_BYTES, MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
+from ..indexed.request import StreamRequest
 from ..windowing.targets import TargetsArg
 from .layout import check_window_args
 
@@ -86,7 +87,9 @@ class WindowRequest:
       resident: False streams episodes from the shards instead (data larger than
         device memory); windows are then mixed by a buffer of ``shuffle_buffer``.
       shuffle_buffer: streamed mode: windows the shuffle buffer holds.
-      input_context: streamed mode: FILE sharding across input pipelines.
+      input_context: streamed mode: FILE sharding across input pipelines. On the stream (resident): this pipeline
+        reads its contiguous slice of every global step, ``batch_size`` being the per-replica batch
+        (``strategy.distribute_datasets_from_function``).
       service: streamed mode: ``"grpc://HOST:PORT"`` of a tf.data service
         dispatcher; reading, windowing, shuffling and batching run on its
         workers (see ``readers.images``: ``seed`` does not reach the workers,
@@ -96,10 +99,15 @@ class WindowRequest:
       service_job_name: clients passing the same name share one stream.
       processing_mode: ``"distributed_epoch"`` (each window once per epoch
         across workers) or ``"parallel_epochs"`` (each worker reads it all).
+      stream: the index-driven stream's arguments (``readers/indexed/request.py``'s ``StreamRequest``: a list of
+        paths, ``weights``, ``epoch_size``, ``balance``, ``with_source``), or None when none is given (today's
+        window index). With it every epoch is the stream's (docs/guide/mixtures.md#windows): resident windows
+        only, ``start_step`` in global steps on any replica count.
 
     Raises:
       ValueError: a number out of its range (``readers/arguments.py``), ``input_context`` or ``service`` with
-        resident windows, ``start_step`` without ``repeat`` (or shuffled without a seed), ``repeat`` streamed.
+        resident windows, ``start_step`` without ``repeat`` (or shuffled without a seed), ``repeat`` streamed,
+        ``stream`` streamed.
     """
 
     where: str
@@ -127,6 +135,7 @@ class WindowRequest:
     service: str | None = None
     service_job_name: str | None = None
     processing_mode: str = "distributed_epoch"
+    stream: StreamRequest | None = None
 
     def __post_init__(self):
         where = self.where
@@ -138,7 +147,7 @@ class WindowRequest:
                        shuffle_buffer=shuffle_buffer, read_buffer_bytes=read_buffer_bytes)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
-        if self.resident and self.input_context is not None:
+        if self.resident and self.input_context is not None and self.stream is None:
             raise ValueError(f"{where}: input_context is for resident=False; resident mode shards by replica "
                              "(strategy=)")
         if self.resident and self.service is not None:
@@ -149,6 +158,10 @@ class WindowRequest:
             )
         start_step = check_resume(self.repeat, self.start_step, where, shuffle=self.shuffle, seed=self.seed)
         object.__setattr__(self, "start_step", start_step)
+        if self.stream is not None and not self.resident:
+            raise ValueError(f"{where}: cannot read the index-driven stream (mixtures, balance, elastic resume) with "
+                             "resident=False: streamed windows are mixed by a shuffle buffer, not read by position; "
+                             "drop resident=False (the windows are then held in memory)")
         if self.repeat and not self.resident:
             raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
                              "shuffle buffer cannot be resumed exactly: repeat the dataset yourself (ds.repeat())")

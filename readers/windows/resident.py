@@ -160,7 +160,7 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
         starts = start_rows(spec, data.lengths, row)
         index = functools.partial(index_batches, starts, batch_size=batch_size, replica=0, replicas=1, **options)
         episodes = Episodes(data, tf.as_dtype(starts.dtype), resident.get(LABEL_ARRAY))
-        return _with_arrays(gather_batches(index, resident, layout, episodes, with_keys), [resident], start)
+        return with_arrays(gather_batches(index, resident, layout, episodes, with_keys), [resident], start)
 
     replicas = strategy.num_replicas_in_sync
     check_batch_divides(batch_size, replicas, source.where)
@@ -181,19 +181,7 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
             episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[i].get(LABEL_ARRAY))
             return gather_batches(index, per_device[i], layout, episodes, with_keys)
 
-        per_replica = tf.distribute.InputOptions(
-            experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
-        )
-        # TF 2.21's MirroredExtended._input_workers_with_options overwrites the strategy's input workers when asked
-        # for PER_REPLICA and never restores them, so every later dataset distributed by that strategy (the user's
-        # validation set, a streamed reader) would silently get per-replica pipelines. Put them back.
-        saved = getattr(strategy.extended, "_input_workers_devices", None)
-        try:
-            return _with_arrays(strategy.distribute_datasets_from_function(replica_dataset, options=per_replica),
-                                per_device, start)
-        finally:
-            if saved is not None:
-                strategy.extended._input_workers_devices = saved
+        return distribute_per_replica(strategy, replica_dataset, per_device, start)
 
     def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
         # Several workers (MultiWorkerMirroredStrategy): each loads only its own shards' episodes, once per local
@@ -223,10 +211,30 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
         return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(len(datasets)).repeat())
 
     placed: list[dict[str, tf.Variable]] = []
-    return _with_arrays(strategy.distribute_datasets_from_function(worker_dataset), placed, start)
+    return with_arrays(strategy.distribute_datasets_from_function(worker_dataset), placed, start)
 
 
-def _with_arrays(dataset, arrays: list[dict[str, tf.Variable]], start: int | InputPosition):
+def distribute_per_replica(strategy: tf.distribute.MirroredStrategy, replica_dataset: Callable,
+                           arrays: list[dict[str, tf.Variable]], start: int | InputPosition = 0):
+    """One pipeline per replica of a single-worker strategy (``replica_dataset(context)``, on the replica's own
+    arrays), distributed as they are (``InputReplicationMode.PER_REPLICA``), with ``resident_arrays`` and the input's
+    position attached."""
+    per_replica = tf.distribute.InputOptions(
+        experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA
+    )
+    # TF 2.21's MirroredExtended._input_workers_with_options overwrites the strategy's input workers when asked
+    # for PER_REPLICA and never restores them, so every later dataset distributed by that strategy (the user's
+    # validation set, a streamed reader) would silently get per-replica pipelines. Put them back.
+    saved = getattr(strategy.extended, "_input_workers_devices", None)
+    try:
+        return with_arrays(strategy.distribute_datasets_from_function(replica_dataset, options=per_replica), arrays,
+                           start)
+    finally:
+        if saved is not None:
+            strategy.extended._input_workers_devices = saved
+
+
+def with_arrays(dataset, arrays: list[dict[str, tf.Variable]], start: int | InputPosition = 0):
     """Attaches the resident variables (one dict per device) as ``dataset.resident_arrays``, to see where they live,
     and the input's position, that every replica's pipeline reads (when it is resumable)."""
     dataset.resident_arrays = arrays
