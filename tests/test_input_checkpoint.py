@@ -411,43 +411,6 @@ def test_keras_own_callback_restarts_the_epoch_ours_trains_its_remaining_batches
     assert resumed.step == 4
 
 
-@pytest.mark.parametrize("stream", ["default", "global"])
-def test_a_fit_under_a_strategy_interrupted_twice_ends_with_an_uninterrupted_fits_weights(photos, tmp_path, stream,
-                                                                                         strategies):
-    """A model built in a MirroredStrategy's scope (2 replicas): Keras iterates the input once before
-    on_train_begin to build it, and splits each global batch; the restore still lands on the step reached."""
-    import keras
-
-    class Interrupt(keras.callbacks.Callback):
-        def __init__(self, at: int):
-            super().__init__()
-            self.at, self.seen = at, 0
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.seen += 1
-            if self.seen == self.at:
-                raise RuntimeError("interrupted")
-
-    def fit(backup_dir, interrupt=None):
-        import fit_resume_child
-
-        ds = fit_resume_child.reader(stream, photos)
-        with strategies[2].scope():
-            model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(
-                24, kernel_initializer=keras.initializers.GlorotUniform(seed=0))])
-            model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        callbacks = [readers.BackupAndRestore(backup_dir, save_freq=2, dataset=ds)]
-        model.fit(ds, epochs=3, steps_per_epoch=5, callbacks=callbacks + ([Interrupt(interrupt)] if interrupt else []),
-                  verbose=0)
-        return np.concatenate([w.ravel() for w in model.get_weights()])
-
-    uninterrupted = fit(tmp_path / "reference")
-    for at in (7, 4):  # mid-epoch (saved at step 6), then after an epoch's last batch, saved before its end
-        with pytest.raises(RuntimeError, match="interrupted"):
-            fit(tmp_path / "bk", at)
-    np.testing.assert_array_equal(fit(tmp_path / "bk"), uninterrupted)
-
-
 def test_double_checkpoint_restores_the_save_before_when_the_last_ones_weights_are_damaged(photos, tmp_path):
     import keras
 
