@@ -1090,6 +1090,11 @@ def test_abandoned_epochs_leave_a_bounded_number_of_tickets_threads_and_pins(pho
     key = session.id
     del ds, session, pool
     gc.collect()
+    # A fetch thread finishing the ticket it had taken holds the pool until that fetch ends: wait for it (bounded).
+    deadline = time.monotonic() + 60
+    while (key in pipeline._pools or key in pipeline._sessions) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        gc.collect()
     assert key not in pipeline._pools and key not in pipeline._sessions
     assert _pins(directory) == []  # the dataset is gone: nothing of it is pinned
     assert _fetch_threads_left() <= _live_pools_threads()
