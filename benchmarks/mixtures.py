@@ -14,8 +14,13 @@ end, best of ``--repeats`` interleaved passes:
      with ``start_step`` at 90% of an epoch against at 0 (building the pipeline included), for ``shuffle="global"``
      and for the default reader (which reads the records before the step again, undecoded).
 
+  5. with ``--shard-cache``: the same images converted to ``gs://`` on the GCS emulator (``tests/gcs_emulator.py``,
+     ``--latency-ms`` a response, ``--stream-mb-per-s`` a connection), read through ``shard_cache=`` (an empty
+     folder each round): ``shuffle="global"`` against today's file + buffer shuffle, epoch 1 (building the reader
+     and fetching the shards) and epoch 2 (the local copies) of one pipeline each.
+
 Images per second are printed side by side with the ratios the issue sets as targets. Run it with
-``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2``.
+``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2`` (add ``--shard-cache`` for 5. alone).
 """
 
 from __future__ import annotations
@@ -25,11 +30,18 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
 import argparse
+import importlib.util
 import shutil
+import sys
 import tempfile
 import time
 
 import ingest as bench_ingest  # noqa: E402  (benchmarks/ingest.py: the image generator)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SPEC = importlib.util.spec_from_file_location("gcs_emulator", os.path.join(REPO, "tests", "gcs_emulator.py"))
+gcs_emulator = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(gcs_emulator)
 
 
 def _tree(src: str, dst: str, keep) -> str:
@@ -86,13 +98,62 @@ def _state_sizes(out: str, common: dict, work: str) -> tuple[int, int]:
     return state, checkpoint
 
 
+def shard_cache_section(args) -> None:
+    """Section 5, inside the emulator's namespace: both shuffles through a shard cache, epochs 1 and 2."""
+    from tfshard import readers
+    from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
+
+    src = bench_ingest.image_set(args.data_dir, args.images)
+    remote = "gs://bench/all"
+    convert_images(src, remote, ConvertOptions(image=ImageOptions()), progress=False)
+    gcs_emulator.configure(latency_ms=args.latency_ms, stream_mb_per_s=args.stream_mb_per_s)
+    common = {"batch_size": args.batch_size, "seed": 0}
+    methods = {"file+buffer shuffle": {}, "shuffle='global'": {"shuffle": "global"}}
+    best = {(name, epoch): 0.0 for name in methods for epoch in (1, 2)}
+    with tempfile.TemporaryDirectory(prefix="tfshard-mixtures-cache-") as work:
+        for round_ in range(args.repeats):
+            for name, extra in (list(methods.items())[::-1] if round_ % 2 else methods.items()):
+                folder = tempfile.mkdtemp(dir=work)  # empty: epoch 1 fetches every shard
+                start = time.perf_counter()  # epoch 1 counts the build: the stream fetches its copies there
+                ds = readers.images(remote, shard_cache=folder, **extra, **common)
+                for epoch in (1, 2):
+                    images = sum(int(batch.shape[0]) for batch, _ in ds)
+                    best[name, epoch] = max(best[name, epoch], images / (time.perf_counter() - start))
+                    start = time.perf_counter()
+                shutil.rmtree(folder)
+    print(f"{args.images} images on gs:// ({args.latency_ms:g} ms a response, {args.stream_mb_per_s:g} MB/s a "
+          f"connection) through shard_cache=, batch {args.batch_size}, best of {args.repeats}; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    for (name, epoch), rate in best.items():
+        print(f"  {name:22s} epoch {epoch} {rate:8.1f} img/s")
+    for epoch in (1, 2):
+        ratio = best["shuffle='global'", epoch] / best["file+buffer shuffle", epoch]
+        print(f"  global / file+buffer, epoch {epoch}: {ratio:5.2f}x (target >= 0.9x) "
+              f"{'ok' if ratio >= 0.9 else 'MISSED'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=600)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", default="bench-data")
+    parser.add_argument("--shard-cache", action="store_true",
+                        help="only section 5: both shuffles through a shard cache on the GCS emulator")
+    parser.add_argument("--latency-ms", type=float, default=30.0, help="with --shard-cache (default 30)")
+    parser.add_argument("--stream-mb-per-s", type=float, default=12.0, help="with --shard-cache (default 12)")
+    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inside:
+        return shard_cache_section(args)
+    if args.shard_cache:
+        reason = gcs_emulator.unavailable_reason()
+        if reason is not None:
+            sys.exit(f"benchmarks/mixtures.py: cannot run the GCS emulator here: {reason}")
+        bench_ingest.image_set(args.data_dir, args.images)  # generated outside the namespace, once
+        argv = [arg for arg in sys.argv[1:] if arg != "--shard-cache"]
+        command = [sys.executable, os.path.abspath(__file__), "--inside", *argv]
+        sys.exit(gcs_emulator.run(command, buckets=["bench"], capture=False).returncode)
 
     import tensorflow as tf
     from tfshard import readers
