@@ -23,10 +23,20 @@ from helpers import (
 )
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions, ImageOptions
+from tfshard.readers.indexed import stream as stream_lib
 from tfshard.readers.sampling import classes as sampling_classes
 from tfshard.readers.sampling.plan import StreamSpec, epoch_order, shares
 
 SIZE = 16
+
+
+@pytest.fixture(params=[None, 4], ids=["epoch-chunks", "small-chunks"])
+def chunk_elements(request, monkeypatch):
+    """The stream's chunks as they are (an epoch here), or of at most 4 elements (one step each), as an epoch of more
+    than ``CHUNK_ELEMENTS`` is read: the same elements either way."""
+    if request.param is not None:
+        monkeypatch.setattr(stream_lib, "CHUNK_ELEMENTS", request.param)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +97,7 @@ def _in_memory_bucket(bucket: str, path: str):
 
 
 @pytest.mark.parametrize("epoch_size", [20, 40])
-def test_mixture_gives_each_source_its_share_and_every_record_once_a_pass(sets, epoch_size):
+def test_mixture_gives_each_source_its_share_and_every_record_once_a_pass(sets, epoch_size, chunk_elements):
     a, b = _records(sets["a"]), _records(sets["b"])
     ds = readers.images([sets["a"], sets["b"]], batch_size=4, image_size=SIZE, training=False, shuffle="global",
                         seed=5, weights=[0.7, 0.3], epoch_size=epoch_size, with_source=True)
@@ -136,7 +146,7 @@ def test_balance_gives_every_class_an_equal_share_each_epoch(sets):
 # --- global shuffle ------------------------------------------------------------------------------------------------
 
 
-def test_global_shuffle_is_the_permutation_sampling_predicts(sets):
+def test_global_shuffle_is_the_permutation_sampling_predicts(sets, chunk_elements):
     records = _records(sets["a"])
     ds = readers.images(sets["a"], batch_size=2, image_size=SIZE, training=False, shuffle="global", seed=9,
                         repeat=True, with_source=True)
@@ -302,7 +312,7 @@ def _episodes_read(ds, count=None) -> list[tuple[int, int, np.ndarray]]:
     return [(int(episode["source"]), int(keys["episode"]), episode["data"]) for keys, episode in ds]
 
 
-def test_episodes_global_shuffle_is_the_permutation_sampling_predicts(episode_sets):
+def test_episodes_global_shuffle_is_the_permutation_sampling_predicts(episode_sets, chunk_elements):
     path = episode_sets["a"]
     default, order = _default_episodes(path), _manifest_order(path)
     ds = readers.episodes(path, shuffle="global", seed=9, repeat=True, with_keys=True, with_source=True)

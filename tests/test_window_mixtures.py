@@ -13,6 +13,7 @@ import tensorflow as tf
 from helpers import convert_episode_tree, save_episodes, write_text
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
+from tfshard.readers.indexed import stream as stream_lib
 from tfshard.readers.sampling.plan import StreamSpec, epoch_order
 
 # === windows (readers.windows, readers.model_windows) ===============================================================
@@ -89,14 +90,20 @@ def test_windows_mixture_subsampled_walks_through_every_window_before_any_again(
     assert sorted(w for w, s in got if s == 1) == sorted(b)
 
 
-def test_windows_mixture_is_the_order_sampling_predicts_and_model_windows_reads_it_too(episode_sets):
+@pytest.mark.parametrize("chunk", [None, 4], ids=["epoch-chunks", "small-chunks"])
+def test_windows_mixture_is_the_order_sampling_predicts_and_model_windows_reads_it_too(episode_sets, chunk,
+                                                                                       monkeypatch):
+    if chunk is not None:  # an epoch read in chunks of one step, as one of more than CHUNK_ELEMENTS is
+        monkeypatch.setattr(stream_lib, "CHUNK_ELEMENTS", chunk)
     a, b = _windows_of(episode_sets["a"]), _windows_of(episode_sets["b"])
     paths = [episode_sets["a"], episode_sets["b"]]
     options = dict(batch_size=4, seed=7, weights=[0.7, 0.3], epoch_size=20, with_source=True, **WINDOW)
-    got = _keyed(readers.windows(paths, **options))
+    ds = readers.windows(paths, **options)
+    got = _keyed(ds)
     spec = StreamSpec(sizes=(14, 6), weights=(0.7, 0.3), epoch_size=20, seed=7)
-    sources, records = epoch_order(spec, 0)
-    assert got == [((a, b)[s][r], s) for s, r in zip(sources.tolist(), records.tolist())]
+    for epoch, epoch_got in enumerate([got, _keyed(ds)]):  # each iteration the next epoch
+        sources, records = epoch_order(spec, epoch)
+        assert epoch_got == [((a, b)[s][r], s) for s, r in zip(sources.tolist(), records.tolist())]
     windows = readers.model_windows(paths, **options)
     assert len(windows.starts) == 5
     in_model = [(int(w[0]), int(s)) for starts in windows.starts

@@ -15,7 +15,6 @@ groups of ``R`` consecutive episodes, one per replica; pipeline ``p`` takes its 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import secrets
 
 import numpy as np
@@ -33,7 +32,7 @@ from . import pipeline as pipeline_lib
 from . import records as records_lib
 from . import sources as sources_lib
 from .request import StreamRequest
-from .stream import Stream, pipeline_position
+from .stream import EpochCount, Stream, pipeline_position
 
 AUTOTUNE = tf.data.AUTOTUNE
 _READ_BYTES = 4 * 2**20  # local record bytes read by one Python call (at least one record)
@@ -111,12 +110,12 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
                                               np.cumsum([0] + [len(s.table) for s in sources[:-1]]))
     position = pipeline_position(1, input_context, where)
     epoch_size = spec.epoch_size
-    iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
+    epochs = EpochCount()
 
     def indices_of(number, _start):  # the start is this reader's own start_step (no InputPosition: not resumable)
         if repeat:  # start_step counts episodes, not steps of the position's global batch
             return start_step + position.chunk(number, 0, epoch_size)
-        return position.epoch(next(iterations), epoch_size, drop_remainder=False)
+        return position.epoch(epochs.at(number), epoch_size, drop_remainder=False, chunk=number)
 
     def rows(indices):
         source, episode = stream.records(indices)
@@ -125,7 +124,8 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
                 np.repeat(source, episodes.chunks[episode]).astype(np.int32))
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64, tf.int32],
-                                     [s.guard for s in sources], repeat=repeat)
+                                     [s.guard for s in sources], repeat=repeat,
+                                     epoch_chunks=position.epoch_chunks(epoch_size, False))
     read_batch = int(np.clip(_READ_BYTES // max(1, int(table.length.max(initial=1))), 1, pipeline_lib.READ_BATCH))
     records = pipeline_lib.read(elements, table, num_parallel_reads, read_batch)
     labelled = sources[0].dataset.labelled
@@ -141,7 +141,7 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
                             _SOURCE if request.with_source else None)
     ds = joined.map(decode, num_parallel_calls=AUTOTUNE, deterministic=True)
     if not repeat:
-        ds = ds.apply(tf.data.experimental.assert_cardinality(len(position.epoch(0, epoch_size, False))))
+        ds = ds.apply(tf.data.experimental.assert_cardinality(position.batches(epoch_size, False)))
     ds = Stamp(where, [s.info.sha256 for source in sources for s in source.shards]).lead(ds)
     ds = ds.prefetch(AUTOTUNE).with_options(quiet_options())
     return ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count

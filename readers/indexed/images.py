@@ -8,7 +8,6 @@ element index, so every replica count crops alike) → batch → augment the bat
 
 from __future__ import annotations
 
-import itertools
 import secrets
 
 import numpy as np
@@ -27,7 +26,7 @@ from . import pipeline as pipeline_lib
 from . import records as records_lib
 from . import sources as sources_lib
 from .request import StreamRequest
-from .stream import Stream, pipeline_position
+from .stream import EpochCount, Stream, pipeline_position
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -50,12 +49,12 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
                          "batch; pass a smaller batch_size, a larger epoch_size or drop_remainder=False")
     table = records_lib.concatenated([s.table for s in sources])
 
-    iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
+    epochs = EpochCount()
 
     def indices_of(number, start):
         if repeat:
             return position.chunk(number, start, epoch_size)
-        return position.epoch(next(iterations), epoch_size, drop_remainder)
+        return position.epoch(epochs.at(number), epoch_size, drop_remainder, chunk=number)
 
     def rows(indices):
         source, record = stream.records(indices)
@@ -63,7 +62,8 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
                 source.astype(np.int32))
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int32],
-                                     [s.guard for s in sources], repeat=repeat, start_step=start_step)
+                                     [s.guard for s in sources], repeat=repeat, start_step=start_step,
+                                     epoch_chunks=position.epoch_chunks(epoch_size, drop_remainder))
     records = pipeline_lib.read(elements, table, num_parallel_reads)
     ds = records.map(_decoder(recipe, merged, seed, request.with_source), num_parallel_calls=AUTOTUNE,
                      deterministic=True)

@@ -19,13 +19,13 @@ DEFAULT_PARALLEL_READS = 16  # remote records read at once
 READ_BATCH = 64  # local records read by one Python call
 
 
-def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool,
+def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool, epoch_chunks: int = 1,
              start_step: int | InputPosition = 0) -> tf.data.Dataset:
     """The rows of this pipeline's elements, in order, a chunk at a time: ``indices_of(number, start)`` the global
-    elements of chunk ``number`` from start step ``start`` (with ``repeat``; without, of the next epoch each
-    iteration), ``rows(indices)`` their rows as 1-D arrays of ``dtypes``. Each chunk first runs every source's epoch
-    check (``epoch_guard.py``). ``start_step``: an int, or an ``InputPosition`` read when the iterator opens (so
-    ``readers.BackupAndRestore`` can move it, ``input_position.py``)."""
+    elements of chunk ``number`` from start step ``start`` (with ``repeat``; without, chunk ``number`` of
+    ``epoch_chunks`` of the iteration's epoch), ``rows(indices)`` their rows as 1-D arrays of ``dtypes``. Each chunk
+    first runs every source's epoch check (``epoch_guard.py``). ``start_step``: an int, or an ``InputPosition``
+    read when the iterator opens (so ``readers.BackupAndRestore`` can move it, ``input_position.py``)."""
 
     def chunk(number, start):
         problem = next((p for p in (g.problem() for g in guards) if p), "")
@@ -41,7 +41,7 @@ def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool,
         return tf.data.Dataset.from_tensor_slices(tuple(tf.ensure_shape(t, [None]) for t in found))
 
     def from_step(start):  # the start step, read once when the iterator opens (input_position.py)
-        numbers = tf.data.Dataset.range(2**62) if repeat else tf.data.Dataset.range(1)
+        numbers = tf.data.Dataset.range(2**62 if repeat else epoch_chunks)
         return numbers.flat_map(lambda number: elements_of(number, start))
 
     return opened(start_step, from_step)

@@ -4,8 +4,9 @@ elements, in which chunks, and which record each one is. Pure numpy, no TensorFl
 The stream's global element ``n`` is ``sampling.plan.element(spec, n)``: a ``(source, record)`` pair, or with class
 balance a ``(class, j)`` pair that ``ClassMembers`` turns into a record. Global step ``s`` covers elements
 ``[s·G, (s+1)·G)``; pipeline ``p`` of ``P`` takes its contiguous part of each (``sampling.slicing``), one per-replica
-batch for each replica it feeds. With ``repeat`` a pipeline reads its elements in chunks of one epoch's steps from
-``start_step`` on, so resuming costs one epoch's order whatever the step; without, one epoch per iteration.
+batch for each replica it feeds. A pipeline reads its elements in chunks of whole steps (an epoch's, or at most
+``CHUNK_ELEMENTS`` global elements): with ``repeat`` from ``start_step`` on, so resuming costs one chunk's order
+whatever the step; without, each iteration the next epoch's chunks.
 
     stream = Stream(StreamSpec(sizes=(3, 1), shuffle=False), None, np.array([0, 3]))
     stream.records(np.arange(4))   # (array([0, 1, 0, 0]), array([0, 3, 1, 2])): sources and records in the table
@@ -20,6 +21,8 @@ import numpy as np
 from ..sampling import slicing
 from ..sampling.classes import ClassMembers
 from ..sampling.plan import StreamSpec, elements
+
+CHUNK_ELEMENTS = 2**16  # global elements a chunk spans at most: its order is computed, and held, at once
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -66,7 +69,9 @@ class Position:
         slicing.per_replica_batch(self.global_batch, self.pipelines, self.pipeline)  # checks the three
 
     def steps_per_chunk(self, epoch_size: int) -> int:
-        return max(1, slicing.steps_per_epoch(epoch_size, self.global_batch))
+        """Global steps a chunk spans: an epoch's, at most ``CHUNK_ELEMENTS`` elements' (one step at least)."""
+        return max(1, min(slicing.steps_per_epoch(epoch_size, self.global_batch),
+                          CHUNK_ELEMENTS // self.global_batch))
 
     def chunk(self, chunk: int, start_step: int, epoch_size: int) -> np.ndarray:
         """The global elements chunk ``chunk`` of an endless stream (``repeat``) from ``start_step`` holds."""
@@ -74,15 +79,38 @@ class Position:
         return slicing.replica_steps(start_step + chunk * steps, steps, self.pipeline, self.pipelines,
                                      self.global_batch)
 
-    def epoch(self, epoch: int, epoch_size: int, drop_remainder: bool) -> np.ndarray:
-        """The global elements of epoch ``epoch`` alone (no ``repeat``) this pipeline takes."""
-        return epoch * epoch_size + slicing.replica_epoch(epoch_size, self.pipeline, self.pipelines,
-                                                          self.global_batch, drop_remainder=drop_remainder)
+    def epoch_chunks(self, epoch_size: int, drop_remainder: bool) -> int:
+        """Chunks of one epoch alone (no ``repeat``): ``epoch(e, ..., chunk=c)`` for ``c`` below it."""
+        steps = slicing.steps_per_epoch(epoch_size, self.global_batch, drop_remainder=drop_remainder)
+        return max(1, -(-steps // self.steps_per_chunk(epoch_size)))
+
+    def epoch(self, epoch: int, epoch_size: int, drop_remainder: bool, chunk: int | None = None) -> np.ndarray:
+        """The global elements of epoch ``epoch`` alone (no ``repeat``) this pipeline takes: all, or those of its
+        chunk ``chunk``."""
+        steps = slicing.steps_per_epoch(epoch_size, self.global_batch, drop_remainder=drop_remainder)
+        first = 0 if chunk is None else chunk * self.steps_per_chunk(epoch_size)
+        count = steps if chunk is None else max(0, min(self.steps_per_chunk(epoch_size), steps - first))
+        indices = slicing.replica_steps(first, count, self.pipeline, self.pipelines, self.global_batch)
+        return epoch * epoch_size + indices[indices < epoch_size]
 
     def batches(self, epoch_size: int, drop_remainder: bool) -> int:
         """Batches this pipeline yields of one epoch (no ``repeat``)."""
-        mine = len(self.epoch(0, epoch_size, drop_remainder))
+        whole, rest = divmod(epoch_size, self.global_batch)
+        mine = whole * self.batch + (0 if drop_remainder else min(max(0, rest - self.pipeline * self.batch),
+                                                                   self.batch))
         return mine // self.batch if drop_remainder else -(-mine // self.batch)
+
+
+class EpochCount:
+    """Without ``repeat`` each iteration of a dataset is the next epoch: chunk 0 of an iteration moves it on."""
+
+    def __init__(self):
+        self._epoch = -1
+
+    def at(self, chunk: int) -> int:
+        if chunk == 0:
+            self._epoch += 1
+        return self._epoch
 
 
 def pipeline_position(batch_size: int, input_context, where: str) -> Position:

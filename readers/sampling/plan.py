@@ -9,6 +9,10 @@ repeats in a fresh order, a larger one is subsampled and consecutive epochs walk
 comes twice within a pass. An epoch's elements are then merged: shuffled (a seeded permutation keyed by
 ``(seed, e)``), or interleaved smoothly by each element's time ``(j + 0.5) / share``.
 
+The permutations are evaluated an index at a time (``permute.py``), so with ``shuffle`` any element costs the same
+whatever the epoch's size or the position in it, and reading a chunk of an epoch holds only that chunk. Unshuffled,
+an epoch's interleaving is computed whole (and kept for the next reads).
+
     spec = StreamSpec(sizes=(3, 1), weights=(0.5, 0.5), epoch_size=4, shuffle=False)
     shares(spec)           # array([2, 2])
     epoch_order(spec, 0)   # (array([0, 1, 0, 1]), array([0, 0, 1, 0])); epoch 1 takes source 0's records 2, 0
@@ -24,7 +28,9 @@ from fractions import Fraction
 
 import numpy as np
 
-MAX_EPOCH_SIZE = 2**31 - 1  # elements of an epoch: tf.data's counts are C++ ints, and an epoch is held in memory
+from .permute import mix_key, permute
+
+MAX_EPOCH_SIZE = 2**31 - 1  # elements of an epoch: tf.data's counts are C++ ints
 MAX_SEED = 2**63 - 1  # a non-negative int64, what TensorFlow's seeds hold
 # Domains of the random keys, so a source's pass and an epoch's shuffle never share a stream.
 _PASS, _EPOCH = 0, 1
@@ -130,44 +136,61 @@ def shares(spec: StreamSpec) -> np.ndarray:
     return np.array(floors, dtype=np.int64)
 
 
-def _generator(seed: int, *key: int) -> np.random.Generator:
-    return np.random.Generator(np.random.Philox(np.random.SeedSequence((seed, *key))))
-
-
 def _check_epoch(epoch) -> int:
     if not _is_int(epoch) or epoch < 0:
         raise ValueError(f"epoch: must be a non-negative integer (got epoch={epoch!r})")
     return int(epoch)
 
 
+def _check_source(spec: StreamSpec, source) -> int:
+    if not _is_int(source) or not 0 <= source < len(spec.sizes):
+        raise ValueError(f"source: must be an integer in [0, {len(spec.sizes) - 1}], a source's index (got "
+                         f"source={source!r})")
+    return int(source)
+
+
+def _stream_records(spec: StreamSpec, source: int, positions: np.ndarray) -> np.ndarray:
+    """The records at ``positions`` (int64) of source ``source``'s endless stream of passes."""
+    size = spec.sizes[source]
+    passes, offsets = np.divmod(positions, size)
+    if not spec.shuffle:
+        return offsets
+    return permute(offsets, size, mix_key(spec.seed, _PASS, source, passes))
+
+
 def source_records(spec: StreamSpec, source: int, epoch: int) -> np.ndarray:
     """The records source ``source`` gives in epoch ``epoch``, in its stream's order (int64 [share]).
 
-    Costs O(share + size), whatever the epoch: only the passes the epoch touches are drawn.
+    Costs O(share), whatever the epoch and the source's size.
 
     Example:
       source_records(StreamSpec(sizes=(3,), epoch_size=2, shuffle=False), 0, 1)   # array([2, 0])
     """
-    if not _is_int(source) or not 0 <= source < len(spec.sizes):
-        raise ValueError(f"source: must be an integer in [0, {len(spec.sizes) - 1}], a source's index (got "
-                         f"source={source!r})")
-    epoch = _check_epoch(epoch)
-    size, share = spec.sizes[source], int(shares(spec)[source])
-    if share == 0:
-        return np.zeros(0, np.int64)
-    start = epoch * share  # a Python int: no overflow however far the stream has gone
-    first, last = start // size, (start + share - 1) // size
-    passes = [_generator(spec.seed, _PASS, source, p).permutation(size) if spec.shuffle else np.arange(size)
-              for p in range(first, last + 1)]
-    offset = start - first * size
-    return np.concatenate(passes)[offset:offset + share].astype(np.int64)
+    source, epoch = _check_source(spec, source), _check_epoch(epoch)
+    share = int(shares(spec)[source])
+    return _stream_records(spec, source, epoch * share + np.arange(share, dtype=np.int64))
+
+
+def _shuffled(spec: StreamSpec, epochs: np.ndarray, ks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(source int32, record int64)`` of position ``ks`` of epochs ``epochs`` with ``shuffle``: the position's
+    place in the epoch's keyed permutation picks an element of the sources' shares laid end to end."""
+    counts = shares(spec)
+    ends = np.cumsum(counts)
+    placed = permute(ks, spec.epoch_size, mix_key(spec.seed, _EPOCH, epochs))
+    sources = np.searchsorted(ends, placed, side="right").astype(np.int32)
+    records = np.empty(ks.shape, np.int64)
+    for source in np.unique(sources):
+        mine = sources == source
+        positions = epochs[mine] * counts[source] + placed[mine] - (ends[source] - counts[source])
+        records[mine] = _stream_records(spec, int(source), positions)
+    return sources, records
 
 
 def epoch_order(spec: StreamSpec, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """Every element of one epoch, in order: ``(source int32 [epoch_size], record int64 [epoch_size])``.
 
     With ``shuffle``, the sources' elements (source by source, each in its stream's order) permuted uniformly by a
-    generator keyed by ``(seed, epoch)``. Without, interleaved smoothly: element ``j`` of a source of share ``s``
+    keyed permutation of ``(seed, epoch)``. Without, interleaved smoothly: element ``j`` of a source of share ``s``
     comes at time ``(j + 0.5) / s`` (ties to the lower source index), so up to any time ``t`` each source has given
     ``round(t·s)`` elements, within half an element of its proportion. The arrays are read-only.
 
@@ -175,44 +198,45 @@ def epoch_order(spec: StreamSpec, epoch: int) -> tuple[np.ndarray, np.ndarray]:
       epoch_order(StreamSpec(sizes=(2, 1), shuffle=False), 0)   # (array([0, 1, 0]), array([0, 0, 1]))
     """
     epoch = _check_epoch(epoch)
-    counts = shares(spec)
-    sources = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
-    records = np.concatenate([source_records(spec, i, epoch) for i in range(len(counts))])
     if spec.shuffle:
-        order = _generator(spec.seed, _EPOCH, epoch).permutation(spec.epoch_size)
+        ks = np.arange(spec.epoch_size, dtype=np.int64)
+        sources, records = _shuffled(spec, np.full_like(ks, epoch), ks)
     else:
+        counts = shares(spec)
+        sources = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+        records = np.concatenate([source_records(spec, i, epoch) for i in range(len(counts))])
         # (2j + 1) / (2s) is divided exactly rounded under IEEE, so equal times tie on every platform.
         j = np.arange(spec.epoch_size, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         times = (2 * j + 1) / (2 * np.repeat(counts, counts)).astype(np.float64)
         order = np.lexsort((sources, times))
-    sources, records = sources[order], records[order]
+        sources, records = sources[order], records[order]
     sources.setflags(write=False)
     records.setflags(write=False)
     return sources, records
 
 
-@functools.lru_cache(maxsize=2)  # the epoch being read, and the next one while a batch straddles the two
+@functools.lru_cache(maxsize=2)  # unshuffled: the epoch being read, and the next one while a batch straddles both
 def _cached_epoch(spec: StreamSpec, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     return epoch_order(spec, epoch)
 
 
 def element(spec: StreamSpec, n: int) -> tuple[int, int]:
-    """``(source, record)`` of global element ``n = epoch·epoch_size + k``; the last two epochs' orders are kept.
+    """``(source, record)`` of global element ``n = epoch·epoch_size + k``.
 
     Example:
       element(StreamSpec(sizes=(2, 1), shuffle=False), 4)   # (1, 0): epoch 1, position 1
     """
     if not _is_int(n) or n < 0:
         raise ValueError(f"n: must be a non-negative integer, a global element index (got n={n!r})")
-    epoch, k = divmod(int(n), spec.epoch_size)
-    sources, records = _cached_epoch(spec, epoch)
-    return int(sources[k]), int(records[k])
+    sources, records = elements(spec, np.array([int(n)], np.int64))
+    return int(sources[0]), int(records[0])
 
 
 def elements(spec: StreamSpec, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``element`` of every global index in ``indices`` at once: ``(source int32, record int64)`` of its shape.
 
-    Each epoch the indices reach is computed once (through the same small cache as ``element``).
+    With ``shuffle`` each costs O(1), whatever the epoch's size; unshuffled, each epoch the indices reach is
+    computed once (the last two epochs are kept: the one being read, and the next while a batch straddles both).
 
     Example:
       elements(StreamSpec(sizes=(2, 1), shuffle=False), np.arange(3, 6))   # (array([0, 1, 0]), array([0, 0, 1]))
@@ -222,6 +246,8 @@ def elements(spec: StreamSpec, indices: np.ndarray) -> tuple[np.ndarray, np.ndar
         raise ValueError(f"indices: must be non-negative integers, global element indices (got dtype "
                          f"{indices.dtype}, minimum {indices.min().item()!r})")
     epochs, ks = np.divmod(indices.astype(np.int64), spec.epoch_size)
+    if spec.shuffle:
+        return _shuffled(spec, epochs, ks)
     sources = np.zeros(indices.shape, np.int32)
     records = np.zeros(indices.shape, np.int64)
     for epoch in np.unique(epochs):

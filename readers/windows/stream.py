@@ -14,14 +14,13 @@ argument of the stream given) is ``index.index_batches``, unchanged.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from ..epoch_guard import Stamp
-from ..indexed.stream import Position, Stream
+from ..indexed.stream import EpochCount, Position, Stream
 from ..sampling import classes as sampling_classes
 from ..sampling.plan import StreamSpec
 from ..windowing.starts import WindowSpec
@@ -84,14 +83,14 @@ def stream_batches(
     if repeat and per_epoch == 0:
         raise ValueError(f"{where}: {epoch_size} windows an epoch give this pipeline no batch of {batch}, so "
                          "repeat=True would never yield one; pass a smaller batch_size or a larger epoch_size")
-    iterations = itertools.count()  # without repeat each iteration of the dataset is the next epoch
+    epochs = EpochCount()
     dtype = tf.as_dtype(starts.dtype)
 
     def chunk(number) -> tuple[np.ndarray, np.ndarray]:  # (full batches [k, B], the partial last batch)
         if repeat:
             indices = position.chunk(int(number), start_step, epoch_size)
         else:
-            indices = position.epoch(next(iterations), epoch_size, drop_remainder)
+            indices = position.epoch(epochs.at(int(number)), epoch_size, drop_remainder, chunk=int(number))
         rows = starts[stream.records(indices)[1]]
         full = len(rows) // batch * batch
         return rows[:full].reshape(-1, batch), rows[full:]
@@ -109,7 +108,7 @@ def stream_batches(
             batches = batches.concatenate(tf.data.Dataset.from_tensors(tail).filter(lambda t: tf.size(t) > 0))
         return batches if before_epoch is None else before_epoch(batches)
 
-    numbers = tf.data.Dataset.range(2**62 if repeat else 1)
+    numbers = tf.data.Dataset.range(2**62 if repeat else position.epoch_chunks(epoch_size, drop_remainder))
     stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
     # The next chunk's order is computed while this one's batches are read (prefetch), so a chunk boundary does
     # not stall the gather.
