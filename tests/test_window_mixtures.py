@@ -202,7 +202,17 @@ def test_windows_stream_far_into_the_run_costs_one_epoch(episode_sets):
      "{a} + {b}: cannot read the index-driven stream (mixtures, balance, elastic resume) with resident=False"),
     (lambda s: readers.windows([s["a"], s["b"]], batch_size=64, epoch_size=20, **WINDOW),
      "{a} + {b}: the stream gives 20 windows an epoch, fewer than one global batch of 64"),
-], ids=["features", "unlabelled", "negative-weight", "weights-length", "streamed", "empty-epoch"])
+    (lambda s: readers.windows([s["a"], s["b"]], batch_size=2, input_context=tf.distribute.InputContext(2, 0, 2),
+                               **WINDOW),
+     "{a} + {b}: the stream read by several workers or input pipelines needs one order for all, so a seed (got "
+     "seed=None under "
+     "input_context of 2 input pipelines); pass seed=<int>, the same on every worker"),
+    (lambda s: readers.windows([s["a"], s["b"]], batch_size=2, seed=0,
+                               strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), **WINDOW),
+     "{a} + {b}: the stream (mixtures, balance, elastic resume) holds every window on every replica and supports "
+     "MirroredStrategy and MultiWorkerMirroredStrategy (got OneDeviceStrategy)"),
+], ids=["features", "unlabelled", "negative-weight", "weights-length", "streamed", "empty-epoch", "unseeded-workers",
+        "one-device"])
 def test_windows_stream_refusals_are_one_line(episode_sets, make, problem):
     with pytest.raises(ValueError, match=re.escape(problem.format(**episode_sets))) as caught:
         make(episode_sets)

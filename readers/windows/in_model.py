@@ -200,7 +200,9 @@ def model_windows(
       strategy: a single-worker ``tf.distribute`` strategy (``MirroredStrategy``,
         ``OneDeviceStrategy``); picked up from an enclosing ``strategy.scope()``.
         Each replica holds a full copy of the arrays. For several workers, use
-        ``readers.windows(strategy=...)``, where each worker holds only its shards.
+        ``readers.windows(strategy=...)``, where each worker holds only its shards (on the stream: every window).
+        Keras splits ``starts`` over several workers by its own sharding, not into the stream's contiguous
+        slices of each global step, so a multi-worker strategy is refused here.
 
     Returns:
       A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays``, ``wrap(model)``, and
@@ -227,9 +229,9 @@ def model_windows(
     strategy = pick_strategy(strategy)
     if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
         raise ValueError(
-            f"{where}: model_windows holds every episode on every replica and supports single-worker strategies "
-            f"(got {type(strategy).__name__}); use readers.windows(..., strategy=strategy), where each worker "
-            "holds only its own shards' episodes"
+            f"{where}: model_windows supports single-worker strategies (got {type(strategy).__name__}); use "
+            "readers.windows(..., strategy=strategy), which reads on several workers (each its own shards' "
+            "episodes, or on the stream every window)"
         )
     replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     check_batch_divides(batch_size, replicas, where)

@@ -26,6 +26,7 @@ from .layout import LABEL_ARRAY, Concatenated, Layout
 from .request import WindowRequest
 from .resident import (
     Source,
+    check_batch_divides,
     default_device,
     distribute_per_replica,
     draw_seed,
@@ -137,27 +138,46 @@ def check_epoch_batches(where: str, position: Position, epoch_size: int, drop_re
                          "smaller batch_size, a larger epoch_size or drop_remainder=False")
 
 
+def _several_workers(strategy) -> bool:
+    return isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
+def _check_strategy(strategy, request: WindowRequest, where: str) -> None:
+    """Refuses a strategy the stream does not support, a global batch its replicas do not divide, and an unseeded
+    shuffle read by several processes (each would draw its own seed, so its own order: the slices would overlap)."""
+    if strategy is not None and not (_several_workers(strategy) or
+                                     isinstance(strategy, tf.distribute.MirroredStrategy)):
+        raise ValueError(f"{where}: the stream (mixtures, balance, elastic resume) holds every window on every "
+                         f"replica and supports MirroredStrategy and MultiWorkerMirroredStrategy (got "
+                         f"{type(strategy).__name__}); read one path without weights, epoch_size, balance or "
+                         "with_source, or use one of those two")
+    if strategy is not None:
+        check_batch_divides(request.batch_size, strategy.num_replicas_in_sync, where)
+    context = request.input_context
+    processes = (context is not None and context.num_input_pipelines > 1) or _several_workers(strategy)
+    if request.shuffle and request.seed is None and processes:
+        what = (f"input_context of {context.num_input_pipelines} input pipelines" if strategy is None else
+                type(strategy).__name__)
+        raise ValueError(f"{where}: the stream read by several workers or input pipelines needs one order for all, "
+                         f"so a seed (got seed=None under {what}); pass seed=<int>, the same on every worker")
+
+
 def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixture: Mixture):
     """``readers.windows`` on the stream: one pipeline (of global batches, or under ``input_context`` of its
-    per-replica slices), or one per replica of a single-worker ``MirroredStrategy`` (each its contiguous slice of
-    every global step)."""
+    per-replica slices), or one per replica of a ``MirroredStrategy``, or on each worker of a
+    ``MultiWorkerMirroredStrategy`` one per local replica: global replica ``worker · local + r`` reads its
+    contiguous slice of every global step. Every replica holds every window, so all run the same steps."""
     where, batch_size = source.where, request.batch_size
     spec = layout.spec
     strategy = None if request.input_context is not None else pick_strategy(request.strategy)
-    if strategy is not None and (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) or
-                                 not isinstance(strategy, tf.distribute.MirroredStrategy)):
-        raise ValueError(f"{where}: the stream (mixtures, balance, elastic resume) holds every window on every "
-                         f"replica and supports MirroredStrategy on one worker (got {type(strategy).__name__}); "
-                         "read one path without weights, epoch_size, balance or with_source, or use MirroredStrategy")
-    if strategy is None:
-        positions = [pipeline_position(batch_size, request.input_context, where)]
-    else:
-        replicas = strategy.num_replicas_in_sync
-        positions = [Position(replicas, r, batch_size, batch_size // replicas) for r in range(replicas)]
+    _check_strategy(strategy, request, where)
+    replicas = 1 if strategy is None else strategy.num_replicas_in_sync
     report_short_episodes(where, spec, source.lengths)
     row = row_steps_of(spec, source.lengths)
     epoch_size = spec.count(source.lengths) if mixture.request.epoch_size is None else mixture.request.epoch_size
-    check_epoch_batches(where, positions[0], epoch_size, request.drop_remainder)
+    first = (pipeline_position(batch_size, request.input_context, where) if strategy is None else
+             Position(replicas, 0, batch_size, batch_size // replicas))
+    check_epoch_batches(where, first, epoch_size, request.drop_remainder)
     data = source.load(None, row)
     stream = stream_of(mixture, spec, data.lengths, shuffle=request.shuffle, seed=draw_seed(request.seed))
     starts = start_rows(spec, data.lengths, row)
@@ -165,14 +185,29 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
     per_device = variables_on(data, devices)
     sources = mixture.episode_sources if mixture.request.with_source else None
 
-    def replica_dataset(replica: int) -> tf.data.Dataset:
-        index = functools.partial(stream_batches, starts, stream=stream, position=positions[replica],
+    def replica_dataset(position: Position, local: int) -> tf.data.Dataset:
+        index = functools.partial(stream_batches, starts, stream=stream, position=position,
                                   drop_remainder=request.drop_remainder, repeat=request.repeat,
                                   start_step=request.start_step, where=where, before_epoch=source.before_epoch,
                                   stamp=source.stamp)
-        episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[replica].get(LABEL_ARRAY), sources)
-        return gather_batches(index, per_device[replica], layout, episodes, request.with_keys, sources is not None)
+        episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[local].get(LABEL_ARRAY), sources)
+        return gather_batches(index, per_device[local], layout, episodes, request.with_keys, sources is not None)
+
+    def of_replica(replica: int, local: int) -> tf.data.Dataset:
+        return replica_dataset(Position(replicas, replica, batch_size, batch_size // replicas), local)
 
     if strategy is None:
-        return with_arrays(replica_dataset(0), per_device)
-    return distribute_per_replica(strategy, lambda context: replica_dataset(context.input_pipeline_id), per_device)
+        return with_arrays(replica_dataset(first, 0), per_device)
+    if not _several_workers(strategy):
+        return distribute_per_replica(strategy, lambda context: of_replica(context.input_pipeline_id,
+                                                                           context.input_pipeline_id), per_device)
+
+    def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        worker, local = context.input_pipeline_id, len(devices)
+        datasets = [of_replica(worker * local + r, r) for r in range(local)]
+        if local == 1:
+            return datasets[0]
+        # The worker's iterator hands its elements to the local replicas round robin: element r goes to replica r.
+        return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(local).repeat())
+
+    return with_arrays(strategy.distribute_datasets_from_function(worker_dataset), per_device)
