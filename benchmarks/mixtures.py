@@ -13,6 +13,8 @@ end, best of ``--repeats`` interleaved passes:
      and a TensorFlow iterator checkpoint of the index-driven reader, in bytes; and the time to the first batch
      with ``start_step`` at 90% of an epoch against at 0 (building the pipeline included), for ``shuffle="global"``
      and for the default reader (which reads the records before the step again, undecoded).
+  5. augmentation: ``augment="color"`` on a batch of ``--batch-size`` 224x224 images, one seed for the batch (the
+     default reader) against one seed per image (the stream's), and the per-image draw alone, in ms per batch.
 
 Images per second are printed side by side with the ratios the issue sets as targets. Run it with
 ``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2``.
@@ -84,6 +86,31 @@ def _state_sizes(out: str, common: dict, work: str) -> tuple[int, int]:
     folder = os.path.dirname(prefix)
     checkpoint = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
     return state, checkpoint
+
+
+def _augment_cost(batch_size: int, repeats: int) -> None:
+    """Colour augmentation of one batch by a batch seed and by per-image seeds, and the per-image draw alone."""
+    import numpy as np
+    import tensorflow as tf
+    from tfshard.readers import augment
+
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, (batch_size, 224, 224, 3), dtype=np.uint8))
+    seeds = {"batch seed": tf.constant([3, 9], tf.int64),
+             "per-image seeds": tf.stack([tf.fill([batch_size], tf.constant(3, tf.int64)),
+                                          tf.range(batch_size, dtype=tf.int64)], axis=1)}
+    runs = {name: (tf.function(lambda x, s: augment.color_augment(x, s)), images, seed) for name, seed in seeds.items()}
+    runs["per-image draw alone"] = (tf.function(lambda x, s: augment._image_uniforms(s, 8)), images,
+                                    seeds["per-image seeds"])
+    best = {name: float("inf") for name in runs}
+    for _ in range(max(repeats, 3)):
+        for name, (function, x, seed) in runs.items():
+            function(x, seed)  # traced and compiled before the clock
+            start = time.perf_counter()
+            for _ in range(20):
+                tf.nest.map_structure(lambda t: t.numpy(), function(x, seed))
+            best[name] = min(best[name], (time.perf_counter() - start) / 20 * 1e3)
+    print(f"  augment='color', batch {batch_size} at 224x224: " + "; ".join(f"{name} {ms:.2f} ms"
+                                                                          for name, ms in best.items()))
 
 
 def main() -> None:
@@ -164,6 +191,7 @@ def main() -> None:
         state, checkpoint = _state_sizes(outs["all"], common, work)
         print(f"  input state: BackupAndRestore's state file {state} bytes (target <= 4096) "
               f"{'ok' if state <= 4096 else 'MISSED'}; an iterator checkpoint of shuffle='global' {checkpoint:,} bytes")
+        _augment_cost(args.batch_size, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

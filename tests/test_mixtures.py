@@ -184,6 +184,31 @@ def test_elastic_resume_on_another_replica_count_reads_the_same_batches(sets, be
         np.testing.assert_array_equal(one, other, err_msg=f"step {step}")
 
 
+@pytest.mark.parametrize("augment", ["default", "color"])
+def test_augmentation_is_per_element_on_any_replica_count_and_after_a_resume(sets, augment):
+    # "default" flips in the decode; "color" flips and jitters each batch, each image by its own seed
+    path, kwargs = [sets["a"], sets["b"]], {"weights": [0.7, 0.3], "augment": augment}
+    whole = _stream(path, 1, 0, 6, **kwargs)
+    for replicas in (2, 3):
+        for step, (one, other) in enumerate(zip(whole, _stream(path, replicas, 0, 6, **kwargs))):
+            np.testing.assert_array_equal(one, other, err_msg=f"step {step} on {replicas} replicas")
+    resumed = _stream(path, 2, 0, 2, **kwargs) + _stream(path, 3, 2, 4, **kwargs)
+    for step, (one, other) in enumerate(zip(whole, resumed)):
+        np.testing.assert_array_equal(one, other, err_msg=f"step {step}, resumed at step 2")
+    if augment == "color":  # the jitter ran: not the default recipe's images
+        assert not np.array_equal(whole[0], _stream(path, 1, 0, 1, weights=[0.7, 0.3])[0])
+
+
+def test_a_callable_augment_on_the_stream_resumes_exactly_on_the_same_replica_count(sets):
+    def dim(images, seed):  # one number per pipeline batch, from its seed
+        return images * tf.random.stateless_uniform([], seed, 0.5, 1.0)
+
+    whole = _stream(sets["a"], 2, 0, 5, augment=dim)
+    resumed = _stream(sets["a"], 2, 0, 2, augment=dim) + _stream(sets["a"], 2, 2, 3, augment=dim)
+    for step, (one, other) in enumerate(zip(whole, resumed)):
+        np.testing.assert_array_equal(one, other, err_msg=f"step {step}, resumed at step 2")
+
+
 def test_elastic_resume_under_mirrored_strategies(sets, strategies):
     whole = _stream(sets["a"], 1, 0, 6)
 
