@@ -13,14 +13,16 @@ end, best of ``--repeats`` interleaved passes:
      and a TensorFlow iterator checkpoint of the index-driven reader, in bytes; and the time to the first batch
      with ``start_step`` at 90% of an epoch against at 0 (building the pipeline included), for ``shuffle="global"``
      and for the default reader (which reads the records before the step again, undecoded).
+  5. augmentation: ``augment="color"`` on a batch of ``--batch-size`` 224x224 images, one seed for the batch (the
+     default reader) against one seed per image (the stream's), and the per-image draw alone, in ms per batch.
 
-  5. with ``--shard-cache``: the same images converted to ``gs://`` on the GCS emulator (``tests/gcs_emulator.py``,
+  6. with ``--shard-cache``: the same images converted to ``gs://`` on the GCS emulator (``tests/gcs_emulator.py``,
      ``--latency-ms`` a response, ``--stream-mb-per-s`` a connection), read through ``shard_cache=`` (an empty
      folder each round): ``shuffle="global"`` against today's file + buffer shuffle, epoch 1 (building the reader
      and fetching the shards) and epoch 2 (the local copies) of one pipeline each.
 
 Images per second are printed side by side with the ratios the issue sets as targets. Run it with
-``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2`` (add ``--shard-cache`` for 5. alone).
+``.venv/bin/python benchmarks/mixtures.py --images 600 --repeats 2`` (add ``--shard-cache`` for 6. alone).
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ def _state_sizes(out: str, common: dict, work: str) -> tuple[int, int]:
 
 
 def shard_cache_section(args) -> None:
-    """Section 5, inside the emulator's namespace: both shuffles through a shard cache, epochs 1 and 2."""
+    """Section 6, inside the emulator's namespace: both shuffles through a shard cache, epochs 1 and 2."""
     from tfshard import readers
     from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
 
@@ -132,6 +134,31 @@ def shard_cache_section(args) -> None:
               f"{'ok' if ratio >= 0.9 else 'MISSED'}")
 
 
+def _augment_cost(batch_size: int, repeats: int) -> None:
+    """Colour augmentation of one batch by a batch seed and by per-image seeds, and the per-image draw alone."""
+    import numpy as np
+    import tensorflow as tf
+    from tfshard.readers import augment
+
+    images = tf.constant(np.random.default_rng(0).integers(0, 256, (batch_size, 224, 224, 3), dtype=np.uint8))
+    seeds = {"batch seed": tf.constant([3, 9], tf.int64),
+             "per-image seeds": tf.stack([tf.fill([batch_size], tf.constant(3, tf.int64)),
+                                          tf.range(batch_size, dtype=tf.int64)], axis=1)}
+    runs = {name: (tf.function(lambda x, s: augment.color_augment(x, s)), images, seed) for name, seed in seeds.items()}
+    runs["per-image draw alone"] = (tf.function(lambda x, s: augment._image_uniforms(s, 8)), images,
+                                    seeds["per-image seeds"])
+    best = {name: float("inf") for name in runs}
+    for _ in range(max(repeats, 3)):
+        for name, (function, x, seed) in runs.items():
+            function(x, seed)  # traced and compiled before the clock
+            start = time.perf_counter()
+            for _ in range(20):
+                tf.nest.map_structure(lambda t: t.numpy(), function(x, seed))
+            best[name] = min(best[name], (time.perf_counter() - start) / 20 * 1e3)
+    print(f"  augment='color', batch {batch_size} at 224x224: " + "; ".join(f"{name} {ms:.2f} ms"
+                                                                          for name, ms in best.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--images", type=int, default=600)
@@ -139,7 +166,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--data-dir", default="bench-data")
     parser.add_argument("--shard-cache", action="store_true",
-                        help="only section 5: both shuffles through a shard cache on the GCS emulator")
+                        help="only section 6: both shuffles through a shard cache on the GCS emulator")
     parser.add_argument("--latency-ms", type=float, default=30.0, help="with --shard-cache (default 30)")
     parser.add_argument("--stream-mb-per-s", type=float, default=12.0, help="with --shard-cache (default 12)")
     parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
@@ -225,6 +252,7 @@ def main() -> None:
         state, checkpoint = _state_sizes(outs["all"], common, work)
         print(f"  input state: BackupAndRestore's state file {state} bytes (target <= 4096) "
               f"{'ok' if state <= 4096 else 'MISSED'}; an iterator checkpoint of shuffle='global' {checkpoint:,} bytes")
+        _augment_cost(args.batch_size, args.repeats)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

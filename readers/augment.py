@@ -1,8 +1,11 @@
 """Batched, vectorised augmentation: one op per batch, not one per image.
 
 Every function takes a uint8 or float batch ``[B, H, W, C]`` and a stateless
-seed ``[2]`` (int64), so a seeded pipeline augments the same way every run
-while each batch, and each epoch, draws fresh randomness from the seed stream.
+seed: ``[2]`` (int64), one for the batch, so a seeded pipeline augments the
+same way every run while each batch, and each epoch, draws fresh randomness
+from the seed stream; or ``[B, 2]``, one per image (the index-driven stream's
+``(seed, global element)``), whose numbers then come from that image's seed
+alone, whatever batch or replica it is read in.
 
 Two recipes: ``default_augment`` is the standard one (random-resized crop, done
 in the decode when there is no cache, and a flip) and stays uint8, so it costs
@@ -19,6 +22,28 @@ def _split(seed: tf.Tensor, n: int) -> tf.Tensor:
     return tf.random.experimental.stateless_split(seed, num=n)
 
 
+def per_image(seed: tf.Tensor) -> bool:
+    """Whether ``seed`` holds one seed per image (``[B, 2]``) rather than one for the batch (``[2]``)."""
+    return seed.shape.rank == 2
+
+
+def _image_uniforms(seeds: tf.Tensor, count: int) -> list[tf.Tensor]:
+    """``count`` tensors ``[B]`` in [0, 1): all of image ``i``'s numbers drawn from ``seeds[i]`` alone.
+
+    One loop over the batch (stateless ops take one seed; ``vectorized_map`` falls back to the same loop and is
+    slower), outside XLA: ~0.5 ms for a batch of 32 on 2 cores, against ~35 ms of colour jitter at 224x224.
+    """
+    draws = tf.map_fn(lambda seed: tf.random.stateless_uniform([count], seed), seeds,
+                      fn_output_signature=tf.float32)
+    return tf.unstack(draws, count, axis=1)
+
+
+def _between(u: tf.Tensor, low, high) -> tf.Tensor:
+    """``u`` in [0, 1) scaled to [low, high) as ``stateless_uniform(minval=low, maxval=high)`` scales its draws."""
+    low, high = tf.cast(low, tf.float32), tf.cast(high, tf.float32)
+    return u * (high - low) + low
+
+
 def random_resized_crop_batch(
     images: tf.Tensor, size: tuple[int, int], seed: tf.Tensor, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
 ) -> tf.Tensor:
@@ -28,17 +53,33 @@ def random_resized_crop_batch(
     clipped to the image, resized to ``size`` (bilinear). A uint8 batch comes
     back uint8 (rounded); a float batch keeps its dtype and scale.
     """
+    if per_image(seed):
+        return _resized_crop(images, size, _image_uniforms(seed, 4), scale, ratio)
     batch = tf.shape(images)[0]
     area_seed, ratio_seed, y_seed, x_seed = tf.unstack(_split(seed, 4))
     area = tf.random.stateless_uniform([batch], area_seed, scale[0], scale[1])
     log_ratio = tf.random.stateless_uniform(
         [batch], ratio_seed, tf.math.log(ratio[0]), tf.math.log(ratio[1])
     )
+    y = tf.random.stateless_uniform([batch], y_seed)
+    x = tf.random.stateless_uniform([batch], x_seed)
+    return _crop_boxes(images, size, area, log_ratio, y, x)
+
+
+def _resized_crop(images: tf.Tensor, size, u: list[tf.Tensor], scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tf.Tensor:
+    """The crop of ``random_resized_crop_batch`` from four drawn ``[B]`` numbers in [0, 1) per image."""
+    area = _between(u[0], scale[0], scale[1])
+    log_ratio = _between(u[1], tf.math.log(ratio[0]), tf.math.log(ratio[1]))
+    return _crop_boxes(images, size, area, log_ratio, u[2], u[3])
+
+
+def _crop_boxes(images, size, area, log_ratio, y, x) -> tf.Tensor:
+    batch = tf.shape(images)[0]
     aspect = tf.exp(log_ratio)
     height = tf.minimum(tf.sqrt(area / aspect), 1.0)  # fractions of the cached image's side
     width = tf.minimum(tf.sqrt(area * aspect), 1.0)
-    top = tf.random.stateless_uniform([batch], y_seed) * (1.0 - height)
-    left = tf.random.stateless_uniform([batch], x_seed) * (1.0 - width)
+    top = y * (1.0 - height)
+    left = x * (1.0 - width)
     boxes = tf.stack([top, left, top + height, left + width], axis=1)
     cropped = tf.image.crop_and_resize(images, boxes, tf.range(batch), size)  # reads uint8, returns float32
     if images.dtype == tf.uint8:
@@ -53,7 +94,10 @@ def random_flip_batch(images: tf.Tensor, seed: tf.Tensor, unit_float: bool = Fal
     runs XLA-compiled: 0.29 → 0.035 ms per 224x224 image on 2 cores (measured with TensorFlow's profiler).
     ``unit_float``: also cast a uint8 batch to float32 in [0, 1], in the same pass.
     """
-    flip = tf.random.stateless_uniform([tf.shape(images)[0], 1], seed) < 0.5
+    if per_image(seed):
+        flip = (_image_uniforms(seed, 1)[0] < 0.5)[:, tf.newaxis]
+    else:
+        flip = tf.random.stateless_uniform([tf.shape(images)[0], 1], seed) < 0.5
     return _flip_where(images, flip, unit_float)
 
 
@@ -77,14 +121,27 @@ def color_jitter_batch(
     One pass over the pixels instead of three with a per-pixel channel mean: ~2x cheaper (0.55 → 0.24 ms per
     224x224 image under XLA), the same values to float rounding.
     """
+    if per_image(seed):
+        return _jitter(images, *_jitter_draws(_image_uniforms(seed, 3), brightness, contrast, saturation))
     batch = tf.shape(images)[0]
     b_seed, c_seed, s_seed = tf.unstack(_split(seed, 3))
     shift = tf.random.stateless_uniform([batch], b_seed, -brightness, brightness)
     scale = tf.random.stateless_uniform([batch], c_seed, 1 - contrast, 1 + contrast)
+    sat = tf.random.stateless_uniform([batch, 1, 1], s_seed, 1 - saturation, 1 + saturation)
+    return _jitter(images, shift, scale, sat)
+
+
+def _jitter_draws(u: list[tf.Tensor], brightness=0.2, contrast=0.2, saturation=0.2) -> tuple[tf.Tensor, ...]:
+    """Brightness shift, contrast scale and saturation ``[B, 1, 1]`` of ``color_jitter_batch`` from three drawn
+    ``[B]`` numbers in [0, 1) per image."""
+    return (_between(u[0], -brightness, brightness), _between(u[1], 1 - contrast, 1 + contrast),
+            _between(u[2], 1 - saturation, 1 + saturation)[:, None, None])
+
+
+def _jitter(images: tf.Tensor, shift: tf.Tensor, scale: tf.Tensor, sat: tf.Tensor) -> tf.Tensor:
     mean = tf.reduce_mean(images, axis=[1, 2, 3]) + shift  # the image mean after the brightness shift
     offset = (scale * shift + (1 - scale) * mean)[:, None, None, None]
     if images.shape[-1] == 3:
-        sat = tf.random.stateless_uniform([batch, 1, 1], s_seed, 1 - saturation, 1 + saturation)
         matrix = scale[:, None, None] * (sat * tf.eye(3)[None] + (1 - sat) / 3.0)  # [B, 3, 3]
         images = tf.einsum("bhwc,bdc->bhwd", images, matrix)
     else:
@@ -104,6 +161,12 @@ def _flip_and_jitter(images: tf.Tensor, flip_seed: tf.Tensor, jitter_seed: tf.Te
     return color_jitter_batch(random_flip_batch(to_unit_float(images), flip_seed), jitter_seed)
 
 
+@tf.function(jit_compile=True)
+def _flip_and_jitter_drawn(images: tf.Tensor, flip: tf.Tensor, shift: tf.Tensor, scale: tf.Tensor,
+                           sat: tf.Tensor) -> tf.Tensor:
+    return _jitter(_flip_where(to_unit_float(images), flip, False), shift, scale, sat)
+
+
 def default_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None,
                     unit_float: bool = False) -> tf.Tensor:
     """The standard training augmentation of a batch: (random-resized crop,) flip. Keeps the batch's dtype,
@@ -111,6 +174,11 @@ def default_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int]
 
     ``crop_to``: crop here (a cached pipeline; without a cache the crop is fused into the JPEG decode).
     """
+    if per_image(seed):  # all of an image's numbers from its seed, in one draw
+        u = _image_uniforms(seed, 5)
+        if crop_to is not None:
+            images = _resized_crop(images, crop_to, u[:4])
+        return _flip_where(images, (u[4] < 0.5)[:, tf.newaxis], unit_float)
     crop_seed, flip_seed = tf.unstack(_split(seed, 2))
     if crop_to is not None:
         images = random_resized_crop_batch(images, crop_to, crop_seed)
@@ -122,6 +190,11 @@ def color_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] |
 
     The crop runs on the uint8 batch; flip, cast and jitter are one XLA-fused pass.
     """
+    if per_image(seed):  # all of an image's numbers from its seed, in one draw
+        u = _image_uniforms(seed, 8)
+        if crop_to is not None:
+            images = _resized_crop(images, crop_to, u[:4])
+        return _flip_and_jitter_drawn(images, (u[4] < 0.5)[:, tf.newaxis], *_jitter_draws(u[5:]))
     crop_seed, flip_seed, jitter_seed = tf.unstack(_split(seed, 3))
     if crop_to is not None:
         images = random_resized_crop_batch(images, crop_to, crop_seed)

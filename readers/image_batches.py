@@ -21,9 +21,14 @@ def batched(ds: tf.data.Dataset, recipe: Recipe, *, batch_size: int, drop_remain
 
 
 def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | InputPosition,
-              deterministic) -> tf.data.Dataset:
+              deterministic, element_seeds: bool = False) -> tf.data.Dataset:
     """Augment the uint8 batches (the crop after a cache, colour jitter, a callable), then cast to the asked dtype.
-    Nothing to do when every image left the decode map finished."""
+    Nothing to do when every image left the decode map finished.
+
+    ``element_seeds``: the batches are ``(images, labels, seeds [B, 2])``, each image's own stateless seed (the
+    index-driven stream's, from ``(seed, global element)``); the crop and the named augmentations draw each image's
+    numbers from it, so an image is augmented alike in any batch, on any replica count. A callable still gets one
+    seed per pipeline batch. Without it (the default reader), every augmentation gets one seed per batch."""
     if recipe.per_image:
         return ds
     unit_float = recipe.dtype == "float32"
@@ -32,24 +37,30 @@ def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | In
         return augment_lib.to_unit_float(images_) if unit_float else images_
 
     if not (recipe.training and (recipe.augment is not None or recipe.crop_after_cache is not None)):
-        if not unit_float:
+        if not unit_float and not element_seeds:
             return ds
-        return ds.map(lambda images_, labels: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
+        return ds.map(lambda images_, labels, *_: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
                       deterministic=deterministic)
     augment, crop_to = recipe.augment, recipe.crop_after_cache
 
     def augment_batch(batch, seed_):
-        images_, labels = batch  # uint8: crop and flip stay uint8; a cast to float, if any, comes last
-        if augment == "default":
-            return augment_lib.default_augment(images_, seed_, crop_to=crop_to, unit_float=unit_float), labels
+        images_, labels = batch[:2]  # uint8: crop and flip stay uint8; a cast to float, if any, comes last
+        image_seeds = batch[2] if element_seeds else None
         if isinstance(augment, str):
-            return finish(AUGMENTATIONS[augment](images_, seed_, crop_to=crop_to)), labels
+            drawn = seed_ if image_seeds is None else image_seeds
+            if augment == "default":
+                return augment_lib.default_augment(images_, drawn, crop_to=crop_to, unit_float=unit_float), labels
+            return finish(AUGMENTATIONS[augment](images_, drawn, crop_to=crop_to)), labels
         if crop_to is not None:
             crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
-            images_ = augment_lib.random_resized_crop_batch(images_, crop_to, crop_seed)
+            images_ = augment_lib.random_resized_crop_batch(
+                images_, crop_to, crop_seed if image_seeds is None else image_seeds)
         images_ = finish(images_)
         return (augment(images_, seed_) if augment is not None else images_), labels
 
+    if element_seeds and isinstance(augment, str):  # no seed stream: every number comes from the images' seeds
+        return ds.map(lambda *batch: augment_batch(batch, None), num_parallel_calls=AUTOTUNE,
+                      deterministic=deterministic)
     # Per-batch seeds continue from the resumed step too (start_step batches in).
     ds = tf.data.Dataset.zip((ds, skipped(seed_stream(seed, salt=2), start_step, per_step=1)))
     return ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)

@@ -118,7 +118,10 @@ def images(
         both on uint8; ``"color"``: that plus brightness/contrast/saturation
         jitter (float work, XLA-fused); None: the crop alone; or a callable
         ``(images [B,H,W,C] of ``dtype``, seed [2]) -> images`` applied per batch
-        after the crop. Ignored when ``training`` is False.
+        after the crop, with one seed per batch. Ignored when ``training`` is False.
+        On the index-driven stream the named recipes draw each image's numbers from
+        its own seed, from ``(seed, element)``, so they are the same on any replica
+        count; a callable still gets one seed per pipeline batch.
       dtype: ``"float32"`` (in [0, 1]) or ``"uint8"`` ([0, 255], a quarter of the
         bytes to the accelerator; normalise there with ``readers.normalization``).
         ``augment="color"`` needs float32.

@@ -21,11 +21,13 @@ from helpers import (
     save_episodes,
     write_text,
 )
+from shard_cache_helpers import LIMIT, copies, manifest_shards
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions, ImageOptions
 from tfshard.readers.indexed import stream as stream_lib
 from tfshard.readers.sampling import classes as sampling_classes
 from tfshard.readers.sampling.plan import StreamSpec, epoch_order, shares
+from tfshard.readers.shard_cache import pipeline as shard_cache_pipeline
 
 SIZE = 16
 
@@ -194,6 +196,31 @@ def test_elastic_resume_on_another_replica_count_reads_the_same_batches(sets, be
         np.testing.assert_array_equal(one, other, err_msg=f"step {step}")
 
 
+@pytest.mark.parametrize("augment", ["default", "color"])
+def test_augmentation_is_per_element_on_any_replica_count_and_after_a_resume(sets, augment):
+    # "default" flips in the decode; "color" flips and jitters each batch, each image by its own seed
+    path, kwargs = [sets["a"], sets["b"]], {"weights": [0.7, 0.3], "augment": augment}
+    whole = _stream(path, 1, 0, 6, **kwargs)
+    for replicas in (2, 3):
+        for step, (one, other) in enumerate(zip(whole, _stream(path, replicas, 0, 6, **kwargs))):
+            np.testing.assert_array_equal(one, other, err_msg=f"step {step} on {replicas} replicas")
+    resumed = _stream(path, 2, 0, 2, **kwargs) + _stream(path, 3, 2, 4, **kwargs)
+    for step, (one, other) in enumerate(zip(whole, resumed)):
+        np.testing.assert_array_equal(one, other, err_msg=f"step {step}, resumed at step 2")
+    if augment == "color":  # the jitter ran: not the default recipe's images
+        assert not np.array_equal(whole[0], _stream(path, 1, 0, 1, weights=[0.7, 0.3])[0])
+
+
+def test_a_callable_augment_on_the_stream_resumes_exactly_on_the_same_replica_count(sets):
+    def dim(images, seed):  # one number per pipeline batch, from its seed
+        return images * tf.random.stateless_uniform([], seed, 0.5, 1.0)
+
+    whole = _stream(sets["a"], 2, 0, 5, augment=dim)
+    resumed = _stream(sets["a"], 2, 0, 2, augment=dim) + _stream(sets["a"], 2, 2, 3, augment=dim)
+    for step, (one, other) in enumerate(zip(whole, resumed)):
+        np.testing.assert_array_equal(one, other, err_msg=f"step {step}, resumed at step 2")
+
+
 def test_elastic_resume_under_mirrored_strategies(sets, strategies):
     whole = _stream(sets["a"], 1, 0, 6)
 
@@ -255,6 +282,23 @@ def test_remote_with_index_files_reads_the_same_stream(sets):
     with _in_memory_bucket("ram://mixtures-indexed", sets["b"]) as bucket:
         arguments = {"batch_size": 2, "image_size": SIZE, "seed": 1, "with_source": True, "shuffle": "global"}
         assert _read(readers.images(bucket, **arguments)) == _read(readers.images(sets["b"], **arguments))
+
+
+def test_remote_global_shuffle_through_the_shard_cache_reads_each_record_once_an_epoch(sets, tmp_path):
+    # no index files: without the cache the bucket is refused (below); its verified local copies are read instead
+    records, directory = _records(sets["a"]), str(tmp_path / "cache")
+    arguments = {"batch_size": 2, "image_size": SIZE, "training": False, "seed": 1, "with_source": True,
+                 "shuffle": "global", "repeat": True}  # centre crops: each element is its record's identity
+    with _in_memory_bucket("ram://mixtures-cached", sets["a"]) as bucket:
+        ds = readers.images(bucket, shard_cache=directory, shard_cache_limit=LIMIT, **arguments)
+        store = shard_cache_pipeline.store_for(directory, LIMIT)
+        fetched = store.downloaded_bytes
+        got = _read(ds, steps=2 * 7)
+    assert copies(directory) == {s.sha256 for s in manifest_shards(sets["a"])}
+    assert fetched == sum(s.size for s in manifest_shards(sets["a"])) == store.downloaded_bytes  # once, up front
+    for epoch in range(2):
+        assert sorted(h for h, _, _ in got[epoch * 14:(epoch + 1) * 14]) == sorted(records)
+    assert got == _read(readers.images(sets["a"], **arguments), steps=2 * 7)
 
 
 def test_remote_without_index_or_shard_cache_is_refused(sets):
@@ -389,6 +433,46 @@ def test_episodes_elastic_resume_under_a_mirrored_strategy(episode_sets, strateg
     assert len(resumed) == 10
     for k, (one, other) in enumerate(zip(whole, resumed)):
         np.testing.assert_array_equal(one, other, err_msg=f"episode {k}")
+
+
+@pytest.fixture(scope="module")
+def labelled_episode_sets(tmp_path_factory):
+    """Episodes of ``data`` float32 [T, 2] in class folders, chunk records of 4 steps: ``a`` (run, walk; 6 episodes,
+    2 shards), ``b`` (run, walk; 4 episodes, one shard with a DALI index file), ``c`` (sit, walk) for the refusal.
+    Returns each dataset's path and its episodes' class names by id."""
+    root = tmp_path_factory.mktemp("labelled-episode-mixtures")
+    made = {}
+    for name, classes, lengths, options in [("a", ("run", "walk"), [5, 9, 3, 12, 7, 6], {"num_shards": 2}),
+                                            ("b", ("walk", "run"), [6, 2, 10, 4], {"index": True}),
+                                            ("c", ("sit", "walk"), [3, 4], {})]:
+        episodes = random_episodes(lengths, 10 + len(made), 2)
+        save_episodes(root / name, {f"{classes[i % 2]}/e{i}.npy": e for i, e in enumerate(episodes)})
+        out = root / name.upper()
+        convert_episode_tree(root / name, out, episode=EpisodeOptions(max_record_bytes=32), **options)
+        folders = {e.id: e.source.split("/")[0] for e in readers.info(str(out)).manifest.splits["train"].episodes}
+        made[name] = (str(out), folders)
+    return made
+
+
+def test_labelled_episode_mixture_gives_each_episode_its_class_and_source(labelled_episode_sets):
+    (a, a_folders), (b, b_folders) = labelled_episode_sets["a"], labelled_episode_sets["b"]
+    names = ["run", "walk"]  # both sources' class names; a class id is the same name in each
+    ds = readers.episodes([a, b], weights=[0.5, 0.5], epoch_size=20, shuffle="global", seed=3, with_keys=True,
+                          with_source=True)
+    got = [(int(e["source"]), int(keys["episode"]), e["label"]) for keys, e in ds]
+    assert collections.Counter(source for source, _, _ in got) == {0: 10, 1: 10}
+    for source, episode, label in got:
+        assert label.dtype == np.int64
+        assert names[int(label)] == (a_folders if source == 0 else b_folders)[episode], (source, episode)
+
+
+def test_labelled_episode_mixture_of_other_classes_is_refused_naming_both(labelled_episode_sets):
+    (a, _), (c, _) = labelled_episode_sets["a"], labelled_episode_sets["c"]
+    with pytest.raises(ValueError, match=re.escape(
+            f"{c}: its labels are not {a}'s, so one stream cannot hold both (got 'class' labels, classes ")) as caught:
+        readers.episodes([a, c], shuffle="global")
+    assert "\n" not in str(caught.value)
+    assert "'sit'" in str(caught.value) and "'run'" in str(caught.value)
 
 
 def test_episode_mixture_of_other_features_is_refused_naming_both(episode_sets):

@@ -3,7 +3,8 @@
 The stages, in their one order: this pipeline's global elements, a chunk at a time (Python per chunk: one
 epoch's order from ``readers/sampling``, each source's epoch check) → each element's record read by position
 (``records.read_at``, interleaved in order) → parse, the merged label, decode (a random crop seeded by the global
-element index, so every replica count crops alike) → batch → augment the batch → known length → prefetch.
+element index, so every replica count crops alike; each image's augmentation seed from it too) → batch → augment the
+batch (each image's numbers from its own seed) → known length → prefetch.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     ds = records.map(_decoder(recipe, merged, seed, request.with_source), num_parallel_calls=AUTOTUNE,
                      deterministic=True)
     ds = batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=True)
-    ds = augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=True)
+    ds = augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=True,
+                   element_seeds=not recipe.per_image)
     if not repeat:
         ds = ds.apply(tf.data.experimental.assert_cardinality(position.batches(epoch_size, drop_remainder)))
     ds = Stamp(where, [s.info.sha256 for source in sources for s in source.shards]).lead(ds)
@@ -107,6 +109,7 @@ def _decoder(recipe: Recipe, merged: sources_lib.MergedLabels, seed: int, with_s
     spec = merged.labels.spec()
     flip = recipe.per_image and recipe.augment == "default"
     crop_seed = tf.constant(seed, tf.int64)  # with n, the stateless seed [seed, n] of element n
+    batch_augmented = not recipe.per_image  # the batch stage augments: it gets each element's seed
 
     def decode(record, n, source):
         parsed = tf.io.parse_single_example(record, spec)
@@ -117,7 +120,10 @@ def _decoder(recipe: Recipe, merged: sources_lib.MergedLabels, seed: int, with_s
         else:
             image = decode_center_crop(encoded, recipe.stage["size"], recipe.stage["padding"],
                                        unit_float=recipe.unit_float)
-        return image, ({"label": label, "source": source} if with_source else label)
+        label = {"label": label, "source": source} if with_source else label
+        if batch_augmented:  # folded in per element here, in the parallel map, not in a loop over each batch
+            return image, label, tf.random.experimental.stateless_fold_in(tf.stack([crop_seed, n]), 2)
+        return image, label
 
     return decode
 
