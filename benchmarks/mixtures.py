@@ -15,7 +15,6 @@ end, best of ``--repeats`` interleaved passes:
      and for the default reader (which reads the records before the step again, undecoded).
   5. augmentation: ``augment="color"`` on a batch of ``--batch-size`` 224x224 images, one seed for the batch (the
      default reader) against one seed per image (the stream's), and the per-image draw alone, in ms per batch.
-
   6. with ``--shard-cache``: the same images converted to ``gs://`` on the GCS emulator (``tests/gcs_emulator.py``,
      ``--latency-ms`` a response, ``--stream-mb-per-s`` a connection), read through ``shard_cache=`` (an empty
      folder each round): ``shuffle="global"`` against today's file + buffer shuffle, epoch 1 (building the reader
