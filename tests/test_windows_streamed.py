@@ -102,6 +102,16 @@ def test_streamed_mixture_keys_hold_the_source_beside_episode_and_step(sets):
     assert isinstance(plain, tf.Tensor) and plain.shape == (5, 4)  # without with_source: today's elements
 
 
+def test_streamed_mixture_reads_labels_as_one_path_does(sets):
+    ds = readers.windows([sets["labelled"], sets["labelled"]], batch_size=2, seed=4, targets="label",
+                         with_source=True, **WINDOW)
+    got = collections.Counter()
+    for keys, (x, y) in ds:
+        for first, label, source in zip(x.numpy()[:, 0], y.numpy(), keys["source"].numpy()):
+            got[(int(first) - 200_000) // 1000, int(label), int(source)] += 1  # episode e{i} is class i
+    assert got == {(e, e, s): 3 for e in (0, 1) for s in (0, 1)}
+
+
 def test_streamed_mixture_shares_per_input_pipeline(sets):
     paths, whole = [sets["a"], sets["b"]], collections.Counter()
     for pipeline in range(2):
