@@ -185,6 +185,29 @@ def convert_obs_episodes(root, lengths, *, seed: int, num_shards: int) -> str:
     return out
 
 
+def numbered_episodes(root, name, lengths, base, *, classes=None, **options) -> str:
+    """Episodes ``root/{name}-src/e{i}.npz`` of ``lengths`` (under class folders ``classes[i]`` when given): ``t``
+    int64 [T] counting from ``base + 1000·i`` (every step numbered uniquely across datasets of other ``base``), ``obs``
+    float32 [T, 2]; converted into ``root/{name}`` (2 shards unless ``num_shards`` is given); returns it."""
+    src, out = os.path.join(str(root), f"{name}-src"), os.path.join(str(root), name)
+    save_episodes(src, {(f"{classes[i]}/" if classes else "") + f"e{i}.npz": {
+        "t": np.arange(base + 1000 * i, base + 1000 * i + t, dtype=np.int64),
+        "obs": np.full((t, 2), i, np.float32)} for i, t in enumerate(lengths)})
+    options.setdefault("num_shards", 2)
+    convert_episode_tree(src, out, **options)
+    return out
+
+
+def wide_episodes(root) -> str:
+    """Two episodes (12 and 10 steps) of ``t`` int64 and ``obs`` float64 [T, 3], converted into ``root/wide`` in one
+    shard: ``obs`` disagrees with ``numbered_episodes``' (a mixture's features that differ); returns it."""
+    src = os.path.join(str(root), "wide-src")
+    save_episodes(src, {f"e{i}.npz": {"t": np.arange(t, dtype=np.int64), "obs": np.zeros((t, 3))}
+                        for i, t in enumerate([12, 10])})
+    convert_episode_tree(src, os.path.join(str(root), "wide"), num_shards=1)
+    return os.path.join(str(root), "wide")
+
+
 # --- a dataset read back as documented -----------------------------------------------------------------------------
 
 

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, save_episodes, write_text
+from helpers import convert_episode_tree, numbered_episodes, save_episodes, wide_episodes, write_text
 from tfshard import readers
 from tfshard.ingest import EpisodeOptions
 from tfshard.readers.indexed import stream as stream_lib
@@ -23,30 +23,16 @@ from tfshard.readers.sampling.plan import StreamSpec, epoch_order
 WINDOW = {"length": 4, "shift": 2, "features": "t"}
 
 
-def _episodes(root, name, lengths, base, classes=None, **options) -> str:
-    """Episodes ``e{i}`` of ``lengths`` (under class folders ``classes[i]`` when given): ``t`` int64 [T] counting
-    from ``base + 1000·i``, ``obs`` float32 [T, 2]; converted into 2 shards; returns the output folder."""
-    src, out = root / f"{name}-src", root / name
-    save_episodes(src, {(f"{classes[i]}/" if classes else "") + f"e{i}.npz": {
-        "t": np.arange(base + 1000 * i, base + 1000 * i + t, dtype=np.int64),
-        "obs": np.full((t, 2), i, np.float32)} for i, t in enumerate(lengths)})
-    convert_episode_tree(src, out, num_shards=2, **options)
-    return str(out)
-
-
 @pytest.fixture(scope="module")
 def episode_sets(tmp_path_factory):
     """``a``: 14 windows, ``b``: 6 (so 70/30 of 20 is one pass of each), ``tilted``: classes big (20 windows) and
     small (2), ``wide``: ``a``'s lengths with ``obs`` float64 [T, 3]."""
     root = tmp_path_factory.mktemp("episode-mixtures")
-    wide_src = root / "wide-src"
-    save_episodes(wide_src, {f"e{i}.npz": {"t": np.arange(t, dtype=np.int64), "obs": np.zeros((t, 3))}
-                             for i, t in enumerate([12, 10])})
-    convert_episode_tree(wide_src, root / "wide", num_shards=1)
-    return {"a": _episodes(root, "a", [12, 10, 8, 6], 0), "b": _episodes(root, "b", [8, 6, 4], 100_000),
-            "tilted": _episodes(root, "tilted", [12, 12, 12, 12, 6], 200_000,
-                                classes=["big"] * 4 + ["small"]),
-            "wide": str(root / "wide")}
+    return {"a": numbered_episodes(root, "a", [12, 10, 8, 6], 0),
+            "b": numbered_episodes(root, "b", [8, 6, 4], 100_000),
+            "tilted": numbered_episodes(root, "tilted", [12, 12, 12, 12, 6], 200_000,
+                                        classes=["big"] * 4 + ["small"]),
+            "wide": wide_episodes(root)}
 
 
 def _windows_of(path) -> list[int]:
@@ -198,8 +184,6 @@ def test_windows_stream_far_into_the_run_costs_one_epoch(episode_sets):
      "{a} + {b}: weights: must be positive finite numbers (got weights=[0.7, -0.3])"),
     (lambda s: readers.windows([s["a"], s["b"]], batch_size=2, weights=[1.0], **WINDOW),
      "{a} + {b}: weights: must give one weight per source, 2 (got 1 weights"),
-    (lambda s: readers.windows([s["a"], s["b"]], batch_size=2, resident=False, **WINDOW),
-     "{a} + {b}: cannot read the index-driven stream (mixtures, balance, elastic resume) with resident=False"),
     (lambda s: readers.windows([s["a"], s["b"]], batch_size=64, epoch_size=20, **WINDOW),
      "{a} + {b}: the stream gives 20 windows an epoch, fewer than one global batch of 64"),
     (lambda s: readers.windows([s["a"], s["b"]], batch_size=2, input_context=tf.distribute.InputContext(2, 0, 2),
@@ -211,7 +195,7 @@ def test_windows_stream_far_into_the_run_costs_one_epoch(episode_sets):
                                strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), **WINDOW),
      "{a} + {b}: the stream (mixtures, balance, elastic resume) holds every window on every replica and supports "
      "MirroredStrategy and MultiWorkerMirroredStrategy (got OneDeviceStrategy)"),
-], ids=["features", "unlabelled", "negative-weight", "weights-length", "streamed", "empty-epoch", "unseeded-workers",
+], ids=["features", "unlabelled", "negative-weight", "weights-length", "empty-epoch", "unseeded-workers",
         "one-device"])
 def test_windows_stream_refusals_are_one_line(episode_sets, make, problem):
     with pytest.raises(ValueError, match=re.escape(problem.format(**episode_sets))) as caught:

@@ -35,6 +35,7 @@ from .mixture import Mixture
 from .request import DEFAULT_SHUFFLE_BUFFER, WindowRequest
 from .resident import Source, build_resident
 from .streamed import streamed_windows
+from .streamed_mixture import streamed_mixture
 
 PAD_HINT = ", or padding='start' (padded windows)"
 
@@ -114,6 +115,18 @@ def plan_mixture(stream: StreamRequest, split: str, features, targets: TargetsAr
     return mixture_lib.combine(stream, split, planned, sources)
 
 
+def _streamed_mixture(stream: StreamRequest, split: str, features, targets: TargetsArg, request: WindowRequest,
+                      cache: ShardCacheArg):
+    """``readers.windows`` of a stream with ``resident=False``: the sources checked before any is read, then one
+    streamed mixture per input pipeline (``streamed_mixture.py``)."""
+    planned = [_plan(path, split, features, targets, **request.layout_shape()) for path in stream.paths]
+    mixture_lib.check_sources(stream, planned)
+    if request.strategy is None:
+        return streamed_mixture(planned, stream, split, request, shard_cache=cache)
+    return request.strategy.distribute_datasets_from_function(
+        lambda ctx: streamed_mixture(planned, stream, split, request, shard_cache=cache, context=ctx))
+
+
 def windows(
     path: str | Sequence[str],
     split: str = "train",
@@ -158,8 +171,9 @@ def windows(
     for any window are counted and logged, never dropped silently.
 
     Args:
-      path: a ``tfshard episodes`` output folder (local or ``gs://``), or a list of them: a mixture (resident; the
-        sources must have the same features), read on the stream (docs/guide/mixtures.md#windows).
+      path: a ``tfshard episodes`` output folder (local or ``gs://``), or a list of them: a mixture (the sources
+        must have the same features), read on the stream (docs/guide/mixtures.md#windows); with ``resident=False``
+        each source streamed, the stream choosing the source of every window (no ``balance``).
       split: which split.
       length, shift, batch_size, features, targets, sampling_rate, time_range, padding, pad_value, shuffle, seed,
         drop_remainder, device, strategy, resident, shuffle_buffer, input_context, read_buffer_bytes, service,
@@ -211,6 +225,8 @@ def windows(
         shuffle_buffer=shuffle_buffer, input_context=input_context, service=service,
         service_job_name=service_job_name, processing_mode=processing_mode, stream=stream)
     cache = ShardCacheArg(shard_cache, shard_cache_limit)
+    if stream is not None and not request.resident:
+        return _streamed_mixture(stream, split, features, targets, request, cache)
     if stream is not None:
         layout, source, mixture = plan_mixture(stream, split, features, targets, request.read_buffer_bytes, cache,
                                                **request.layout_shape())

@@ -101,13 +101,15 @@ class WindowRequest:
         across workers) or ``"parallel_epochs"`` (each worker reads it all).
       stream: the index-driven stream's arguments (``readers/indexed/request.py``'s ``StreamRequest``: a list of
         paths, ``weights``, ``epoch_size``, ``balance``, ``with_source``), or None when none is given (today's
-        window index). With it every epoch is the stream's (docs/guide/mixtures.md#windows): resident windows
-        only, ``start_step`` in global steps on any replica count.
+        window index). With it every epoch is the stream's (docs/guide/mixtures.md#windows), ``start_step`` in
+        global steps on any replica count; with ``resident=False`` each source is its streamed pipeline and only
+        the choice of source comes from the stream (``readers/windows/streamed_mixture.py``: no ``balance``,
+        ``repeat`` or ``service``).
 
     Raises:
       ValueError: a number out of its range (``readers/arguments.py``), ``input_context`` or ``service`` with
         resident windows, ``start_step`` without ``repeat`` (or shuffled without a seed), ``repeat`` streamed,
-        ``stream`` streamed.
+        ``stream`` streamed with ``balance`` or ``service``.
     """
 
     where: str
@@ -159,9 +161,15 @@ class WindowRequest:
         start_step = check_resume(self.repeat, self.start_step, where, shuffle=self.shuffle, seed=self.seed)
         object.__setattr__(self, "start_step", start_step)
         if self.stream is not None and not self.resident:
-            raise ValueError(f"{where}: cannot read the index-driven stream (mixtures, balance, elastic resume) with "
-                             "resident=False: streamed windows are mixed by a shuffle buffer, not read by position; "
-                             "drop resident=False (the windows are then held in memory)")
+            for given, problem in [
+                (self.stream.balance is not None, f"balance={self.stream.balance!r}: each class's windows would "
+                 "be a filtered stream of its own, every source read once per class; drop resident=False (the "
+                 "windows are then held in memory and balanced by position) or drop balance"),
+                (self.service is not None, f"service={self.service!r}: the service's workers share an epoch out by "
+                 "files, so the sources' exact shares of it would be lost; read the mixture without service"),
+            ]:
+                if given:
+                    raise ValueError(f"{where}: cannot mix streamed windows (resident=False) with {problem}")
         if self.repeat and not self.resident:
             raise ValueError(f"{where}: repeat= is for resident windows (got resident=False); a streamed epoch's "
                              "shuffle buffer cannot be resumed exactly: repeat the dataset yourself (ds.repeat())")

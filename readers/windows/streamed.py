@@ -65,46 +65,80 @@ def episode_windows(layout, keys: dict, episode: dict, pad_value=0) -> tuple:
     return window_keys, gathered, mask, label
 
 
-def streamed_windows(dataset, split, layout, schema, request: WindowRequest, *, remote=None, shard_cache=None,
-                     context: tf.distribute.InputContext | None = None):
-    """The windows of ``request`` streamed from the shards: this process's pipeline, or (``context``, under a
-    strategy) one input pipeline's, whose batch is the per-replica batch of the replicas it feeds."""
+def pipeline_batch(request: WindowRequest, context: tf.distribute.InputContext | None) -> tuple:
+    """``(batch_size, input_context, replicas, pipelines)`` of this pipeline: the request's own, or (``context``,
+    under a strategy) one input pipeline's, whose batch is the per-replica batch of the replicas it feeds."""
     if context is None:
-        batch_size, input_context, replicas, pipelines = request.batch_size, request.input_context, 1, 1
-    else:
-        batch_size = context.get_per_replica_batch_size(request.batch_size)
-        input_context, replicas, pipelines = context, context.num_replicas_in_sync, context.num_input_pipelines
-    shuffle, seed, drop_remainder = request.shuffle, request.seed, request.drop_remainder
-    path = dataset.path
-    spec = layout.spec
-    gathered_schema = {n: schema[n] for n in layout.gathered}
-    if remote is not None:
-        # The service splits the epoch (not input_context), and each epoch is a new job built from this graph:
-        # a fixed seed on the workers would replay one order every epoch, so they draw fresh randomness.
-        seed, input_context = None, None
+        return request.batch_size, request.input_context, 1, 1
+    return (context.get_per_replica_batch_size(request.batch_size), context, context.num_replicas_in_sync,
+            context.num_input_pipelines)
+
+
+def check_batch(where: str, count: int, batch_size: int, replicas: int, pipelines: int) -> None:
+    """With drop_remainder, a pipeline of fewer ``count`` windows than one step takes from it is refused."""
+    # Under a strategy one pipeline feeds several replicas; a step takes a batch for each or none at all.
+    fed = max(1, replicas // pipelines)
+    what = f"batch_size={batch_size}" if replicas == 1 else (
+        f"the {batch_size * fed} a step takes from it (a batch of {batch_size} for each of the {fed} replicas it "
+        f"feeds; batch_size={batch_size * replicas} over {replicas} replicas)")
+    check_not_empty(where, count, "windows", "for this pipeline", batch_size * fed, what)
+
+
+def pipeline_windows(dataset, split, layout, input_context) -> tuple[int, set]:
+    """``(windows, shards)`` of this pipeline's file share of the split, from the manifest (every episode's length
+    is checked as it is read, so the count is exact); episodes too short for a window are reported."""
     mine = set(files_lib.pipeline_shards(dataset, split, input_context=input_context))
     lengths = [e.length for e in files_lib.split_info(dataset, split).episodes if e.shard in mine]
-    count = spec.count(lengths)  # this pipeline's windows (every episode's length is checked as it is read)
-    report_short_episodes(f"{path}: split {split!r}", spec, lengths)
-    if drop_remainder:
-        # Under a strategy one pipeline feeds several replicas; a step takes a batch for each or none at all.
-        fed = max(1, replicas // pipelines)
-        what = f"batch_size={batch_size}" if replicas == 1 else (
-            f"the {batch_size * fed} a step takes from it (a batch of {batch_size} for each of the {fed} replicas it "
-            f"feeds; batch_size={batch_size * replicas} over {replicas} replicas)")
-        check_not_empty(f"{path}: split {split!r}", count, "windows", "for this pipeline", batch_size * fed, what)
+    report_short_episodes(f"{dataset.path}: split {split!r}", layout.spec, lengths)
+    return layout.spec.count(lengths), mine
+
+
+def source_windows(dataset, split, layout, schema, request: WindowRequest, *, input_context, seed, local=True,
+                   shard_cache=None) -> tf.data.Dataset:
+    """One dataset's windows for this pipeline, unbatched and (``request.shuffle``) mixed by the buffer, each
+    ``(keys, gathered, mask, label)``; ``local``: False on tf.data service workers (``stream_episodes``)."""
     episodes = stream_episodes(
-        dataset, split, gathered_schema, shuffle_files=shuffle, seed=seed, input_context=input_context,
-        num_parallel_reads=None, read_buffer_bytes=request.read_buffer_bytes, with_keys=True, local=remote is None,
-        with_label=layout.label, shard_cache=shard_cache,
+        dataset, split, {n: schema[n] for n in layout.gathered}, shuffle_files=request.shuffle, seed=seed,
+        input_context=input_context, num_parallel_reads=None, read_buffer_bytes=request.read_buffer_bytes,
+        with_keys=True, local=local, with_label=layout.label, shard_cache=shard_cache,
     )
 
     def to_windows(keys, episode):
         return tf.data.Dataset.from_tensor_slices(episode_windows(layout, keys, episode, layout.pad_value))
 
     windows_ = episodes.flat_map(to_windows)
-    if shuffle:
+    if request.shuffle:
         windows_ = windows_.shuffle(request.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    return windows_
+
+
+def shaped(batches: tf.data.Dataset, layout, request: WindowRequest, with_source: bool = False) -> tf.data.Dataset:
+    """Batches of ``(keys, gathered, mask, label)`` as the reader yields them (``with_keys``; ``with_source``: the
+    keys hold ``"source"``, alone without ``with_keys``), prefetched."""
+    def shape(keys, gathered, mask, label):
+        element = layout.shape(gathered, mask if layout.masked else None, label if layout.label else None)
+        if request.with_keys:
+            return keys, element
+        return ({"source": keys["source"]}, element) if with_source else element
+
+    return batches.map(shape, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE).with_options(quiet_options())
+
+
+def streamed_windows(dataset, split, layout, schema, request: WindowRequest, *, remote=None, shard_cache=None,
+                     context: tf.distribute.InputContext | None = None):
+    """The windows of ``request`` streamed from the shards: this process's pipeline, or (``context``, under a
+    strategy) one input pipeline's, whose batch is the per-replica batch of the replicas it feeds."""
+    batch_size, input_context, replicas, pipelines = pipeline_batch(request, context)
+    seed, drop_remainder = request.seed, request.drop_remainder
+    if remote is not None:
+        # The service splits the epoch (not input_context), and each epoch is a new job built from this graph:
+        # a fixed seed on the workers would replay one order every epoch, so they draw fresh randomness.
+        seed, input_context = None, None
+    count, mine = pipeline_windows(dataset, split, layout, input_context)
+    if drop_remainder:
+        check_batch(f"{dataset.path}: split {split!r}", count, batch_size, replicas, pipelines)
+    windows_ = source_windows(dataset, split, layout, schema, request, input_context=input_context, seed=seed,
+                              local=remote is None, shard_cache=shard_cache)
     batches = windows_.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE)
     if remote is not None:  # the workers send each gathered window once; (x, x) or past/future are made here
         # Workers cannot run the epoch check's Python: this client runs it at the start of each of its epochs.
@@ -116,9 +150,4 @@ def streamed_windows(dataset, split, layout, schema, request: WindowRequest, *, 
         # it shares each epoch among its clients.
         batches = batches.apply(tf.data.experimental.assert_cardinality(
             count // batch_size if drop_remainder else -(-count // batch_size)))
-
-    def shape(keys, gathered, mask, label):
-        element = layout.shape(gathered, mask if layout.masked else None, label if layout.label else None)
-        return (keys, element) if request.with_keys else element
-
-    return batches.map(shape, num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE).with_options(quiet_options())
+    return shaped(batches, layout, request)
