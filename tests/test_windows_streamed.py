@@ -15,6 +15,7 @@ from helpers import numbered_episodes, wide_episodes
 from tfshard import readers
 from tfshard.readers.files import split_info
 from tfshard.readers.sampling.plan import StreamSpec, epoch_order, shares
+from tfshard.readers.windows import streamed_mixture
 
 # === mixtures of streamed windows ===================================================================================
 # Episode datasets whose feature ``t`` numbers every step uniquely across all of them, so a window is known by its
@@ -74,12 +75,17 @@ def test_streamed_mixture_gives_exact_shares_and_each_window_once_a_pass(sets, w
             assert len(passes[0]) < len(windows) or sorted(passes[0]) == sorted(windows)
 
 
-def test_streamed_mixture_choice_is_the_order_sampling_predicts_and_seeded(sets):
+@pytest.mark.parametrize("chunk", [None, 3], ids=["epoch-chunks", "small-chunks"])
+def test_streamed_mixture_choice_is_the_order_sampling_predicts_and_seeded(sets, chunk, monkeypatch):
+    if chunk is not None:  # the choices computed 3 at a time, as an epoch of more than CHUNK_ELEMENTS is
+        monkeypatch.setattr(streamed_mixture, "CHUNK_ELEMENTS", chunk)
     options = dict(batch_size=4, seed=7, weights=[0.7, 0.3], epoch_size=20, with_source=True, **WINDOW)
     paths = [sets["a"], sets["b"]]
-    first, second = _keyed(readers.windows(paths, **options)), _keyed(readers.windows(paths, **options))
-    expected = epoch_order(StreamSpec(sizes=(14, 6), weights=(0.7, 0.3), epoch_size=20, seed=7), 0)[0].tolist()
-    assert [s for _, s in first] == [s for _, s in second] == expected
+    ds = readers.windows(paths, **options)
+    first, second = _keyed(ds), _keyed(readers.windows(paths, **options))
+    spec = StreamSpec(sizes=(14, 6), weights=(0.7, 0.3), epoch_size=20, seed=7)
+    assert [s for _, s in first] == [s for _, s in second] == epoch_order(spec, 0)[0].tolist()
+    assert [s for _, s in _keyed(ds)] == epoch_order(spec, 1)[0].tolist()  # each iteration the next epoch
     # Which window a source gives comes from its shuffle buffer (files read in parallel): the same ones each pass.
     for source in (0, 1):
         assert sorted(w for w, s in first if s == source) == sorted(w for w, s in second if s == source)

@@ -2,7 +2,7 @@
 
 Each source is the streamed pipeline of its path (``streamed.py``: episodes read from its shards, windowed, mixed
 by a shuffle buffer), made endless: every pass a fresh file order and buffer. ``tf.data.Dataset.choose_from_datasets``
-combines them, the source of element ``k`` of epoch ``e`` given by the stream core (``sampling.plan.epoch_order``
+combines them, the source of element ``k`` of epoch ``e`` given by the stream core (``sampling.plan.elements``
 over each source's windows in this pipeline, from the manifest), so every epoch holds each source's share exactly,
 in a seeded order, and the length is known. Which window a source gives comes from its buffer, so the stream is not
 resumable by position (``repeat``, ``start_step`` refused, as for one streamed path).
@@ -13,7 +13,6 @@ resumable by position (``repeat``, ``start_step`` refused, as for one streamed p
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,7 +20,8 @@ import tensorflow as tf
 
 from .. import files as files_lib
 from ..indexed.request import StreamRequest
-from ..sampling.plan import StreamSpec, epoch_order
+from ..indexed.stream import CHUNK_ELEMENTS, EpochCount
+from ..sampling.plan import StreamSpec, elements
 from .layout import Layout
 from .request import WindowRequest
 from .resident import draw_seed
@@ -40,16 +40,20 @@ def pipeline_epoch_size(epoch_size: int | None, input_context) -> int | None:
 
 
 def choices(spec: StreamSpec) -> tf.data.Dataset:
-    """The source of every element of an epoch (int64), from ``epoch_order``; each iteration is the next epoch."""
-    epochs = itertools.count()  # without repeat each iteration of the dataset is the next epoch, as on the stream
+    """The source of every element of an epoch (int64), from the stream core (``sampling.plan.elements``) a chunk of
+    at most ``CHUNK_ELEMENTS`` at a time, so no epoch's order is held whole; each iteration is the next epoch."""
+    epochs, size = EpochCount(), spec.epoch_size
 
-    def order(_) -> np.ndarray:
-        return epoch_order(spec, next(epochs))[0].astype(np.int64)
+    def sources_of(number) -> np.ndarray:
+        number = int(number)
+        first = number * CHUNK_ELEMENTS
+        indices = epochs.at(number) * size + first + np.arange(min(CHUNK_ELEMENTS, size - first), dtype=np.int64)
+        return elements(spec, indices)[0].astype(np.int64)
 
-    def epoch(number):
-        return tf.ensure_shape(tf.numpy_function(order, [number], tf.int64, stateful=True), [spec.epoch_size])
+    def chunk(number):
+        return tf.ensure_shape(tf.numpy_function(sources_of, [number], tf.int64, stateful=True), [None])
 
-    return tf.data.Dataset.range(1).map(epoch).unbatch()
+    return tf.data.Dataset.range(-(-size // CHUNK_ELEMENTS)).map(chunk).unbatch()
 
 
 def streamed_mixture(planned: Sequence[tuple[files_lib.DatasetInfo, Layout, dict]], stream: StreamRequest,
