@@ -38,12 +38,12 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """``keras.callbacks.BackupAndRestore`` that also saves and restores the position of a tfshard input.
 
     The input is one ``readers.images(..., repeat=True, seed=...)`` (either stream: the default one or the
-    index-driven one) or resident ``readers.windows(..., repeat=True, seed=...)``, fed to ``model.fit`` with
-    ``steps_per_epoch``. On ``on_train_begin`` it restores the weights
-    and the optimizer, the epoch, and moves the input to the global step the backup had reached; the resumed epoch
-    then trains only its remaining batches. Without a backup the input starts at its own ``start_step``. Put it
-    first in ``callbacks``: it ends the resumed epoch early by setting ``model.stop_training`` and clears that flag
-    at the epoch's end.
+    index-driven one), resident ``readers.windows(..., repeat=True, seed=...)`` or the ``starts`` of
+    ``readers.model_windows(..., repeat=True, seed=...)``, fed to ``model.fit`` with ``steps_per_epoch``. On
+    ``on_train_begin`` it restores the weights and the optimizer, the epoch, and moves the input to the global step
+    the backup had reached; the resumed epoch then trains only its remaining batches. Without a backup the input
+    starts at its own ``start_step``. Put it first in ``callbacks``: it ends the resumed epoch early by setting
+    ``model.stop_training`` and clears that flag at the epoch's end.
 
     Args:
       backup_dir: a folder (local or ``gs://``) for this run's backups alone.
@@ -67,8 +67,8 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
                          delete_checkpoint=delete_checkpoint)
         if dataset is not None and input_position.of(dataset) is None:
             raise ValueError(f"{backup_dir}: dataset is not a resumable tfshard input (got {dataset!r}); pass what "
-                             "readers.images or readers.windows(..., repeat=True, seed=...) returned, or a dataset "
-                             "made from it")
+                             "readers.images or readers.windows (or model_windows' starts) returned with "
+                             "(..., repeat=True, seed=...), or a dataset made from it")
         self._dataset = dataset
         self._state_path = posixpath.join(str(backup_dir), STATE_FILE)
         self._position = None

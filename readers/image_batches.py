@@ -62,5 +62,5 @@ def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | In
         return ds.map(lambda *batch: augment_batch(batch, None), num_parallel_calls=AUTOTUNE,
                       deterministic=deterministic)
     # Per-batch seeds continue from the resumed step too (start_step batches in).
-    ds = tf.data.Dataset.zip((ds, skipped(seed_stream(seed, salt=2), start_step, per_step=1)))
+    ds = tf.data.Dataset.zip((ds, skipped(lambda: seed_stream(seed, salt=2), start_step, per_step=1)))
     return ds.map(augment_batch, num_parallel_calls=AUTOTUNE, deterministic=deterministic)

@@ -241,16 +241,18 @@ def images(
     dataset, shards, mine = _shards(path, split, input_context, remote, drop_remainder, batch_size, ignore_errors)
     session = ShardCacheArg(shard_cache, shard_cache_limit).session(path, shards)
 
-    records = files_lib.interleave_records(
-        shards, compression=dataset.manifest.compression, shuffle_files=training, seed=worker_seed,
-        cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
-        ignore_errors=ignore_errors, guard=remote is None, shard_cache=session,
-    )
     # Each epoch first checks that OUT still holds the dataset this pipeline was built on (readers/epoch_guard.py),
     # in the first stage that runs every epoch: the reads, or after a cache, or on a service's client.
     epoch = EpochGuard(dataset, split, shards)
-    if remote is None and cache is None:
-        records = epoch.ahead(records, skippable=ignore_errors)
+
+    def records() -> tf.data.Dataset:
+        read = files_lib.interleave_records(
+            shards, compression=dataset.manifest.compression, shuffle_files=training, seed=worker_seed,
+            cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
+            ignore_errors=ignore_errors, guard=remote is None, shard_cache=session,
+        )
+        return epoch.ahead(read, skippable=ignore_errors) if remote is None and cache is None else read
+
     ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
                   repeat=repeat, start=start, batch_size=batch_size, deterministic=deterministic,
                   ignore_errors=ignore_errors)
@@ -298,13 +300,15 @@ def _shards(path: str, split: str, input_context, remote, drop_remainder: bool, 
     return dataset, files_lib.check_shards(dataset, split, chosen, warn_on_size=ignore_errors), mine
 
 
-def _decoded(records: tf.data.Dataset, recipe: Recipe, labels: ImageLabels, *, shuffle_buffer: int, seed,
-             repeat: bool, start: int | InputPosition, batch_size: int, deterministic,
+def _decoded(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: ImageLabels, *, shuffle_buffer: int,
+             seed, repeat: bool, start: int | InputPosition, batch_size: int, deterministic,
              ignore_errors: bool) -> tf.data.Dataset:
     """Parse and decode, in parallel. In training without a cache the decode is the random crop: the *encoded*
     records are shuffled first (as TF's model garden readers do: the buffer holds ~80 KB JPEGs instead of 150 KB
-    decoded images, and batch() stays fused with the decode map). ``start``: the step a resumed job starts at (the
-    records before it are read but not decoded), or the ``InputPosition`` that says it when the iterator opens."""
+    decoded images, and batch() stays fused with the decode map). ``records()`` builds the reads. ``start``: the
+    step a resumed job starts at (the records before it are read but not decoded), or the ``InputPosition`` that
+    says it when the iterator opens (the reads, shuffles and seeds are then built for each iterator: see
+    ``input_position.skipped``)."""
     if recipe.random_decode:
         flip = recipe.per_image and recipe.augment == "default"
 
@@ -312,16 +316,19 @@ def _decoded(records: tf.data.Dataset, recipe: Recipe, labels: ImageLabels, *, s
             encoded, label = parse_image(record, labels)
             return decode_random_crop(encoded, seed_, recipe.image_size, flip=flip, unit_float=recipe.unit_float), label
 
-        records = records.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-        ds = tf.data.Dataset.zip((records.repeat() if repeat else records, seed_stream(seed, salt=1)))
+        def shuffled() -> tf.data.Dataset:
+            read = records().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+            return tf.data.Dataset.zip((read.repeat() if repeat else read, seed_stream(seed, salt=1)))
     else:
         def decode(record):
             encoded, label = parse_image(record, labels)
             size, padding = recipe.stage["size"], recipe.stage["padding"]
             return decode_center_crop(encoded, size, padding, unit_float=recipe.unit_float), label
 
-        ds = records.repeat() if repeat and not recipe.cached else records  # with a cache: after it, below
-    ds = skipped(ds, start, per_step=batch_size)
+        def shuffled() -> tf.data.Dataset:
+            read = records()
+            return read.repeat() if repeat and not recipe.cached else read  # with a cache: after it, below
+    ds = skipped(shuffled, start, per_step=batch_size)
     ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
     return ds.ignore_errors(log_warning=True) if ignore_errors else ds
 

@@ -1,7 +1,8 @@
 """Where a resumable input starts, read when its iterator opens, so that a callback can move it before then.
 
-``readers.images(..., repeat=True, seed=...)`` and resident ``readers.windows(..., repeat=True, seed=...)`` return
-a stream that is a pure function of its seed and its start step (``start_step``). Such an input gets an
+``readers.images(..., repeat=True, seed=...)``, resident ``readers.windows(..., repeat=True, seed=...)`` and the
+``starts`` of ``readers.model_windows(..., repeat=True, seed=...)`` are a stream that is a pure function of its seed
+and its start step (``start_step``), in every iterator. Such an input gets an
 ``InputPosition``: its start is read from Python when the pipeline's first element is asked for, not when the
 pipeline is built. Keras' ``model.fit`` opens its input's iterator after
 ``callbacks.on_train_begin()``, so ``readers.BackupAndRestore`` (``readers/backup.py``) restores the model there and
@@ -9,12 +10,13 @@ moves the input to the step it had reached. The pipeline references its position
 (``POSITION_ATTRIBUTE``), so the live positions are those of live datasets.
 
     position = InputPosition(0, "photos-tfr")
-    ds = skipped(records, position, per_step=64)   # reads position.start when its iterator opens
+    ds = skipped(lambda: records, position, per_step=64)   # reads position.start when its iterator opens
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -84,8 +86,14 @@ def opened(start: int | InputPosition, build) -> tf.data.Dataset:
     return tf.data.Dataset.range(1).flat_map(build_now)
 
 
-def skipped(ds: tf.data.Dataset, start: int | InputPosition, per_step: int) -> tf.data.Dataset:
-    """``ds`` after the ``per_step`` elements of each step before ``start`` (exactly ``ds`` when ``start`` is 0)."""
+def skipped(build: Callable[[], tf.data.Dataset], start: int | InputPosition, per_step: int) -> tf.data.Dataset:
+    """``build()`` after the ``per_step`` elements of each step before ``start`` (exactly ``build()`` when ``start``
+    is 0). With a position, ``build()`` runs when each iterator opens: a seeded ``shuffle`` or ``Dataset.random``
+    that reshuffles each iteration draws its seeds from a generator all iterators of one dataset share, so a dataset
+    built once would give a later iterator (Keras opens one to build a model under a strategy, and drops it after a
+    prefetch of a timing-dependent length) other epochs than the first; built for each, every iterator starts at the
+    first epoch's seeds."""
     if not isinstance(start, InputPosition):
+        ds = build()
         return ds.skip(start * per_step) if start else ds
-    return opened(start, lambda step: ds.skip(step * per_step))
+    return opened(start, lambda step: build().skip(step * per_step))

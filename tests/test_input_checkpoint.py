@@ -213,6 +213,22 @@ def test_images_start_step_is_the_uninterrupted_stream_from_that_step(photos, tr
             np.testing.assert_array_equal(got, want)  # the same crops and flips, not only the same records
 
 
+@pytest.mark.parametrize("kwargs", [{}, dict(augment="color"), dict(shuffle="global", augment="color")], ids=str)
+def test_every_iterator_of_a_resumable_images_dataset_is_the_same_stream(noisy_photos, kwargs):
+    """Keras opens one iterator to build a model under a strategy and drops it after a prefetch of a
+    timing-dependent length, before the one it trains on: a seeded reshuffle drew each iterator's epochs from a
+    generator they all shared, so the fit's stream depended on how far the first one had read (fixed)."""
+    ds = readers.images(noisy_photos, batch_size=4, image_size=8, seed=7, repeat=True, start_step=1, **kwargs)
+    first = first_batches(ds, 8)  # 10 records an epoch: into the 4th
+    iterator = iter(ds)
+    for _ in range(11):
+        next(iterator)
+    del iterator
+    for (got_labels, got), (want_labels, want) in zip(first_batches(ds, 8), first):
+        assert got_labels == want_labels
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("kwargs, why", [
     (dict(start_step=2), "repeat=False"),
     (dict(start_step=2, repeat=True, seed=None), "seed=None"),
@@ -409,6 +425,84 @@ def test_keras_own_callback_restarts_the_epoch_ours_trains_its_remaining_batches
         trained[ours] = count.batches
     assert trained == {False: 4, True: 1}
     assert resumed.step == 4
+
+
+def _interrupt(at: int):
+    """A Keras callback that raises once its fit has trained ``at`` batches: a job interrupted in-process."""
+    import keras
+
+    class Interrupt(keras.callbacks.Callback):
+        seen = 0
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.seen += 1
+            if self.seen == at:
+                raise RuntimeError("interrupted")
+
+    return Interrupt()
+
+
+def _interrupted_twice_ends_as_uninterrupted(fit, tmp_path) -> None:
+    """``fit(backup_dir, interrupt)`` (3 epochs of 5 steps, a save every 2, the final weights returned), interrupted
+    mid-epoch (saved at step 6), then after an epoch's last batch (saved before its end), then run to its end, ends
+    with the weights of one run uninterrupted."""
+    uninterrupted = fit(tmp_path / "reference", None)
+    for at in (7, 4):
+        with pytest.raises(RuntimeError, match="interrupted"):
+            fit(tmp_path / "bk", _interrupt(at))
+    np.testing.assert_array_equal(fit(tmp_path / "bk", None), uninterrupted)
+
+
+@pytest.mark.parametrize("stream", ["default", "global"])
+def test_a_fit_under_a_strategy_interrupted_twice_ends_with_an_uninterrupted_fits_weights(photos, tmp_path, stream,
+                                                                                         strategies):
+    """A model built in a MirroredStrategy's scope (2 replicas): Keras opens an iterator of the input before
+    on_train_begin to build it (and drops it after a prefetch of a timing-dependent length), and splits each global
+    batch; the restore still lands on the step reached, and the fit on the stream's batches."""
+    import keras
+
+    def fit(backup_dir, interrupt):
+        import fit_resume_child
+
+        ds = fit_resume_child.reader(stream, photos)
+        with strategies[2].scope():
+            model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(
+                24, kernel_initializer=keras.initializers.GlorotUniform(seed=0))])
+            model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        callbacks = [readers.BackupAndRestore(backup_dir, save_freq=2, dataset=ds)]
+        model.fit(ds, epochs=3, steps_per_epoch=5, callbacks=callbacks + ([interrupt] if interrupt else []),
+                  verbose=0)
+        return np.concatenate([w.ravel() for w in model.get_weights()])
+
+    _interrupted_twice_ends_as_uninterrupted(fit, tmp_path)
+
+
+@pytest.mark.parametrize("how", ["alone", "mixture", "strategy"])
+def test_a_model_windows_fit_interrupted_twice_ends_with_an_uninterrupted_fits_weights(dataset, tmp_path, how,
+                                                                                        strategies):
+    """readers.model_windows(..., repeat=True, seed=...): its starts resume too, on the default stream, on a
+    mixture's (the index-driven one) and under a MirroredStrategy (2 replicas, each gathering from its own copy)."""
+    import contextlib
+
+    import keras
+
+    def fit(backup_dir, interrupt):
+        strategy = strategies[2] if how == "strategy" else None
+        paths, mixed = ([dataset, dataset], dict(weights=[1, 3])) if how == "mixture" else (dataset, {})
+        windows = readers.model_windows(paths, length=8, shift=4, batch_size=4, features="obs", targets=1, seed=11,
+                                        repeat=True, strategy=strategy, **mixed)
+        with strategy.scope() if strategy else contextlib.nullcontext():
+            model = windows.wrap(keras.Sequential([keras.Input((8, 2)), keras.layers.Flatten(), keras.layers.Dense(
+                2, kernel_initializer=keras.initializers.GlorotUniform(seed=0)), keras.layers.Reshape((1, 2))]))
+            model.compile(keras.optimizers.SGD(0.01), "mse")
+            model(next(iter(windows.starts)))  # built, as the callback needs, by an iterator opened before fit's
+        backup = readers.BackupAndRestore(backup_dir, save_freq=2, dataset=windows.starts)
+        model.fit(windows.starts, epochs=3, steps_per_epoch=5, callbacks=[backup] + ([interrupt] if interrupt else []),
+                  verbose=0)
+        assert interrupt is not None or backup.step == 15
+        return np.concatenate([w.ravel() for w in model.get_weights()])
+
+    _interrupted_twice_ends_as_uninterrupted(fit, tmp_path)
 
 
 def test_double_checkpoint_restores_the_save_before_when_the_last_ones_weights_are_damaged(photos, tmp_path):

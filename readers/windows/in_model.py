@@ -28,6 +28,7 @@ import tensorflow as tf
 from ..arguments import DEFAULT_READ_BUFFER_BYTES, check_not_empty, per_replica_text
 from ..indexed.request import stream_request
 from ..indexed.stream import Position
+from ..input_position import InputPosition, attach
 from ..windowing.starts import row_steps_of, start_rows
 from ..windowing.targets import TargetsArg
 from .dataset import plan_mixture, plan_resident
@@ -192,7 +193,7 @@ def model_windows(
         drop_remainder, device, read_buffer_bytes, repeat, start_step: as ``WindowRequest`` documents them
         (``targets="label"``: the episodes' labels, mirrored too; ``repeat``/``start_step``: ``starts`` runs epoch
         after epoch from one iterator, checkpointable, or started at a saved step, under a strategy too, where
-        Keras distributes ``starts``).
+        Keras distributes ``starts``; seeded, ``readers.BackupAndRestore`` moves it).
       weights, epoch_size, balance, with_source: as for ``readers.windows`` (a list of paths too): ``starts`` then
         reads the stream's global batches, so ``start_step`` counts global steps on any replica count (Keras
         splits each global batch into contiguous per-replica slices); ``with_source`` adds ``"source"`` to
@@ -256,8 +257,10 @@ def model_windows(
     data = source.load(None, row)
     arrays = _variables(data, strategy, device)
     starts = start_rows(spec, data.lengths, row)
-    resume = dict(repeat=repeat, start_step=request.start_step, where=where, before_epoch=source.before_epoch,
-                  stamp=source.stamp)
+    # A seeded endless stream is a pure function of its start: readers.BackupAndRestore moves it (input_position.py).
+    resumable = repeat and (seed is not None or not shuffle)
+    start = InputPosition(request.start_step, where) if resumable else request.start_step
+    resume = dict(repeat=repeat, start_step=start, where=where, before_epoch=source.before_epoch, stamp=source.stamp)
     if mixture is None:
         index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
                               drop_remainder=drop_remainder, replica=0, replicas=1, **resume)
@@ -269,4 +272,6 @@ def model_windows(
     sources = mixture.episode_sources if mixture is not None and with_source else None
     episodes = Episodes(data, dtype, arrays.pop(LABEL_ARRAY, None), sources)
     gather = WindowGather(_Resident(arrays, layout, episodes, dtype), name="window_gather")
-    return ModelWindows(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)), gather, arrays, row)
+    starts_ds = attach(index.prefetch(AUTOTUNE).with_options(resumable_options(small=repeat)),
+                       start if resumable else None)
+    return ModelWindows(starts_ds, gather, arrays, row)

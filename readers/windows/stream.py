@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from ..epoch_guard import Stamp
 from ..indexed.stream import EpochCount, Position, Stream
+from ..input_position import InputPosition, opened
 from ..sampling import classes as sampling_classes
 from ..sampling.plan import StreamSpec
 from ..windowing.starts import WindowSpec
@@ -67,14 +68,15 @@ def window_stream(spec: WindowSpec, lengths: Sequence[int], episode_sources: Seq
 
 def stream_batches(
     starts: np.ndarray, *, stream: Stream, position: Position, drop_remainder: bool, repeat: bool = False,
-    start_step: int = 0, then: Callable | None = None, where: str = "resident windows",
+    start_step: int | InputPosition = 0, then: Callable | None = None, where: str = "resident windows",
     before_epoch: Callable | None = None, stamp: Stamp | None = None,
 ) -> tf.data.Dataset:
     """Batches of window start rows for one pipeline, read from the stream: ``index_batches``' counterpart.
 
     Without ``repeat`` each iteration of the dataset is the next epoch of the stream, of a known length (this
     pipeline's batches of it). With ``repeat`` the stream runs on from global step ``start_step``, a chunk of one
-    epoch's steps at a time, so starting at any step costs one epoch's order. ``then``, ``before_epoch`` (run ahead
+    epoch's steps at a time, so starting at any step costs one epoch's order (an ``InputPosition``: the step it
+    holds when the iterator opens, ``readers.BackupAndRestore``'s). ``then``, ``before_epoch`` (run ahead
     of each chunk) and ``stamp`` (checked by each chunk, so a checkpoint restores only into the same data): as
     ``index_batches`` takes them.
     """
@@ -86,20 +88,20 @@ def stream_batches(
     epochs = EpochCount()
     dtype = tf.as_dtype(starts.dtype)
 
-    def chunk(number) -> tuple[np.ndarray, np.ndarray]:  # (full batches [k, B], the partial last batch)
+    def chunk(number, start) -> tuple[np.ndarray, np.ndarray]:  # (full batches [k, B], the partial last batch)
         if repeat:
-            indices = position.chunk(int(number), start_step, epoch_size)
+            indices = position.chunk(int(number), int(start), epoch_size)
         else:
             indices = position.epoch(epochs.at(int(number)), epoch_size, drop_remainder, chunk=int(number))
         rows = starts[stream.records(indices)[1]]
         full = len(rows) // batch * batch
         return rows[:full].reshape(-1, batch), rows[full:]
 
-    def chunk_of(stamp_element, number):
+    def chunk_of(stamp_element, number, start):
         if stamp is not None:
             with tf.control_dependencies([stamp.check(stamp_element, number)]):
                 number = tf.identity(number)
-        full, tail = tf.numpy_function(chunk, [number], [dtype, dtype], stateful=True)
+        full, tail = tf.numpy_function(chunk, [number, start], [dtype, dtype], stateful=True)
         return tf.ensure_shape(full, [None, batch]), tf.ensure_shape(tail, [None])
 
     def batches_of(full, tail):
@@ -108,11 +110,15 @@ def stream_batches(
             batches = batches.concatenate(tf.data.Dataset.from_tensors(tail).filter(lambda t: tf.size(t) > 0))
         return batches if before_epoch is None else before_epoch(batches)
 
-    numbers = tf.data.Dataset.range(2**62 if repeat else position.epoch_chunks(epoch_size, drop_remainder))
-    stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
-    # The next chunk's order is computed while this one's batches are read (prefetch), so a chunk boundary does
-    # not stall the gather.
-    index = tf.data.Dataset.zip((stamps, numbers)).map(chunk_of).prefetch(1).flat_map(batches_of)
+    def from_step(start):  # the start step, read once when the iterator opens (input_position.py)
+        numbers = tf.data.Dataset.range(2**62 if repeat else position.epoch_chunks(epoch_size, drop_remainder))
+        stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
+        # The next chunk's order is computed while this one's batches are read (prefetch), so a chunk boundary does
+        # not stall the gather.
+        return tf.data.Dataset.zip((stamps, numbers)).map(lambda s, n: chunk_of(s, n, start)).prefetch(1).flat_map(
+            batches_of)
+
+    index = opened(start_step if repeat else 0, from_step)
     if then is not None:
         index = index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
     return index if repeat else index.apply(tf.data.experimental.assert_cardinality(per_epoch))
