@@ -505,6 +505,31 @@ def test_a_model_windows_fit_interrupted_twice_ends_with_an_uninterrupted_fits_w
     _interrupted_twice_ends_as_uninterrupted(fit, tmp_path)
 
 
+@pytest.mark.parametrize("strategy_replicas", [None, 2], ids=["one-pipeline", "strategy"])
+def test_a_windows_mixture_fit_interrupted_twice_ends_with_an_uninterrupted_fits_weights(dataset, tmp_path,
+                                                                                          strategy_replicas,
+                                                                                          strategies):
+    """readers.windows on the index-driven stream (a mixture, repeat=True, a seed): BackupAndRestore moves its start
+    as it does the default path's, alone and under a MirroredStrategy (each replica its slice of a global step)."""
+    import contextlib
+
+    import keras
+
+    def fit(backup_dir, interrupt):
+        strategy = strategies[strategy_replicas] if strategy_replicas else None
+        ds = readers.windows([dataset, dataset], weights=[1, 3], length=8, shift=4, batch_size=4, features="obs",
+                             targets=1, seed=11, repeat=True, strategy=strategy)
+        with strategy.scope() if strategy else contextlib.nullcontext():
+            model = keras.Sequential([keras.Input((8, 2)), keras.layers.Flatten(), keras.layers.Dense(
+                2, kernel_initializer=keras.initializers.GlorotUniform(seed=0)), keras.layers.Reshape((1, 2))])
+            model.compile(keras.optimizers.SGD(0.01), "mse")
+        backup = readers.BackupAndRestore(backup_dir, save_freq=2, dataset=ds)
+        model.fit(ds, epochs=3, steps_per_epoch=5, callbacks=[backup] + ([interrupt] if interrupt else []), verbose=0)
+        return np.concatenate([w.ravel() for w in model.get_weights()])
+
+    _interrupted_twice_ends_as_uninterrupted(fit, tmp_path)
+
+
 def test_double_checkpoint_restores_the_save_before_when_the_last_ones_weights_are_damaged(photos, tmp_path):
     import keras
 

@@ -20,6 +20,7 @@ from .. import files as files_lib
 from ..epoch_guard import Stamp
 from ..indexed.request import StreamRequest
 from ..indexed.stream import Position, Stream, pipeline_position
+from ..input_position import InputPosition
 from ..windowing.starts import row_steps_of, start_rows
 from .index import Episodes, gather_batches
 from .layout import LABEL_ARRAY, Concatenated, Layout
@@ -184,11 +185,14 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
     devices = [request.device or default_device()] if strategy is None else strategy.extended.worker_devices
     per_device = variables_on(data, devices)
     sources = mixture.episode_sources if mixture.request.with_source else None
+    # A seeded endless stream is a pure function of its start: readers.BackupAndRestore moves it (input_position.py).
+    resumable = request.repeat and (request.seed is not None or not request.shuffle)
+    start = InputPosition(request.start_step, where) if resumable else request.start_step
 
     def replica_dataset(position: Position, local: int) -> tf.data.Dataset:
         index = functools.partial(stream_batches, starts, stream=stream, position=position,
                                   drop_remainder=request.drop_remainder, repeat=request.repeat,
-                                  start_step=request.start_step, where=where, before_epoch=source.before_epoch,
+                                  start_step=start, where=where, before_epoch=source.before_epoch,
                                   stamp=source.stamp)
         episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[local].get(LABEL_ARRAY), sources)
         return gather_batches(index, per_device[local], layout, episodes, request.with_keys, sources is not None)
@@ -197,10 +201,11 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
         return replica_dataset(Position(replicas, replica, batch_size, batch_size // replicas), local)
 
     if strategy is None:
-        return with_arrays(replica_dataset(first, 0), per_device)
+        return with_arrays(replica_dataset(first, 0), per_device, start)
     if not _several_workers(strategy):
         return distribute_per_replica(strategy, lambda context: of_replica(context.input_pipeline_id,
-                                                                           context.input_pipeline_id), per_device)
+                                                                           context.input_pipeline_id), per_device,
+                                      start)
 
     def worker_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
         worker, local = context.input_pipeline_id, len(devices)
@@ -210,4 +215,4 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
         # The worker's iterator hands its elements to the local replicas round robin: element r goes to replica r.
         return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(local).repeat())
 
-    return with_arrays(strategy.distribute_datasets_from_function(worker_dataset), per_device)
+    return with_arrays(strategy.distribute_datasets_from_function(worker_dataset), per_device, start)
