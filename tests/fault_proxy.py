@@ -1,0 +1,169 @@
+"""An HTTP proxy that breaks what it is told to: faults injected in front of a real object store (moto's S3 server,
+Azurite, a local HTTP file server) for the object-store tests.
+
+Every request is passed on to the one upstream it fronts and its answer passed back, unless a rule picks it. A rule
+picks requests by method and a part of the path, a number of times, and does one thing to them:
+
+* ``"500"`` / ``"503"``: answers with that status (503 with S3's ``SlowDown`` error body), upstream untouched;
+* ``"drop"``: passes the request on, then sends the answer's headers and half its body and closes the connection
+  (a connection dropped mid-object);
+* ``"truncate"``: the same half body, but with a ``Content-Length`` that says so (an object cut short that looks
+  whole to the client);
+* ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way);
+* ``"stall"``: holds the answer for ``stall_s`` seconds before sending it (a wait that needs a timeout).
+
+    proxy = FaultProxy("http://127.0.0.1:5000")
+    proxy.add("503", method="GET", path="/bucket/ds/shard-00000", times=2)
+    ...  # the client under test talks to proxy.url
+    proxy.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import http.server
+import threading
+import time
+import urllib.parse
+
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
+KINDS = ("500", "503", "drop", "truncate", "alter", "stall")
+_SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your '
+              b"request rate.</Message></Error>")
+
+
+@dataclasses.dataclass
+class Rule:
+    kind: str
+    method: str | None
+    path: str | None
+    times: int
+    stall_s: float
+
+    def picks(self, method: str, path: str) -> bool:
+        return self.times > 0 and (self.method is None or self.method == method) and (
+            self.path is None or self.path in urllib.parse.unquote(path))
+
+
+class FaultProxy:
+    """The proxy, serving on ``url`` (``http://127.0.0.1:PORT``) in threads of this process until ``close()``.
+
+    Attributes:
+      url: where clients connect instead of the upstream.
+      seen: ``(method, path, what happened)`` of every request, in order: ``"passed"`` or the rule's kind.
+    """
+
+    def __init__(self, upstream: str, timeout_s: float = 30.0):
+        parsed = urllib.parse.urlsplit(upstream)
+        self._upstream = (parsed.hostname, parsed.port or 80)
+        self._timeout = timeout_s
+        self._rules: list[Rule] = []
+        self._lock = threading.Lock()
+        self.seen: list[tuple[str, str, str]] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # quiet: the tests read `seen`
+                pass
+
+            def _body(self) -> bytes:
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    chunks = []
+                    while True:
+                        size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                        if size == 0:
+                            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                                pass
+                            return b"".join(chunks)
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self):
+                body = self._body()
+                rule = proxy._pick(self.command, self.path)
+                proxy._record(self.command, self.path, rule.kind if rule else "passed")
+                if rule is not None and rule.kind in ("500", "503"):
+                    payload = _SLOW_DOWN if rule.kind == "503" else b"Internal Server Error"
+                    self.send_response(int(rule.kind))
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.send_header("Content-Type", "application/xml")
+                    self.end_headers()
+                    self.wfile.write(payload if self.command != "HEAD" else b"")
+                    return
+                status, reason, headers, answer = proxy._forward(self.command, self.path, self.headers, body)
+                if rule is not None and rule.kind == "stall":
+                    time.sleep(rule.stall_s)
+                if rule is not None and rule.kind == "alter" and answer:
+                    answer = answer[:len(answer) // 2] + bytes([answer[len(answer) // 2] ^ 0xFF]) + \
+                        answer[len(answer) // 2 + 1:]
+                cut = rule is not None and rule.kind in ("drop", "truncate") and len(answer) > 1
+                sent = answer[:len(answer) // 2] if cut else answer
+                self.send_response(status, reason)
+                for name, value in headers:
+                    if name.lower() in _HOP or (name.lower() == "content-length"):
+                        continue
+                    self.send_header(name, value)
+                length = len(sent) if rule is not None and rule.kind == "truncate" else len(answer)
+                if self.command == "HEAD":
+                    length = int(dict((k.lower(), v) for k, v in headers).get("content-length", 0))
+                self.send_header("Content-Length", str(length))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(sent)
+                if cut:
+                    self.close_connection = True
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = _handle
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
+        self._thread.start()
+
+    def add(self, kind: str, *, method: str | None = None, path: str | None = None, times: int = 1,
+            stall_s: float = 60.0) -> None:
+        """Breaks the next ``times`` requests of ``method`` (any: None) whose unquoted path holds ``path``."""
+        if kind not in KINDS:
+            raise ValueError(f"kind: must be one of {KINDS} (got {kind!r})")
+        with self._lock:
+            self._rules.append(Rule(kind, method, path, times, stall_s))
+
+    def clear(self) -> None:
+        """Forgets every rule and what was seen."""
+        with self._lock:
+            self._rules.clear()
+            self.seen.clear()
+
+    def _pick(self, method: str, path: str) -> Rule | None:
+        with self._lock:
+            rule = next((r for r in self._rules if r.picks(method, path)), None)
+            if rule is not None:
+                rule.times -= 1
+            return rule
+
+    def _record(self, method: str, path: str, what: str) -> None:
+        with self._lock:
+            self.seen.append((method, path, what))
+
+    def _forward(self, method: str, path: str, headers, body: bytes):
+        connection = http.client.HTTPConnection(*self._upstream, timeout=self._timeout)
+        try:
+            sent = {k: v for k, v in headers.items() if k.lower() not in _HOP and k.lower() != "content-length"}
+            if body or method in ("PUT", "POST"):
+                sent["Content-Length"] = str(len(body))
+            connection.request(method, path, body=body or None, headers=sent)
+            response = connection.getresponse()
+            return response.status, response.reason, response.getheaders(), response.read()
+        finally:
+            connection.close()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
