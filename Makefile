@@ -30,6 +30,14 @@ PYTEST_WORKERS ?= auto
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
 
+# Azurite, Microsoft's Azure Blob Storage emulator (npm, pinned), for the az:// tests (tests/azurite.py); without
+# npm the target says so and those tests skip (and fail under TFSHARD_CI=1, where npm must be present).
+AZURITE := tests/.azurite/node_modules/.bin/azurite-blob
+$(AZURITE):
+	@if command -v npm >/dev/null; then \
+		npm install --prefix tests/.azurite --no-audit --no-fund --loglevel=error azurite@3.37.0; \
+	else echo "npm not found: the Azure tests cannot run (install Node.js and npm)"; fi
+
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/ingest.py
 	$(BIN)/python benchmarks/images.py
