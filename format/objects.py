@@ -156,6 +156,7 @@ def redact(text: str) -> str:
             secrets += [str(v) for k, v in _flat(options) if SECRET_KEYS.search(k) and v]
     for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
         text = text.replace(secret, "***")
+    text = re.sub(r"(AccountKey|SharedAccessSignature|SharedAccessKey)=[^;&\s'\"]+", r"\1=***", text)
     return re.sub(r"(\w+://[^\s?'\"]*)\?[^\s'\"]+", r"\1?***", text)
 
 
@@ -207,7 +208,7 @@ def _make(scheme: str, options: dict[str, Any]):
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
         defaults = {"client_kwargs": {"timeout": timeout}, "block_size": BLOCK_BYTES}
     else:  # adlfs: azure-core's own retry policy, with these timeouts
-        defaults = {"connection_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
+        defaults = {"connection_timeout": int(CONNECT_TIMEOUT_S), "read_timeout": int(READ_TIMEOUT_S),
                     "blocksize": BLOCK_BYTES}
     return fsspec.filesystem(protocol, **{**defaults, **options}, skip_instance_cache=True)
 
@@ -238,20 +239,22 @@ def retried(url: str, what: str, call: Callable[[], T], attempts: int = ATTEMPTS
     for attempt in range(attempts):
         try:
             return call()
-        except FileNotFoundError as e:
-            raise FileNotFoundError(f"{_shown(url)}: no such object ({_error(e)})") from None
         except PermissionError as e:
             raise PermissionError(
                 f"{_shown(url)}: {what} refused ({_error(e)}); check the credentials (environment, config files or "
                 "storage options) and their access to this bucket") from None
         except Exception as e:  # noqa: BLE001 (every library raises its own errors; sorted by _retryable)
-            if not _retryable(e) or attempt == attempts - 1:
+            # fsspec's HTTP file system answers FileNotFoundError to any failure (a 503 too): its cause says which
+            cause = (e.__cause__ or e.__context__) if isinstance(e, FileNotFoundError) else e
+            if isinstance(e, FileNotFoundError) and (cause is None or not _retryable(cause)):
+                raise FileNotFoundError(f"{_shown(url)}: no such object ({_error(e)})") from None
+            if not _retryable(cause) or attempt == attempts - 1:
                 tried = f" after {attempt + 1} attempts" if attempt else ""
                 raise OSError(
-                    f"{_shown(url)}: {what} failed{tried} ({_error(e)}); check the URL, the endpoint and the network, "
-                    "or try again later") from None
+                    f"{_shown(url)}: {what} failed{tried} ({_error(cause)}); check the URL, the endpoint and the "
+                    "network, or try again later") from None
             delay = min(BACKOFF_MAX_S, BACKOFF_S * 2**attempt) * (0.5 + random.random() / 2)
-            log.info("%s: %s failed (%s); trying again in %.1f s", _shown(url), what, _error(e), delay)
+            log.info("%s: %s failed (%s); trying again in %.1f s", _shown(url), what, _error(cause), delay)
             time.sleep(delay)
     raise AssertionError("unreachable")
 
@@ -299,9 +302,11 @@ def size(url: str) -> int:
 
 def exists(url: str) -> bool:
     """Whether an object or a folder (a prefix of objects) is at ``url``. Over HTTP, only an object is seen."""
-    fs = filesystem(url)
-    fs.invalidate_cache(url)
-    return retried(url, "looking it up", lambda: fs.exists(url))
+    try:
+        _info(url)  # not fs.exists: it answers False to a 503 or a timeout
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def isdir(url: str) -> bool:

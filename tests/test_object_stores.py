@@ -37,10 +37,18 @@ WINDOWS = {"length": 4, "shift": 1, "features": "obs", "targets": 1, "batch_size
 class _RangeHandler(http.server.SimpleHTTPRequestHandler):
     """A static web server that answers ``Range: bytes=a-b`` (as S3, nginx and CDNs do), quietly."""
 
+    failures: dict[str, int] = {}  # path -> 503s answered; under /flaky/ the first two of each path are 503s
+
     def log_message(self, *args):
         pass
 
     def send_head(self):
+        if self.path.startswith("/flaky/") or self.path.startswith("/down/"):
+            seen = self.failures[self.path] = self.failures.get(self.path, 0) + 1
+            if self.path.startswith("/down/") or seen <= 2:
+                self.send_error(503, "Slow Down")
+                return None
+            self.path = self.path.removeprefix("/flaky")
         match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         path = self.translate_path(self.path)
         if match is None or not os.path.isfile(path):
@@ -90,10 +98,11 @@ def stores(tmp_path_factory):
         s3.mkdir(BUCKET)  # in us-east-1 (AWS_DEFAULT_REGION): no location constraint
         for name in ("photos", "runs"):
             s3.put(str(root / "served" / name), f"{BUCKET}/{name}", recursive=True)
+        web_root = f"http://127.0.0.1:{web.server_port}"
         urls = {"local": {n: str(root / "served" / n) for n in ("photos", "runs")},
                 "s3": {n: f"s3://{BUCKET}/{n}" for n in ("photos", "runs")},
                 "http": {n: f"http://127.0.0.1:{web.server_port}/{n}" for n in ("photos", "runs")},
-                "root": root, "s3fs": s3}
+                "root": root, "s3fs": s3, "web": web_root}
         yield urls
     web.shutdown()
     server.stop()
@@ -231,3 +240,37 @@ def test_reading_a_local_dataset_imports_no_cloud_library(stores):
     out = subprocess.run([sys.executable, "-c", code, stores["local"]["runs"]], capture_output=True, text=True,
                          check=True, timeout=300)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_the_store_is_asked_again_after_a_503_a_bounded_number_of_times(stores, caplog, no_secret):
+    caplog.set_level(logging.INFO, logger="tfshard")
+    flaky = f"{stores['web']}/flaky/photos"
+    assert readers.info(flaky).manifest == readers.info(stores["local"]["photos"]).manifest
+    assert "Slow Down" in caplog.text and "trying again" in caplog.text
+    down = f"{stores['web']}/down/photos/dataset.json"
+    with pytest.raises(OSError, match=re.escape(down) + r": reading its metadata failed after 5 attempts \(.*503.*\); "
+                                      "check the URL, the endpoint and the network, or try again later"):
+        objects.size(down)
+
+
+def test_writing_to_a_store_is_refused_and_tfshard_cache_fills_from_it(stores, cli, tmp_path, no_secret):
+    shown = cli("images", str(stores["root"] / "src"), f"s3://{BUCKET}/new")
+    assert shown.exit_code != 0 and "does not write them yet" in shown.output, shown.output
+    assert not stores["s3fs"].exists(f"{BUCKET}/new")
+    filled = cli("cache", stores["s3"]["photos"], str(tmp_path / "cache"))
+    assert filled.exit_code == 0, filled.output
+    assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
+
+
+def test_azure_is_wired_and_its_connection_string_never_shown():
+    pytest.importorskip("adlfs")
+    account_key = "RkFLRS1BWlVSRS1LRVk="
+    connection = (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={account_key};"
+                  "BlobEndpoint=http://127.0.0.1:9/devstoreaccount1;")
+    objects.set_storage_options("az", {"connection_string": connection})
+    try:
+        assert type(objects.filesystem("az://container/ds")).__name__ == "AzureBlobFileSystem"
+        assert account_key not in objects.redact(f"failed with {connection} and AccountKey={account_key}")
+    finally:
+        objects.set_storage_options("az", None)
+    assert account_key not in objects.redact(f"AccountKey={account_key};")
