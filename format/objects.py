@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -90,15 +91,17 @@ def lists(path: str) -> bool:
     return scheme_of(path) in LISTS
 
 
-def supported_schemes() -> list[str]:
-    """The remote schemes that work in this environment: gs:// always, the others with their library installed."""
+@functools.lru_cache(maxsize=1)
+def supported_schemes() -> tuple[str, ...]:
+    """The remote schemes that work in this environment: gs:// always, the others with their library installed
+    (looked up once per process, without importing it)."""
     import importlib.util
 
     found = ["gs"]
     for scheme, (module, _) in SCHEMES.items():
         if importlib.util.find_spec(module) is not None and importlib.util.find_spec("fsspec") is not None:
             found.append(scheme)
-    return found
+    return tuple(found)
 
 
 def check_scheme(path: str) -> None:
