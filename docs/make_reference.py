@@ -26,6 +26,7 @@ API = {
                         "resident_windows", "model_windows", "ModelWindows", "WindowGather", "BackupAndRestore"],
     "tfshard.readers.windows.request": ["WindowRequest"],
     "tfshard.readers.service": ["start_dispatcher", "start_worker", "bound_port"],
+    "tfshard.format.objects": ["set_storage_options", "storage_options", "UnsupportedSchemeError"],
     "tfshard.tools.verify": ["verify", "VerifyError"],
     "tfshard.tools.preview": ["preview", "save_picture"],
     "tfshard.tools.tfds": ["write_tfds_metadata"],

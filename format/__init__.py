@@ -13,7 +13,9 @@
 ``inputs``: ``inputs.json``, every input an image dataset read and its exact pixel sums, validated on load.
 ``tfds``: how the TFDS metadata in OUT lays a dataset out (splits per generation, labels file).
 ``dataset``: ``load_manifest``: is this folder a dataset, and its validated manifest.
-``storage``: paths and reads through ``tf.io.gfile`` (local or ``gs://``), regular files only, atomic writes.
+``storage``: paths and reads through ``tf.io.gfile`` (local or ``gs://``) or ``objects``, regular files only,
+atomic writes.
+``objects``: ``s3://``, ``az://``, ``abfs://``, ``https://`` read through fsspec (the ``cloud`` extra).
 ``owners``: owner records (host, pid, start time) of locks and caches, and whether that process still runs.
 ``stops``: Ctrl-C and SIGTERM recorded when they arrive and raised again at commit points: never lost.
 ``sizes``: byte sizes as people write them (``"64MiB"``), for both halves.

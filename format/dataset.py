@@ -14,7 +14,7 @@ from . import manifest as manifest_lib
 from . import untrusted
 from .errors import ManifestError, NotRegularFileError
 from .names import LOCK_NAME, STATE_DIR
-from .storage import file_identity, gfile, is_url, join, open_for_reading, stat_regular
+from .storage import can_list, exists, file_identity, is_url, isdir, join, listdir, open_for_reading, stat_regular
 
 
 def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST_BYTES) -> bytes:
@@ -39,7 +39,7 @@ def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST
 def check_output_folder(out: str) -> None:
     """OUT, when it exists, must be a folder (a file there gives one clear error, not a traceback later)."""
     if is_url(out):
-        if gfile().exists(out) and not gfile().isdir(out):
+        if can_list(out) and exists(out) and not isdir(out):
             raise NotADirectoryError(f"{out}: a file, not a folder; pass a dataset folder")
         return
     if os.path.exists(out) and not os.path.isdir(out):
@@ -51,7 +51,11 @@ _CONVERT = "tfshard images|episodes SRC OUT"
 
 def _no_manifest(out: str, path: str) -> FileNotFoundError:
     """What is at ``out`` instead of a dataset, and what to do about it (its folder exists, its manifest does not)."""
-    names = sorted(n.rstrip("/") for n in gfile().listdir(out))
+    if not can_list(out):  # a web server: its folder cannot be seen, only the manifest's URL
+        return FileNotFoundError(
+            f"{path}: no manifest at this URL; pass the URL of a dataset's folder (the one holding "
+            f"{manifest_lib.MANIFEST_NAME}), or check that the server serves it")
+    names = sorted(listdir(out))
     if STATE_DIR in names:
         return FileNotFoundError(
             f"{path}: no manifest; a conversion into {out} has not finished (it holds {STATE_DIR}/ but no "
@@ -88,12 +92,12 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
             f"({os.path.dirname(out) or '.'})"
         )
     check_output_folder(out)
-    if not gfile().exists(out):
+    if can_list(out) and not exists(out):
         raise FileNotFoundError(
             f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
         )
     path = join(out, manifest_lib.MANIFEST_NAME)
-    if not gfile().exists(path):
+    if not exists(path):
         raise _no_manifest(out, path)
     try:
         data = read_small_file(path, "manifest")

@@ -41,7 +41,7 @@ from .manifest import (
 )
 from .names import INPUTS_NAME, SPLIT_NAME
 from .statistics import pixel_sums_problem
-from .storage import gfile, join
+from .storage import exists, join
 
 STATES = ("written", "dropped", "rejected")
 
@@ -210,7 +210,7 @@ def load_inputs(out: str, manifest: Manifest, name: str = INPUTS_NAME, *, record
       ManifestError: not an inputs file of this dataset (naming the field), or not the one it was written with.
     """
     path = join(out, name)
-    if not gfile().exists(path):
+    if not exists(path):
         return None
     data = _read(path)
     inputs = inputs_from_dict(parse_json(data, path), path, manifest)

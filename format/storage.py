@@ -1,10 +1,10 @@
-"""Paths, reads and atomic writes of a dataset folder, local or ``gs://``: regular files only, sizes checked first.
+"""Paths, reads and atomic writes of a dataset folder, local or a URL: regular files only, sizes checked first.
 
-Everything goes through ``tf.io.gfile`` for URLs, so ``gs://`` works like a local
-folder; local files are opened so that a FIFO or a device is refused rather than
-read (a FIFO named like a shard would block, ``/dev/zero`` would never end).
-TensorFlow is imported only by the functions that need it, so the converter's
-worker processes use ``open_regular`` without loading it.
+``gs://`` goes through ``tf.io.gfile``, so it works like a local folder; the schemes TensorFlow does not know
+(``s3://``, ``az://``, ``abfs://``, ``https://``) are read, not written, through fsspec (``objects.py``), imported
+only when such a URL comes. Local files are opened so that a FIFO or a device is refused rather than read (a FIFO
+named like a shard would block, ``/dev/zero`` would never end). TensorFlow is imported only by the functions that
+need it, so the converter's worker processes use ``open_regular`` without loading it.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import posixpath
 import stat
 import tempfile
 
+from . import objects
 from .errors import NotRegularFileError
 
 _CHUNK = 4 * 2**20
@@ -36,8 +37,47 @@ def gfile():
 
 
 def is_url(path: str) -> bool:
-    """A URL that TensorFlow's file systems open (``gs://bucket/x``, ``s3://...``), not a local path."""
+    """A URL (``gs://bucket/x``, ``s3://...``), not a local path."""
     return "://" in path
+
+
+def _fsspec(path: str) -> bool:
+    """Whether ``path`` goes through fsspec (``objects.py``) rather than ``tf.io.gfile``; a URL of a scheme neither
+    reads is refused here, in one line listing the ones that work.
+
+    Raises:
+      objects.UnsupportedSchemeError: ``ftp://``, say, or ``s3://`` without the ``cloud`` extra.
+    """
+    if not is_url(path):
+        return False
+    objects.check_scheme(path)
+    return objects.uses_fsspec(path)
+
+
+def exists(path: str) -> bool:
+    """Whether a file or folder is at ``path`` (local, or any URL; over HTTP only a file is seen)."""
+    return objects.exists(path) if _fsspec(path) else gfile().exists(path)
+
+
+def isdir(path: str) -> bool:
+    """Whether ``path`` is a folder (on an object store: a prefix holding objects; never over HTTP)."""
+    return objects.isdir(path) if _fsspec(path) else gfile().isdir(path)
+
+
+def can_list(path: str) -> bool:
+    """Whether the folder ``path`` can be listed (all but an HTTP server's)."""
+    return not objects.uses_fsspec(path) or objects.lists(path)
+
+
+def listdir(path: str) -> list[str]:
+    """The names in the folder ``path``, without a trailing slash (``tf.io.gfile.listdir``'s, or the store's).
+
+    Raises:
+      ValueError: an HTTP URL (``can_list`` says so first).
+    """
+    if _fsspec(path):
+        return objects.listdir(path)
+    return [name.rstrip("/") for name in gfile().listdir(path)]
 
 
 def join(folder: str, name: str) -> str:
@@ -65,7 +105,10 @@ def open_regular(path: str):
 
 
 def open_for_reading(path: str):
-    """A binary file object for a regular file, local (``open_regular``) or a URL (``tf.io.gfile``)."""
+    """A binary file object for a regular file, local (``open_regular``) or a URL (``tf.io.gfile``, or fsspec for
+    the schemes of ``objects.py``)."""
+    if _fsspec(path):
+        return objects.open_for_reading(path)
     if is_url(path):
         return gfile().GFile(path, "rb")
     return open_regular(path)
@@ -78,6 +121,11 @@ def stat_regular(path: str) -> tuple[int, int]:
       FileNotFoundError: nothing is there.
       NotRegularFileError: a folder, FIFO, device or socket.
     """
+    if _fsspec(path):
+        found = objects.stat(path)
+        if found is None:
+            raise NotRegularFileError(f"{path}: a folder, not a file")
+        return found[0], found[1]
     if is_url(path):
         import tensorflow as tf  # for its error type; gfile() has imported it
 
@@ -96,12 +144,18 @@ def stat_regular(path: str) -> tuple[int, int]:
 
 def file_identity(path: str) -> tuple:
     """What tells this file apart from one put in its place: size and mtime, and locally the inode and ctime
-    (a rename or rewrite changes them; gs:// gives size and mtime only). Follows symlinks.
+    (a rename or rewrite changes them; gs:// gives size and mtime only, the fsspec stores size, mtime and ETag).
+    Follows symlinks.
 
     Raises:
       FileNotFoundError: nothing is there.
       NotRegularFileError: a folder, FIFO, device or socket.
     """
+    if _fsspec(path):
+        found = objects.stat(path)
+        if found is None:
+            raise NotRegularFileError(f"{path}: a folder, not a file")
+        return found
     if is_url(path):
         return stat_regular(path)
     st = os.stat(path)
@@ -193,6 +247,10 @@ def check_bucket(path: str) -> None:
     """
     if not is_url(path):
         return
+    if _fsspec(path):
+        raise ValueError(f"{path}: tfshard reads {objects.scheme_of(path)}:// datasets but does not write them yet "
+                         f"(got a {objects.scheme_of(path)}:// folder to write); write to a local folder (or gs://), "
+                         "then copy it to the store with its own tools")
     scheme, rest = path.split("://", 1)
     root = f"{scheme}://{rest.split('/', 1)[0]}"
     if scheme in ("gs", "s3") and not gfile().exists(root):

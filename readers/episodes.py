@@ -70,7 +70,9 @@ def episodes(
       with_keys: yield ``(keys, episode)`` with ``keys = {"episode": id}``: the
         episode's id, its place in the sorted source files.
       shard_cache: a local folder keeping verified copies of the shards (for ``gs://`` data), fetched ahead in
-        the epoch's file order and read from disk from then on (docs/guide/shard-cache.md).
+        the epoch's file order and read from disk from then on (docs/guide/shard-cache.md); ``s3://``,
+        ``az://`` and ``https://`` shards always are, None then meaning a default folder
+        (docs/guide/object-stores.md).
       shard_cache_limit: the most that folder may hold, e.g. ``"200GB"`` (None: 90% of the disk's free space).
       weights: each path's part of an epoch (only the ratios count); None: in proportion to their episodes.
       epoch_size: episodes per epoch of the stream; None: the paths' episodes.

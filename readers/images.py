@@ -167,9 +167,12 @@ def images(
       shard_cache: a local folder that keeps verified copies of the shards (for ``gs://`` data): each epoch's
         files are fetched into it a few ahead of the reads, in the epoch's shuffled order, checked against the
         manifest's sha256 and size, and read from disk from then on (docs/guide/shard-cache.md). Several
-        processes of a host share one folder; with ``service`` each worker caches on its own host.
+        processes of a host share one folder; with ``service`` each worker caches on its own host. ``s3://``,
+        ``az://`` and ``https://`` shards are always read from such copies: None then means the default folder
+        (docs/guide/object-stores.md).
       shard_cache_limit: the most the folder may hold, temporary files included, e.g. ``"200GB"``; least
-        recently used copies no live reader holds are evicted. None: 90% of the disk's free space.
+        recently used copies no live reader holds are evicted. None: 90% of the disk's free space (the default
+        folder: at most 50 GB).
       weights: each path's part of an epoch (only the ratios count); None: in proportion to their records.
       epoch_size: elements per epoch of the stream; None: the paths' records.
       balance: ``"class"``: every class an equal share of every epoch (class labels only, not with ``weights``).

@@ -130,26 +130,29 @@ def _image_problems(parsed: ParsedShard, path: str, manifest, tally: Tally) -> l
 
 
 def read_shard(path: str, shard: manifest_lib.ShardInfo, shard_index: int, split, manifest,
-                tally: Tally) -> list[str]:
+                tally: Tally, read_from: str | None = None) -> list[str]:
     """The one read of a shard: every record (TensorFlow checks both CRCs of each), parsed, counted and checked.
 
     The record checks are reported only for a shard read whole with its listed count (else that is the problem).
+    ``read_from``: a local copy of ``path`` to read (a shard on a store TensorFlow cannot open); messages name
+    ``path``.
     """
+    read = path if read_from is None else read_from
     if manifest.kind == "images":
         spec, then = _image_parse(manifest)
-        parsed = ParsedShard(path, manifest.compression, spec, _IMAGE_BATCH, then)
+        parsed = ParsedShard(read, manifest.compression, spec, _IMAGE_BATCH, then)
         problems = _image_problems(parsed, path, manifest, tally)
     else:
         spec = {**episode_parse_spec(step_bytes(manifest.features)), LABEL_KEY: label_spec(manifest.labels)}
-        parsed = ParsedShard(path, manifest.compression, spec, 1)
+        parsed = ParsedShard(read, manifest.compression, spec, 1)
         problems = episode_problems(parsed, path, shard_index, split, manifest, tally)
     tally.records += parsed.count
     if parsed.error is not None:
         tally.intact = False
-        _, read_error = count_records(path, manifest.compression)  # only now: a damaged file, or a foreign record?
+        _, read_error = count_records(read, manifest.compression)  # only now: a damaged file, or a foreign record?
         if read_error is not None:
             return [f"{path}: unreadable record ({read_error}); {REWRITE}"]
-        index, error = first_unparseable(path, manifest.compression, parsed.spec, parsed.count)
+        index, error = first_unparseable(read, manifest.compression, parsed.spec, parsed.count)
         return [f"{path}: record {index} is not a tfshard {manifest.kind} record ({error}); {LIES}"]
     if parsed.count != shard.records:
         tally.intact = False

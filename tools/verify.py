@@ -11,16 +11,19 @@ totals, dtypes, every statistic) against what the records hold, and for images
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import itertools
+import os
 import re
-
-import tensorflow as tf
+import tempfile
 
 from ..format import json_checks
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import NotRegularFileError, VerifyError
-from ..format.storage import file_sha256, join, open_for_reading, stat_regular
+from ..format.objects import uses_fsspec
+from ..format.storage import can_list, file_sha256, join, listdir, open_for_reading, stat_regular
 from ..format.tfds import label_key, labels_file_of, tfds_label_names, tfds_shard_lengths
 from ..format.tfrecord import record_frames
 from .image_checks import ImageChecks
@@ -52,7 +55,6 @@ def verify(out: str) -> manifest_lib.Manifest:
     images = ImageChecks(out, manifest) if manifest.kind == "images" else None
     listed = set()
     fix = REWRITE
-    unproven = f"remove it and {fix}"  # a file whose bytes are not the manifest's: --overwrite does not remove it
     for name, split in manifest.splits.items():
         tally = Tally(labels=[0] * len(manifest.class_names), split=name, images=images)
         for shard_index, shard in enumerate(split.shards):
@@ -68,25 +70,13 @@ def verify(out: str) -> manifest_lib.Manifest:
                 problems.append(f"{e}; remove it and {fix}")
                 tally.intact = False
                 continue
-            sha256, size = file_sha256(path, max_bytes=shard.bytes)
-            tally.bytes += size
-            tally.intact = tally.intact and size == shard.bytes and sha256 == shard.sha256
-            if size < shard.bytes:
-                problems.append(f"{path}: truncated shard ({size} bytes, manifest says {shard.bytes}); {unproven}")
-            elif size > shard.bytes:  # not read further: its length is unknown and could be anything
-                problems.append(f"{path}: shard is longer than the manifest says (> {shard.bytes} bytes); {unproven}")
-                continue
-            elif sha256 != shard.sha256:
-                problems.append(f"{path}: corrupted shard (sha256 {sha256[:12]}… != manifest "
-                                f"{shard.sha256[:12]}…); {unproven}")
-            problems += read_shard(path, shard, shard_index, split, manifest, tally)
-            if shard.index_file is not None:
-                listed.add(shard.index_file)
-                problems += _index_problems(out, shard, intact=(size, sha256) == (shard.bytes, shard.sha256))
+            with _readable(path, shard.bytes) as (read_from, sha256, size):
+                problems += _shard_problems(out, path, read_from, sha256, size, shard, shard_index, split, manifest,
+                                            tally, listed)
         problems += split_problems(manifest_path, name, split, manifest, tally)
         if images is not None:
             problems += images.split_problems(name, split, tally.intact)
-    for name in sorted(tf.io.gfile.listdir(out)):
+    for name in sorted(listdir(out)) if can_list(out) else ():  # a web server cannot list its folders
         if manifest_lib.SHARD_NAME.match(name) and name not in listed:
             problems.append(
                 f"{join(out, name)}: unexpected shard (not in the manifest); remove the file, or if an --append was "
@@ -100,9 +90,50 @@ def verify(out: str) -> manifest_lib.Manifest:
     return manifest
 
 
-def _index_problems(out: str, shard: manifest_lib.ShardInfo, intact: bool) -> list[str]:
+def _shard_problems(out, path, read_from, sha256, size, shard, shard_index, split, manifest, tally, listed):
+    """One shard's problems: its size and sha256, then its records (read from ``read_from``) and its index file."""
+    unproven = f"remove it and {REWRITE}"  # a file whose bytes are not the manifest's: --overwrite does not remove it
+    problems = []
+    tally.bytes += size
+    tally.intact = tally.intact and size == shard.bytes and sha256 == shard.sha256
+    if size < shard.bytes:
+        problems.append(f"{path}: truncated shard ({size} bytes, manifest says {shard.bytes}); {unproven}")
+    elif size > shard.bytes:  # not read further: its length is unknown and could be anything
+        problems.append(f"{path}: shard is longer than the manifest says (> {shard.bytes} bytes); {unproven}")
+        return problems
+    elif sha256 != shard.sha256:
+        problems.append(f"{path}: corrupted shard (sha256 {sha256[:12]}… != manifest "
+                        f"{shard.sha256[:12]}…); {unproven}")
+    problems += read_shard(path, shard, shard_index, split, manifest, tally, read_from=read_from)
+    if shard.index_file is not None:
+        listed.add(shard.index_file)
+        problems += _index_problems(out, shard, (size, sha256) == (shard.bytes, shard.sha256), read_from)
+    return problems
+
+
+@contextlib.contextmanager
+def _readable(path: str, size: int):
+    """``(a path TensorFlow reads, sha256, bytes)`` of the shard at ``path``, read at most ``size`` + 1 bytes: the
+    path itself, or for a store TensorFlow cannot open (``s3://``, ``https://``...) a temporary local copy of the
+    object's bytes as the store gives them now (never a shard cache's copy), removed afterwards."""
+    if not uses_fsspec(path):
+        yield (path, *file_sha256(path, max_bytes=size))
+        return
+    digest, got = hashlib.sha256(), 0
+    with tempfile.TemporaryDirectory(prefix="tfshard-verify-") as folder:
+        local = os.path.join(folder, "shard.tfrecord")
+        with open_for_reading(path) as source, open(local, "wb") as copy:
+            while got <= size and (chunk := source.read(min(4 * 2**20, size + 1 - got))):
+                digest.update(chunk)
+                copy.write(chunk)
+                got += len(chunk)
+        yield local, digest.hexdigest(), got
+
+
+def _index_problems(out: str, shard: manifest_lib.ShardInfo, intact: bool, shard_copy: str) -> list[str]:
     """A shard's index file: the manifest's sha256, and (of an ``intact`` shard) an ``offset size`` line for each of
-    its records, read from their framing: a manifest that gives a lying index its sha256 does not make it true."""
+    its records, read from their framing (in ``shard_copy``, the shard or its local copy): a manifest that gives a
+    lying index its sha256 does not make it true."""
     path = join(out, shard.index_file)
     try:
         size, _ = stat_regular(path)
@@ -117,7 +148,7 @@ def _index_problems(out: str, shard: manifest_lib.ShardInfo, intact: bool) -> li
         return []  # the shard's own problem is reported: its records are not the ones the index was made of
     with open_for_reading(path) as f:
         lines = f.read(size).splitlines()
-    with open_for_reading(join(out, shard.file)) as f:
+    with open_for_reading(shard_copy) as f:
         expected = [f"{offset} {length}".encode() for offset, length in record_frames(f, shard.records + 1)]
     for number, (line, want) in enumerate(itertools.zip_longest(lines, expected), 1):
         if line != want:

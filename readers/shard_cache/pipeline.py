@@ -33,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import script_ops  # the registry of Python ops, to register ours under a fixed name
 
+from ...format.objects import scheme_of, uses_fsspec
 from ...format.sizes import parse_size
 from . import budget
 from .ahead import MAX_THREADS, FetchPool, UnknownTicket
@@ -45,6 +46,10 @@ log = logging.getLogger(__name__)
 START, WAIT = "tfshard_shard_cache_start_v1", "tfshard_shard_cache_wait_v1"
 RELEASE = "tfshard_shard_cache_release_v1"
 FETCH_AHEAD = 2  # shards fetched beyond the files being read
+# The default folder's limit, for shards TensorFlow cannot read (s3://, https://...) with no shard_cache given: at
+# most this, and at most 90% of the disk's free space.
+DEFAULT_LIMIT = 50 * 10**9
+_default_limits: dict[str, int] = {}  # default folder -> its limit, chosen (and said in the log) once per process
 _stores: dict[tuple[str, int], ShardStore] = {}
 _sessions: weakref.WeakValueDictionary[str, CacheSession] = weakref.WeakValueDictionary()
 # Reentrant, as the pins' lock (``store.py``): a pipeline's finalizer takes both, and the GC runs it on whatever
@@ -70,6 +75,28 @@ def checked_limit(directory: str, limit, where: str) -> int:
     log.info("%s: shard cache %s limited to %d bytes (90%% of the free disk); pass shard_cache_limit to choose",
              where, directory, limit)
     return limit
+
+
+def _default_limit(directory: str, where: str, scheme: str | None) -> int:
+    """The default folder's limit: chosen at its first use in this process, then kept (so the log says it once)."""
+    with _registry_lock:
+        if directory not in _default_limits:
+            checked = checked_directory(directory)
+            free = budget.default_limit(held_bytes(checked), shutil.disk_usage(checked).free)
+            _default_limits[directory] = min(DEFAULT_LIMIT, free)
+            log.info("%s: %s:// shards are read from verified local copies in %s (limit %d bytes, the default: the "
+                     "smaller of 50 GB and 90%% of the free disk); pass shard_cache=DIR and shard_cache_limit=SIZE, "
+                     "or set TFSHARD_CACHE, to choose", where, scheme, directory, _default_limits[directory])
+        return _default_limits[directory]
+
+
+def default_folder() -> str:
+    """The shard cache of shards TensorFlow cannot read when a reader is given no ``shard_cache``: ``$TFSHARD_CACHE``,
+    else ``$XDG_CACHE_HOME/tfshard``, else ``~/.cache/tfshard``."""
+    if os.environ.get("TFSHARD_CACHE"):
+        return os.path.abspath(os.path.expanduser(os.environ["TFSHARD_CACHE"]))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.abspath(os.path.join(base, "tfshard"))
 
 
 class ShardCache:
@@ -99,6 +126,14 @@ class ShardCache:
         """The cache's use by one pipeline reading ``shards`` (``files.ShardFile``s, in the pipeline's order)."""
         largest = max(shards, key=lambda s: s.info.bytes)
         self.check_room(largest.info.bytes, largest.path)
+        if any(uses_fsspec(s.path) for s in shards):  # no remote read to fall back on: every shard needs its copy
+            total = sum({s.info.sha256: s.info.bytes for s in shards}.values())
+            if total > self.limit:
+                raise ValueError(
+                    f"{self.where}: shard_cache_limit={self.limit} bytes is below this pipeline's {len(shards)} "
+                    f"shards ({total} bytes); {scheme_of(shards[0].path)}:// shards are read only from verified "
+                    f"local copies, so raise shard_cache_limit to at least {total} bytes (or read a share of the "
+                    "shards per pipeline with input_context)")
         return CacheSession(self, shards)
 
     def check_room(self, size: int, name: str, limit_name: str = "shard_cache_limit") -> None:
@@ -118,7 +153,12 @@ class ShardCacheArg:
     limit: str | int | None = None
 
     def session(self, where: str, shards) -> CacheSession | None:
-        """The pipeline's ``CacheSession`` of ``shards``; None without a ``shard_cache``."""
+        """The pipeline's ``CacheSession`` of ``shards``; None without a ``shard_cache``, unless TensorFlow cannot
+        read the shards (``s3://``, ``https://``...): they then go through the default folder (``default_folder``)."""
+        if self.directory is None and any(uses_fsspec(s.path) for s in shards):
+            directory = default_folder()
+            limit = _default_limit(directory, where, scheme_of(shards[0].path)) if self.limit is None else self.limit
+            return ShardCache(directory, limit, where).session(shards)
         if self.directory is None:
             if self.limit is not None:
                 raise ValueError(f"{where}: shard_cache_limit={self.limit!r} without shard_cache; pass "
@@ -133,6 +173,8 @@ class CacheSession:
     def __init__(self, cache: ShardCache, shards):
         self.cache, self.id = cache, uuid.uuid4().hex
         self.shards = [Shard(s.info.sha256, s.info.bytes, s.path) for s in shards]
+        # TensorFlow cannot read these remotely (s3://, https://...): a shard without its copy fails its read
+        self.local_only = any(uses_fsspec(s.remote) for s in self.shards)
         self.held: set[str] = set()
         self._lock = threading.Lock()
         self.stop = threading.Event()  # set when the pipeline is gone: its fetches still queued download nothing
@@ -201,7 +243,22 @@ class CacheSession:
 
             return open_local(path).enumerate().map(released_at_first)
 
+        if self.local_only:
+            return tf.cond(local, cached, lambda: _uncached(path, self.cache.directory, self.cache.limit))
         return tf.cond(local, cached, lambda: read_remote(index, path))
+
+
+def _uncached(path: tf.Tensor, directory: str, limit: int) -> tf.data.Dataset:
+    """A read of a shard TensorFlow cannot open remotely that has no local copy: one error naming it and the fix."""
+    def fail(path_):
+        message = tf.strings.join([
+            path_, f": could not be cached in the shard cache {directory} (limit {limit} bytes: full of copies live "
+            "readers hold, or its download failed or did not match the manifest; see the log), and a shard of this "
+            "store is read only from a verified local copy; raise shard_cache_limit, or fix what the log names"])
+        with tf.control_dependencies([tf.debugging.Assert(False, [message])]):
+            return tf.identity(path_)
+
+    return tf.data.Dataset.from_tensors(path).map(fail)
 
 
 def _release_all(store: ShardStore, held: set[str], key: str, stop: threading.Event) -> None:

@@ -182,7 +182,8 @@ def windows(
         checks them before anything is read.
       shard_cache: a local folder keeping verified copies of the shards (for ``gs://`` data): resident loading
         and the streamed epochs read them from there once fetched (docs/guide/shard-cache.md); with ``service``
-        each worker caches on its own host.
+        each worker caches on its own host. ``s3://``, ``az://`` and ``https://`` shards always are, None then
+        meaning a default folder (docs/guide/object-stores.md).
       shard_cache_limit: the most that folder may hold, e.g. ``"200GB"`` (None: 90% of the disk's free space).
       weights: each path's part of an epoch's windows (only the ratios count); None: in proportion to their windows.
       epoch_size: windows per epoch; None: the sources' windows. A source smaller than its share repeats in a fresh

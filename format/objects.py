@@ -1,0 +1,358 @@
+"""Object stores TensorFlow does not know (``s3://``, ``az://``/``abfs://``, ``https://``), read through fsspec.
+
+TensorFlow's file systems open local paths and ``gs://`` (``storage.py`` keeps those on ``tf.io.gfile``); every other
+remote scheme goes through the file system fsspec names for it: s3fs for ``s3://``, adlfs for ``az://`` and
+``abfs://``, fsspec's own HTTP file system for ``https://`` and ``http://`` (read-only, and it cannot list a folder).
+They come with the ``cloud`` extra (``pip install 'tfshard[cloud]'``) and are imported only when a URL needs them.
+
+Credentials are found the way each library finds them: the environment (``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``,
+``AWS_ENDPOINT_URL`` for an S3-compatible store, ``AZURE_STORAGE_ACCOUNT_NAME``...), the provider's config files
+(``~/.aws/credentials``), and options set for the process with ``set_storage_options`` (fsspec's keys: s3fs's
+``endpoint_url``, ``key``, ``secret``; adlfs's ``account_name``, ``connection_string``). Every network wait has a
+timeout; a request that fails on a dropped connection, a timeout or a 5xx answer (S3's ``503 SlowDown`` included)
+is retried with backoff, a bounded number of times. No message names a secret: every option value and credential
+variable that could be one is replaced by ``***`` in the errors raised here.
+
+No TensorFlow here.
+
+Example:
+  objects.set_storage_options("s3", {"endpoint_url": "http://127.0.0.1:9000", "key": "...", "secret": "..."})
+  objects.size("s3://bucket/photos-tfr/dataset.json")   # 2144
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+# scheme -> (the module that adds it, fsspec's protocol)
+SCHEMES: dict[str, tuple[str, str]] = {
+    "s3": ("s3fs", "s3"),
+    "az": ("adlfs", "az"),
+    "abfs": ("adlfs", "abfs"),
+    "https": ("aiohttp", "https"),
+    "http": ("aiohttp", "http"),
+}
+# TensorFlow's own file systems (format/storage.py): gs://, and its local, in-memory and Hadoop ones
+NATIVE = ("gs", "file", "ram", "hdfs", "viewfs", "har")
+EXTRA = "pip install 'tfshard[cloud]'"
+LISTS = ("s3", "az", "abfs")  # an HTTP server gives no listing a program can rely on
+
+CONNECT_TIMEOUT_S = 10.0
+READ_TIMEOUT_S = 60.0  # between two reads of one response, not for a whole object
+ATTEMPTS = 5
+BACKOFF_S = 0.2  # doubled after each failed attempt, up to BACKOFF_MAX_S, with jitter
+BACKOFF_MAX_S = 5.0
+BLOCK_BYTES = 8 * 2**20  # read-ahead of an open object (s3fs and adlfs default to 50 MiB and 4 MiB)
+
+SECRET_KEYS = re.compile(r"key|secret|token|password|credential|connection_string|sas|signature|sig$", re.I)
+SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AZURE_STORAGE_KEY",
+              "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN",
+              "AZURE_CLIENT_SECRET", "AWS_ACCESS_KEY_ID")
+
+_options: dict[str, dict[str, Any]] = {}
+_filesystems: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+T = TypeVar("T")
+
+
+class UnsupportedSchemeError(ValueError):
+    """A URL whose scheme no file system here reads (or whose library is not installed)."""
+
+
+def scheme_of(path: str) -> str | None:
+    """The URL scheme of ``path`` in lower case (``"s3"``), or None for a local path.
+
+    Example:
+      scheme_of("s3://bucket/ds"), scheme_of("/data/ds")   # ("s3", None)
+    """
+    if "://" not in path:
+        return None
+    return path.split("://", 1)[0].lower()
+
+
+def uses_fsspec(path: str) -> bool:
+    """Whether ``path`` is read through fsspec here (``s3://``, ``az://``, ``abfs://``, ``https://``, ``http://``)."""
+    return scheme_of(path) in SCHEMES
+
+
+def lists(path: str) -> bool:
+    """Whether a folder of ``path``'s store can be listed (not over plain HTTP: its folders are only prefixes)."""
+    return scheme_of(path) in LISTS
+
+
+@functools.lru_cache(maxsize=1)
+def supported_schemes() -> tuple[str, ...]:
+    """The remote schemes that work in this environment: gs:// always, the others with their library installed
+    (looked up once per process, without importing it)."""
+    import importlib.util
+
+    found = ["gs"]
+    for scheme, (module, _) in SCHEMES.items():
+        if importlib.util.find_spec(module) is not None and importlib.util.find_spec("fsspec") is not None:
+            found.append(scheme)
+    return tuple(found)
+
+
+def check_scheme(path: str) -> None:
+    """Raises ``UnsupportedSchemeError`` (one line: the schemes that work, the extra that adds the rest) unless
+    ``path``'s scheme is local, gs:// or an fsspec scheme whose library is installed."""
+    scheme = scheme_of(path)
+    if scheme is None or scheme in NATIVE or scheme in supported_schemes():
+        return
+    working = ", ".join(f"{s}://" for s in supported_schemes())
+    missing = "" if scheme not in SCHEMES else f" ({SCHEMES[scheme][0]} is not installed)"
+    raise UnsupportedSchemeError(
+        f"{_shown(path)}: tfshard cannot read {scheme}:// URLs here{missing} (got scheme {scheme!r}); the ones that "
+        f"work: local paths, {working}; `{EXTRA}` adds s3://, az://, abfs://, https:// and http://")
+
+
+def set_storage_options(scheme: str, options: Mapping[str, Any] | None) -> None:
+    """Options for every file system of ``scheme`` this process opens from now on (fsspec's keys: s3fs's
+    ``endpoint_url``, ``key``, ``secret``, ``client_kwargs``; adlfs's ``account_name``, ``connection_string``...);
+    None forgets them. They win over the environment and config files, and over this module's timeouts.
+
+    Raises:
+      ValueError: a scheme not read through fsspec, or options that are not a dict of string keys.
+
+    Example:
+      set_storage_options("s3", {"endpoint_url": "https://minio.internal:9000"})
+    """
+    scheme = scheme.lower().removesuffix("://")
+    if scheme not in SCHEMES:
+        raise ValueError(f"set_storage_options: no options for {scheme}:// here (got {scheme!r}); pass one of "
+                         f"{sorted(SCHEMES)}")
+    if options is not None and (not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options)):
+        raise ValueError(f"set_storage_options: options must be a dict of fsspec's keys (got a "
+                         f"{type(options).__name__}); pass e.g. {{'endpoint_url': 'https://...'}}")
+    with _lock:
+        if options is None:
+            _options.pop(scheme, None)
+        else:
+            _options[scheme] = dict(options)
+        for key in [k for k in _filesystems if k[0] == scheme]:
+            del _filesystems[key]
+
+
+def storage_options(scheme: str) -> dict[str, Any]:
+    """The options ``set_storage_options`` gave ``scheme`` (a copy; {} when none)."""
+    with _lock:
+        return dict(_options.get(scheme.lower(), {}))
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret this process knows (option values under a key such as ``secret``, ``key``,
+    ``connection_string``, ``sas_token``; credential variables of the environment; a URL's query) as ``***``."""
+    secrets = [os.environ.get(name, "") for name in SECRET_ENV]
+    with _lock:
+        for options in _options.values():
+            secrets += [str(v) for k, v in _flat(options) if SECRET_KEYS.search(k) and v]
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    text = re.sub(r"(AccountKey|SharedAccessSignature|SharedAccessKey)=[^;&\s'\"]+", r"\1=***", text)
+    return re.sub(r"(\w+://[^\s?'\"]*)\?[^\s'\"]+", r"\1?***", text)
+
+
+def _flat(options: Mapping, prefix: str = ""):
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _shown(url: str) -> str:
+    """A URL as a message may show it (a query, where a SAS token or signature lives, hidden)."""
+    return redact(url)
+
+
+def filesystem(url: str):
+    """The fsspec file system of ``url``'s scheme, made once per process with this module's timeouts and the
+    options of ``set_storage_options``.
+
+    Raises:
+      UnsupportedSchemeError: not an fsspec scheme, or its library is not installed.
+    """
+    check_scheme(url)
+    scheme = scheme_of(url)
+    if scheme not in SCHEMES:
+        raise UnsupportedSchemeError(f"{_shown(url)}: not a URL of an fsspec store (got {scheme!r}); pass one of "
+                                     f"{', '.join(f'{s}://' for s in SCHEMES)}")
+    with _lock:
+        key = (scheme,)
+        if key not in _filesystems:
+            _filesystems[key] = _make(scheme, _options.get(scheme, {}))
+        return _filesystems[key]
+
+
+def _make(scheme: str, options: dict[str, Any]):
+    import fsspec
+
+    protocol = SCHEMES[scheme][1]
+    if protocol == "s3":
+        config = {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
+                  "retries": {"max_attempts": ATTEMPTS, "mode": "standard"}}  # botocore's backoff: 5xx, SlowDown
+        defaults = {"config_kwargs": config, "default_block_size": BLOCK_BYTES}
+        if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
+            defaults["endpoint_url"] = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ["AWS_ENDPOINT_URL"]
+    elif protocol in ("http", "https"):
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
+        defaults = {"client_kwargs": {"timeout": timeout}, "block_size": BLOCK_BYTES}
+    else:  # adlfs: azure-core's own retry policy, with these timeouts
+        defaults = {"connection_timeout": int(CONNECT_TIMEOUT_S), "read_timeout": int(READ_TIMEOUT_S),
+                    "blocksize": BLOCK_BYTES}
+    return fsspec.filesystem(protocol, **{**defaults, **options}, skip_instance_cache=True)
+
+
+def _retryable(error: BaseException) -> bool:
+    """A dropped connection, a timeout, a 5xx or a throttle: worth another try. Not a missing object, a refusal or a
+    wrong argument (they would fail alike)."""
+    if isinstance(error, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                          UnsupportedSchemeError, TypeError)):
+        return False
+    status = getattr(error, "status", None) or getattr(error, "status_code", None)
+    if isinstance(status, int):
+        return status >= 500 or status in (408, 429)
+    text = f"{type(error).__name__} {error}"
+    return bool(re.search(r"Timeout|Connect|Disconnect|Reset|SlowDown|Throttl|ServerError|Unavailable|"
+                          r"Payload|IncompleteRead|EndpointConnection|5\d\d", text))
+
+
+def retried(url: str, what: str, call: Callable[[], T], attempts: int = ATTEMPTS) -> T:
+    """``call()``, tried again after a retryable failure (``_retryable``) with exponential backoff, ``attempts``
+    times at most; the last error is raised as an ``OSError`` naming the URL, what failed and the fix.
+
+    Raises:
+      FileNotFoundError: no object at ``url``.
+      PermissionError: the store refused these credentials.
+      OSError: the store still failed after ``attempts`` tries.
+    """
+    for attempt in range(attempts):
+        try:
+            return call()
+        except PermissionError as e:
+            raise PermissionError(
+                f"{_shown(url)}: {what} refused ({_error(e)}); check the credentials (environment, config files or "
+                "storage options) and their access to this bucket") from None
+        except Exception as e:  # noqa: BLE001 (every library raises its own errors; sorted by _retryable)
+            # fsspec's HTTP file system answers FileNotFoundError to any failure (a 503 too): its cause says which
+            cause = (e.__cause__ or e.__context__) if isinstance(e, FileNotFoundError) else e
+            if isinstance(e, FileNotFoundError) and (cause is None or not _retryable(cause)):
+                raise FileNotFoundError(f"{_shown(url)}: no such object ({_error(e)})") from None
+            if not _retryable(cause) or attempt == attempts - 1:
+                tried = f" after {attempt + 1} attempts" if attempt else ""
+                raise OSError(
+                    f"{_shown(url)}: {what} failed{tried} ({_error(cause)}); check the URL, the endpoint and the "
+                    "network, or try again later") from None
+            delay = min(BACKOFF_MAX_S, BACKOFF_S * 2**attempt) * (0.5 + random.random() / 2)
+            log.info("%s: %s failed (%s); trying again in %.1f s", _shown(url), what, _error(cause), delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def _error(error: BaseException) -> str:
+    """An exception as one short line, secrets replaced."""
+    return redact(f"{type(error).__name__}: {error}".splitlines()[0][:300])
+
+
+def _info(url: str) -> dict:
+    fs = filesystem(url)
+    fs.invalidate_cache(url)  # a listing cached earlier must not answer for the object now (the epoch checks)
+    return retried(url, "reading its metadata", lambda: fs.info(url))
+
+
+def stat(url: str) -> tuple[int, int, str] | None:
+    """``(size, mtime in ns or 0, etag or "")`` of the object at ``url``; None when ``url`` is a folder (a prefix).
+
+    Raises:
+      FileNotFoundError: nothing there.
+    """
+    info = _info(url)
+    if info.get("type") == "directory":
+        return None
+    size = info.get("size")
+    if size is None:
+        raise OSError(f"{_shown(url)}: the server gives no size for it (got no Content-Length); serve it with one")
+    when = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
+    mtime = int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else 0
+    etag = str(info.get("ETag") or info.get("etag") or "")
+    return int(size), mtime, etag
+
+
+def size(url: str) -> int:
+    """Bytes of the object at ``url``.
+
+    Raises:
+      FileNotFoundError: nothing there, or a folder.
+    """
+    found = stat(url)
+    if found is None:
+        raise IsADirectoryError(f"{_shown(url)}: a folder, not an object")
+    return found[0]
+
+
+def exists(url: str) -> bool:
+    """Whether an object or a folder (a prefix of objects) is at ``url``. Over HTTP, only an object is seen."""
+    try:
+        _info(url)  # not fs.exists: it answers False to a 503 or a timeout
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def isdir(url: str) -> bool:
+    """Whether ``url`` is a folder (a prefix holding objects); False over HTTP, which cannot list."""
+    if not lists(url):
+        return False
+    fs = filesystem(url)
+    fs.invalidate_cache(url)
+    return retried(url, "looking it up", lambda: fs.isdir(url))
+
+
+def listdir(url: str) -> list[str]:
+    """The names directly under the folder ``url``, sorted (a sub-folder once, without its slash).
+
+    Raises:
+      ValueError: an HTTP URL (a web server gives no listing a program can rely on).
+      FileNotFoundError: nothing under it.
+    """
+    if not lists(url):
+        raise ValueError(f"{_shown(url)}: an HTTP server cannot list a folder (got a {scheme_of(url)}:// URL); pass "
+                         "the object's own URL")
+    fs = filesystem(url)
+    fs.invalidate_cache(url)
+    entries = retried(url, "listing it", lambda: fs.ls(url, detail=False))
+    return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
+
+
+def open_for_reading(url: str):
+    """A binary file object reading the object at ``url`` (seekable, read ahead in ``BLOCK_BYTES`` blocks); the
+    open is retried as ``retried`` says. A read that fails later raises that library's error (a caller that
+    downloads retries the whole object, ``readers/shard_cache/store.py``).
+
+    Raises:
+      FileNotFoundError: nothing there.
+    """
+    fs = filesystem(url)
+    return retried(url, "opening it", lambda: fs.open(url, "rb"))
+
+
+def read_bytes(url: str, limit: int) -> bytes:
+    """At most ``limit`` bytes of the object at ``url``, read from its start (a whole small object, retried)."""
+    def read() -> bytes:
+        with filesystem(url).open(url, "rb") as f:
+            return f.read(limit)
+
+    return retried(url, "reading it", read)

@@ -1,0 +1,276 @@
+"""Datasets on the stores TensorFlow cannot open (``format/objects.py``): ``s3://`` on moto's S3 server and
+``http://`` on a local web server, both on 127.0.0.1. Two small datasets (images in 3 shards, episodes in 2) are
+converted locally once for the module and uploaded; every test reads them back through the store and compares
+with the local copy: ``tfshard info`` and ``verify``, ``readers.images`` (file order and ``shuffle="global"``),
+``readers.episodes``, ``readers.windows`` resident and streamed, with a shard cache and with the default folder. A
+tampered object is never cached nor served; an unsupported scheme, a cache too small, a missing dataset are one
+clear line each; and no message or log line holds the secret the credentials carry.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+
+import pytest
+import tensorflow as tf
+from helpers import convert_image_tree, convert_obs_episodes, make_tree
+from shard_cache_helpers import assert_same_epochs, copies, epochs, manifest_shards
+from tfshard import readers
+from tfshard.format import objects
+
+s3fs = pytest.importorskip("s3fs")
+moto_server = pytest.importorskip("moto.server")
+
+BUCKET = "tfshard"
+SECRET = "FAKE-SECRET-0b5e7c1d"  # what the store's credentials carry: never in a message or a log line
+KEY_ID = "AKIAFAKEKEYID0000"
+WINDOWS = {"length": 4, "shift": 1, "features": "obs", "targets": 1, "batch_size": 4, "seed": 0, "with_keys": True}
+
+
+class _RangeHandler(http.server.SimpleHTTPRequestHandler):
+    """A static web server that answers ``Range: bytes=a-b`` (as S3, nginx and CDNs do), quietly."""
+
+    failures: dict[str, int] = {}  # path -> 503s answered; under /flaky/ the first two of each path are 503s
+
+    def log_message(self, *args):
+        pass
+
+    def send_head(self):
+        if self.path.startswith("/flaky/") or self.path.startswith("/down/"):
+            seen = self.failures[self.path] = self.failures.get(self.path, 0) + 1
+            if self.path.startswith("/down/") or seen <= 2:
+                self.send_error(503, "Slow Down")
+                return None
+            self.path = self.path.removeprefix("/flaky")
+        match = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        path = self.translate_path(self.path)
+        if match is None or not os.path.isfile(path):
+            return super().send_head()
+        size = os.path.getsize(path)
+        start, end = int(match[1]), min(int(match[2] or size - 1), size - 1)
+        f = open(path, "rb")  # noqa: SIM115 (copyfile reads it, the handler closes it)
+        f.seek(start)
+        self.send_response(206)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Range", f"bytes {start}-{end}/{size}")
+        self.send_header("Content-Length", str(end - start + 1))
+        self.end_headers()
+        self._left = end - start + 1
+        return f
+
+    def copyfile(self, source, outputfile):
+        left = getattr(self, "_left", None)
+        if left is None:
+            return super().copyfile(source, outputfile)
+        outputfile.write(source.read(left))
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """``{"local": {...}, "s3": {...}, "http": {...}}`` of the images and episodes datasets, the servers running and
+    the environment holding the S3 credentials (the secret among them) and a default shard cache folder."""
+    root = tmp_path_factory.mktemp("object-stores")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
+    make_tree(str(root / "src"), per_class=9)
+    convert_image_tree(root / "src", root / "served" / "photos", num_shards=3)
+    runs = convert_obs_episodes(root / "ep", [9, 7, 8, 6, 10], seed=0, num_shards=2)
+    os.rename(runs, root / "served" / "runs")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    web = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_RangeHandler, directory=str(root / "served")))
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+        env.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+        env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        env.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+        env.setenv("TFSHARD_CACHE", str(root / "default-cache"))
+        s3 = s3fs.S3FileSystem(endpoint_url=f"http://{host}:{port}", key=KEY_ID, secret=SECRET)
+        s3.mkdir(BUCKET)  # in us-east-1 (AWS_DEFAULT_REGION): no location constraint
+        for name in ("photos", "runs"):
+            s3.put(str(root / "served" / name), f"{BUCKET}/{name}", recursive=True)
+        web_root = f"http://127.0.0.1:{web.server_port}"
+        urls = {"local": {n: str(root / "served" / n) for n in ("photos", "runs")},
+                "s3": {n: f"s3://{BUCKET}/{n}" for n in ("photos", "runs")},
+                "http": {n: f"http://127.0.0.1:{web.server_port}/{n}" for n in ("photos", "runs")},
+                "root": root, "s3fs": s3, "web": web_root}
+        yield urls
+    web.shutdown()
+    server.stop()
+
+
+@pytest.fixture
+def no_secret(caplog):
+    """Every log line of the test, checked for the secret at its end."""
+    caplog.set_level(logging.DEBUG, logger="tfshard")
+    yield caplog
+    assert SECRET not in caplog.text and KEY_ID not in caplog.text
+
+
+def _windows(ds) -> list[list[tuple]]:
+    """Each epoch's windows as sorted ``(episode, start, window bytes, target bytes)``."""
+    return [sorted((int(e), int(t), x.tobytes(), y.tobytes()) for batch in epoch for e, t, x, y in zip(*batch))
+            for epoch in epochs(ds)]
+
+
+def _images(path, **kwargs):
+    return readers.images(path, batch_size=4, image_size=(16, 16), seed=0, **kwargs)
+
+
+@pytest.mark.parametrize("store", ["s3", "http"])
+def test_info_and_verify_read_the_store(stores, store, cli, no_secret):
+    for name in ("photos", "runs"):
+        url, local = stores[store][name], stores["local"][name]
+        assert readers.info(url).manifest == readers.info(local).manifest
+        shown = cli("info", url)
+        assert shown.exit_code == 0, shown.output
+        assert shown.output.replace(url, "OUT") == cli("info", local).output.replace(local, "OUT")
+        checked = cli("verify", url)
+        assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
+
+
+@pytest.mark.parametrize("store", ["s3", "http"])
+def test_images_read_back_exactly(stores, store, tmp_path, no_secret):
+    local, url = stores["local"]["photos"], stores[store]["photos"]
+    want = epochs(_images(local))
+    assert_same_epochs(epochs(_images(url, shard_cache=str(tmp_path / "cache"))), want)
+    assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(local)}
+    # records by position in a global shuffle (readers/indexed/): every copy fetched first
+    ordered = epochs(_images(local, shuffle="global"))
+    assert_same_epochs(epochs(_images(url, shuffle="global", shard_cache=str(tmp_path / "cache"))), ordered)
+
+
+def test_without_shard_cache_the_default_folder_is_used_and_said_once(stores, caplog):
+    caplog.set_level(logging.INFO, logger="tfshard")
+    local, url = stores["local"]["photos"], stores["s3"]["photos"]
+    want = epochs(_images(local))
+    assert_same_epochs(epochs(_images(url)), want)
+    assert_same_epochs(epochs(_images(url, training=True)), epochs(_images(local, training=True)))
+    folder = os.environ["TFSHARD_CACHE"]
+    assert copies(folder) == {s.sha256 for s in manifest_shards(local)}
+    said = [r.getMessage() for r in caplog.records if "verified local copies in" in r.getMessage()]
+    assert len(said) == 1 and folder in said[0] and "50 GB" in said[0], said
+
+
+@pytest.mark.parametrize("store", ["s3", "http"])
+def test_episodes_and_windows_read_back_exactly(stores, store, tmp_path, no_secret):
+    local, url = stores["local"]["runs"], stores[store]["runs"]
+    cache = {"shard_cache": str(tmp_path / "cache")}
+    assert_same_epochs(epochs(readers.episodes(url, **cache), 1), epochs(readers.episodes(local), 1))
+    assert_same_epochs(epochs(readers.windows(url, **WINDOWS, **cache)), epochs(readers.windows(local, **WINDOWS)))
+    # streamed windows come in an order a parallel read decides, also locally: the same windows each epoch
+    assert _windows(readers.windows(url, resident=False, **WINDOWS, **cache)) == \
+        _windows(readers.windows(local, resident=False, **WINDOWS))
+    assert_same_epochs(epochs(readers.episodes(url, shuffle="global", seed=0, **cache), 1),
+                       epochs(readers.episodes(local, shuffle="global", seed=0), 1))
+
+
+def test_a_tampered_object_is_never_cached_nor_served(stores, tmp_path, cli, no_secret):
+    s3, local = stores["s3fs"], stores["local"]["photos"]
+    s3.put(local, f"{BUCKET}/tampered", recursive=True)
+    shard = manifest_shards(local)[1]
+    name = os.path.basename(shard.remote)
+    data = bytearray(open(shard.remote, "rb").read())
+    data[len(data) // 2] ^= 0xFF
+    s3.pipe(f"{BUCKET}/tampered/{name}", bytes(data))
+    url = f"s3://{BUCKET}/tampered"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{url}/{name}: could not be cached") +
+                       ".*read only from a verified local copy; raise shard_cache_limit"):
+        epochs(_images(url, shard_cache=str(tmp_path / "cache")), 1)
+    assert shard.sha256 not in copies(tmp_path / "cache")
+    assert copies(tmp_path / "cache") <= {s.sha256 for s in manifest_shards(local)}
+    checked = cli("verify", url)
+    assert checked.exit_code != 0 and f"{url}/{name}: corrupted shard" in checked.output, checked.output
+    assert SECRET not in checked.output
+
+
+def test_a_limit_below_the_pipelines_shards_is_refused_when_built(stores, tmp_path):
+    total = sum(s.size for s in manifest_shards(stores["local"]["photos"]))
+    url = stores["s3"]["photos"]
+    with pytest.raises(ValueError, match=re.escape(f"{url}: shard_cache_limit={total - 1} bytes is below this "
+                                                   "pipeline's 3 shards") + f".*raise shard_cache_limit to at least "
+                                                                            f"{total} bytes"):
+        _images(url, shard_cache=str(tmp_path / "cache"), shard_cache_limit=total - 1)
+
+
+def test_unsupported_scheme_and_missing_dataset_are_one_line(stores, cli, no_secret):
+    with pytest.raises(objects.UnsupportedSchemeError,
+                       match=r"^ftp://host/ds: tfshard cannot read ftp:// URLs here \(got scheme 'ftp'\); the ones "
+                             r"that work: local paths, gs://, s3://.*https://.*; `pip install 'tfshard\[cloud\]'`"):
+        readers.info("ftp://host/ds")
+    shown = cli("info", "ftp://host/ds")
+    assert shown.exit_code != 0 and "pip install 'tfshard[cloud]'" in shown.output and len(
+        shown.output.strip().splitlines()) == 1, shown.output
+    missing = f"s3://{BUCKET}/nothing-here"
+    with pytest.raises(FileNotFoundError, match=re.escape(missing)):
+        readers.info(missing)
+    with pytest.raises(FileNotFoundError, match=re.escape(stores["http"]["photos"] + "x/dataset.json: no manifest")):
+        readers.info(stores["http"]["photos"] + "x")
+
+
+def test_storage_options_reach_the_store_and_their_secret_no_message(stores, no_secret):
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    objects.set_storage_options("s3", {"endpoint_url": endpoint, "key": KEY_ID, "secret": SECRET + "-2"})
+    try:
+        assert objects.size(stores["s3"]["photos"] + "/dataset.json") > 0
+        with pytest.raises(FileNotFoundError) as raised:
+            objects.size(f"s3://{BUCKET}/{SECRET}-2/dataset.json")  # a secret in the URL is hidden too
+        assert SECRET not in str(raised.value) and "***" in str(raised.value)
+        assert objects.redact(f"key {KEY_ID} secret {SECRET}-2 at https://h/x?sig=abc") == \
+            "key *** secret *** at https://h/x?***"
+    finally:
+        objects.set_storage_options("s3", None)
+
+
+def test_reading_a_local_dataset_imports_no_cloud_library(stores):
+    code = ("import sys; from tfshard import readers; "
+            f"ds = readers.images({stores['local']['photos']!r}, batch_size=4, image_size=(16, 16), seed=0); "
+            "list(ds.take(1)); readers.info(sys.argv[1]); "
+            "print(sorted(m for m in ('fsspec', 's3fs', 'adlfs', 'aiohttp', 'botocore', 'aiobotocore') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, stores["local"]["runs"]], capture_output=True, text=True,
+                         check=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+def test_the_store_is_asked_again_after_a_503_a_bounded_number_of_times(stores, caplog, no_secret):
+    caplog.set_level(logging.INFO, logger="tfshard")
+    flaky = f"{stores['web']}/flaky/photos"
+    assert readers.info(flaky).manifest == readers.info(stores["local"]["photos"]).manifest
+    assert "Slow Down" in caplog.text and "trying again" in caplog.text
+    down = f"{stores['web']}/down/photos/dataset.json"
+    with pytest.raises(OSError, match=re.escape(down) + r": reading its metadata failed after 5 attempts \(.*503.*\); "
+                                      "check the URL, the endpoint and the network, or try again later"):
+        objects.size(down)
+
+
+def test_writing_to_a_store_is_refused_and_tfshard_cache_fills_from_it(stores, cli, tmp_path, no_secret):
+    shown = cli("images", str(stores["root"] / "src"), f"s3://{BUCKET}/new")
+    assert shown.exit_code != 0 and "does not write them yet" in shown.output, shown.output
+    assert not stores["s3fs"].exists(f"{BUCKET}/new")
+    filled = cli("cache", stores["s3"]["photos"], str(tmp_path / "cache"))
+    assert filled.exit_code == 0, filled.output
+    assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
+
+
+def test_azure_is_wired_and_its_connection_string_never_shown():
+    pytest.importorskip("adlfs")
+    account_key = "RkFLRS1BWlVSRS1LRVk="
+    connection = (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={account_key};"
+                  "BlobEndpoint=http://127.0.0.1:9/devstoreaccount1;")
+    objects.set_storage_options("az", {"connection_string": connection})
+    try:
+        assert type(objects.filesystem("az://container/ds")).__name__ == "AzureBlobFileSystem"
+        assert account_key not in objects.redact(f"failed with {connection} and AccountKey={account_key}")
+    finally:
+        objects.set_storage_options("az", None)
+    assert account_key not in objects.redact(f"AccountKey={account_key};")
