@@ -294,6 +294,22 @@ def cache_shards(
     echo_lines(report.lines())
 
 
+@app.command()
+def push(
+    out: Annotated[str, Argument(help="A finished local dataset folder.")],
+    url: Annotated[str, Argument(help="Where to upload it: s3://bucket/ds, az://container/ds or abfs://...")],
+    overwrite: Annotated[bool, Option("--overwrite", help=(
+        "Replace a dataset at URL, removing only the objects its manifest lists (other objects stay)."))] = False,
+    uploads: Annotated[int, Option("--uploads", min=1, max=64, help="Objects sent at once.")] = 4,
+) -> None:
+    """Upload a finished dataset to an object store, each file checked, dataset.json last; rerun to resume."""
+    with _command(f"{url}: push"):
+        from .tools.push import push as upload
+
+        report = upload(out, url, overwrite=overwrite, uploads=uploads)
+    echo_lines(report.lines())
+
+
 @app.command(name="tfds")
 def tfds_metadata(out: Annotated[str, Argument(help="A dataset folder (uncompressed shards).")]) -> None:
     """Write TFDS metadata next to dataset.json, so tfds.builder_from_directory(OUT) opens the dataset."""

@@ -356,3 +356,53 @@ def read_bytes(url: str, limit: int) -> bytes:
             return f.read(limit)
 
     return retried(url, "reading it", read)
+
+
+# --- writing (``tools/push.py``): each call one object, retried as ``retried`` says ---------------------------------
+
+
+def writes(path: str) -> bool:
+    """Whether tfshard writes datasets to ``path``'s store (``s3://``, ``az://``, ``abfs://``: not plain HTTP)."""
+    return scheme_of(path) in LISTS
+
+
+def put_bytes(url: str, data: bytes) -> None:
+    """Writes ``data`` as the object at ``url`` in one request (replacing one there), retried on a dropped connection,
+    a timeout, a 5xx or a throttle. An S3 PUT lands whole or not at all: no reader sees half of it.
+
+    Example:
+      put_bytes("s3://bucket/ds/inputs.json", b"{}")
+    """
+    fs = filesystem(url)
+    retried(url, "uploading it", lambda: fs.pipe_file(url, data))
+    fs.invalidate_cache(url)
+
+
+def delete(url: str) -> None:
+    """Removes the object at ``url``; nothing there is no error."""
+    fs = filesystem(url)
+
+    def remove() -> None:
+        try:
+            fs.rm_file(url)
+        except FileNotFoundError:
+            pass
+
+    retried(url, "removing it", remove)
+    fs.invalidate_cache(url)
+
+
+def list_objects(url: str) -> list[str]:
+    """Every object under the folder ``url``, at any depth, as a path relative to it, sorted ([] when none).
+
+    Raises:
+      ValueError: an HTTP URL (a web server gives no listing).
+    """
+    if not lists(url):
+        raise ValueError(f"{_shown(url)}: an HTTP server cannot list a folder (got a {scheme_of(url)}:// URL); pass "
+                         "an s3://, az:// or abfs:// URL")
+    fs = filesystem(url)
+    fs.invalidate_cache(url)
+    root = fs._strip_protocol(url).rstrip("/")
+    found = retried(url, "listing it", lambda: fs.find(root))
+    return sorted(path[len(root) + 1:] for path in found if path.startswith(root + "/"))

@@ -248,9 +248,9 @@ def check_bucket(path: str) -> None:
     if not is_url(path):
         return
     if _fsspec(path):
-        raise ValueError(f"{path}: tfshard reads {objects.scheme_of(path)}:// datasets but does not write them yet "
-                         f"(got a {objects.scheme_of(path)}:// folder to write); write to a local folder (or gs://), "
-                         "then copy it to the store with its own tools")
+        raise ValueError(f"{objects.redact(path)}: the converter writes local and gs:// folders (got a "
+                         f"{objects.scheme_of(path)}:// folder to write); convert into a local folder, then "
+                         "upload it with tfshard.tools.push.push (`tfshard images|episodes SRC URL` does both)")
     scheme, rest = path.split("://", 1)
     root = f"{scheme}://{rest.split('/', 1)[0]}"
     if scheme in ("gs", "s3") and not gfile().exists(root):

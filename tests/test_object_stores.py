@@ -14,6 +14,7 @@ import http.server
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -253,13 +254,128 @@ def test_the_store_is_asked_again_after_a_503_a_bounded_number_of_times(stores, 
         objects.size(down)
 
 
-def test_writing_to_a_store_is_refused_and_tfshard_cache_fills_from_it(stores, cli, tmp_path, no_secret):
-    shown = cli("images", str(stores["root"] / "src"), f"s3://{BUCKET}/new")
-    assert shown.exit_code != 0 and "does not write them yet" in shown.output, shown.output
-    assert not stores["s3fs"].exists(f"{BUCKET}/new")
+def test_writing_over_http_is_refused_and_tfshard_cache_fills_from_it(stores, cli, tmp_path, no_secret):
+    shown = cli("images", str(stores["root"] / "src"), f"{stores['web']}/new")
+    assert shown.exit_code != 0 and "tfshard writes datasets to s3://, az:// and abfs:// (got a http:// OUT)" in \
+        shown.output, shown.output
     filled = cli("cache", stores["s3"]["photos"], str(tmp_path / "cache"))
     assert filled.exit_code == 0, filled.output
     assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
+
+
+# --- writing: tfshard push, and a conversion into a store (tools/push.py) -------------------------------------------
+
+
+def _dataset_copy(stores, name, tmp_path) -> str:
+    """A copy of a local dataset (a push journals into its state folder while it runs)."""
+    copy = str(tmp_path / name)
+    shutil.copytree(stores["local"][name], copy)
+    return copy
+
+
+def _objects(stores, url) -> set[str]:
+    return set(objects.list_objects(url))
+
+
+def _local_files(out) -> set[str]:
+    return {n for n in os.listdir(out) if not n.startswith(".")}
+
+
+def test_push_reads_back_exactly_in_every_mode(stores, cli, tmp_path, no_secret):
+    cache = {"shard_cache": str(tmp_path / "cache")}
+    for name in ("photos", "runs"):
+        local, url = _dataset_copy(stores, name, tmp_path), f"s3://{BUCKET}/pushed-{name}"
+        shown = cli("push", local, url)
+        assert shown.exit_code == 0 and f"{url}: uploaded " in shown.output, shown.output
+        assert _objects(stores, url) == _local_files(local)
+        assert not os.path.exists(os.path.join(local, ".tfshard-state"))  # the journal went with the manifest
+        again = cli("push", local, url)
+        assert again.exit_code == 0 and "already holds this dataset" in again.output, again.output
+    local, url = stores["local"]["photos"], f"s3://{BUCKET}/pushed-photos"
+    assert readers.info(url).manifest == readers.info(local).manifest
+    assert_same_epochs(epochs(_images(url, **cache)), epochs(_images(local)))
+    assert_same_epochs(epochs(_images(url, shuffle="global", **cache)), epochs(_images(local, shuffle="global")))
+    local, url = stores["local"]["runs"], f"s3://{BUCKET}/pushed-runs"
+    assert_same_epochs(epochs(readers.episodes(url, **cache), 1), epochs(readers.episodes(local), 1))
+    assert_same_epochs(epochs(readers.windows(url, **WINDOWS, **cache)), epochs(readers.windows(local, **WINDOWS)))
+    assert _windows(readers.windows(url, resident=False, **WINDOWS, **cache)) == \
+        _windows(readers.windows(local, resident=False, **WINDOWS))
+    assert cli("verify", url).exit_code == 0
+
+
+def test_a_killed_push_resumes_uploading_only_the_rest_manifest_last(stores, tmp_path, no_secret):
+    from fault_proxy import FaultProxy
+    from stop_point import kill_group, start_held
+
+    local, url = _dataset_copy(stores, "photos", tmp_path), f"s3://{BUCKET}/killed"
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    env = {"AWS_ENDPOINT_URL": proxy.url}
+    try:
+        ready = str(tmp_path / "held")
+        proc = start_held(["push", local, url, "--uploads", "1"], "_send#3", ready, env=env)
+        kill_group(proc)  # SIGKILL before the third file is sent: two landed
+        first = [path for method, path, _ in proxy.seen if method == "PUT"]
+        assert len(first) == 2, proxy.seen
+        assert "dataset.json" not in _objects(stores, url)  # no manifest while shards are missing
+        proxy.clear()
+        rerun = subprocess.run([sys.executable, "-m", "tfshard", "push", local, url], capture_output=True, text=True,
+                               env={**os.environ, **env, "TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=300,
+                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert rerun.returncode == 0, rerun.stderr
+        second = [path for method, path, _ in proxy.seen if method == "PUT"]
+    finally:
+        proxy.close()
+    files = _local_files(local)
+    assert sorted(p.rsplit("/", 1)[-1] for p in first + second) == sorted(files)  # each sent once
+    assert second[-1].endswith("/dataset.json") and "kept 2 already there" in rerun.stdout, rerun.stdout
+    assert _objects(stores, url) == files
+    assert readers.info(url).manifest == readers.info(local).manifest
+
+
+def test_overwrite_removes_only_what_the_old_manifest_lists(stores, cli, tmp_path, no_secret):
+    s3, url = stores["s3fs"], f"s3://{BUCKET}/replaced"
+    photos, runs = _dataset_copy(stores, "photos", tmp_path), _dataset_copy(stores, "runs", tmp_path)
+    assert cli("push", photos, url).exit_code == 0
+    s3.pipe(f"{BUCKET}/replaced/notes/README.txt", b"someone else's")
+    refused = cli("push", runs, url)
+    assert refused.exit_code != 0 and f"{url}: holds another dataset (dataset.json differs from {runs}'s); pass " \
+        "--overwrite" in refused.output, refused.output
+    replaced = cli("push", runs, url, "--overwrite")
+    assert replaced.exit_code == 0 and "removed 4 objects of the old dataset" in replaced.output, replaced.output
+    assert _objects(stores, url) == _local_files(runs) | {"notes/README.txt"}
+    assert s3.cat(f"{BUCKET}/replaced/notes/README.txt") == b"someone else's"
+    assert readers.info(url).manifest == readers.info(runs).manifest
+
+
+def test_a_folder_holding_other_objects_is_refused(stores, cli, tmp_path, no_secret):
+    s3, url = stores["s3fs"], f"s3://{BUCKET}/taken"
+    s3.pipe(f"{BUCKET}/taken/train-00000-of-00003.tfrecord", b"not ours")
+    photos = _dataset_copy(stores, "photos", tmp_path)
+    refused = cli("push", photos, url)
+    assert refused.exit_code != 0 and f"{url}: not an empty folder (got 1 objects: " \
+        "['train-00000-of-00003.tfrecord']); pass --overwrite" in refused.output, refused.output
+    refused = cli("push", photos, url, "--overwrite")  # beside others, yes; in their place, never
+    assert refused.exit_code != 0 and "no manifest there lists under names this dataset writes" in refused.output
+    assert _objects(stores, url) == {"train-00000-of-00003.tfrecord"}
+    assert s3.cat(f"{BUCKET}/taken/train-00000-of-00003.tfrecord") == b"not ours"
+
+
+def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no_secret):
+    from tfshard.tools.conversion import staging_folder
+
+    url = f"s3://{BUCKET}/converted"
+    src = str(stores["root"] / "src")
+    args = ["images", src, url, "--num-shards", "2", "--workers", "0", "--tfds"]
+    shown = cli(*args)
+    staging = staging_folder(url)
+    assert shown.exit_code == 0 and f"converting into the local staging folder {staging}" in shown.output, \
+        shown.output
+    assert _objects(stores, url) == _local_files(staging) and "dataset_info.json" in _objects(stores, url)
+    assert_same_epochs(epochs(_images(url, shard_cache=str(tmp_path / "cache"))), epochs(_images(staging)))
+    again = cli(*args)
+    assert again.exit_code == 0 and "already holds this dataset" in again.output, again.output
+    refused = cli(*args[:-1], "--append")
+    assert refused.exit_code != 0 and "--append into an object store is not supported yet" in refused.output
 
 
 def test_azure_is_wired_and_its_connection_string_never_shown():
