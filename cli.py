@@ -67,7 +67,8 @@ def _main(
 
 # --- converting: the flags images and episodes share, with one meaning (tools/conversion.py) --------------------------
 
-Output = Annotated[str, Argument(help="Output folder (local or gs://); created if missing.")]
+Output = Annotated[str, Argument(help=(
+    "Output folder (local or gs://; s3://, az://: staged locally, then pushed); created if missing."))]
 ShardSize = Annotated[str, Option(help="Target shard size, e.g. 64MiB, 1GB.")]
 NumShards = Annotated[int | None, Option(help="Exact shards per split; wins over --shard-size.")]
 MinShards = Annotated[int, Option(help="At least this many shards per split (>= reader workers).")]

@@ -332,6 +332,46 @@ def test_a_killed_push_resumes_uploading_only_the_rest_manifest_last(stores, tmp
     assert readers.info(url).manifest == readers.info(local).manifest
 
 
+def test_a_conversion_into_s3_killed_as_its_manifest_goes_up_resumes_with_the_same_command(stores, tmp_path):
+    from fault_proxy import FaultProxy
+    from stop_point import kill_group, start_held
+    from tfshard.tools.conversion import staging_folder
+
+    url = f"s3://{BUCKET}/converted-killed"
+    args = ["images", str(stores["root"] / "src"), url, "--num-shards", "2", "--workers", "0", "-q"]
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    env = {"AWS_ENDPOINT_URL": proxy.url, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    try:
+        # the manifest's upload is the one on the main thread (the other files go up in threads)
+        kill_group(start_held(args, "_put", str(tmp_path / "held"), env=env))
+        first = [path for method, path, _ in proxy.seen if method == "PUT"]
+        assert "dataset.json" not in _objects(stores, url)
+        proxy.clear()
+        rerun = subprocess.run([sys.executable, "-m", "tfshard", *args], capture_output=True, text=True,
+                               env={**os.environ, **env}, timeout=300,
+                               cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert rerun.returncode == 0, rerun.stderr
+        second = [path for method, path, _ in proxy.seen if method == "PUT"]
+    finally:
+        proxy.close()
+    assert len(first) == 3 and [p.rsplit("/", 1)[-1] for p in second] == ["dataset.json"], (first, second)
+    assert _objects(stores, url) == _local_files(staging_folder(url))
+
+
+def test_a_local_file_that_does_not_match_its_manifest_is_never_uploaded(stores, cli, tmp_path, no_secret):
+    photos, url = _dataset_copy(stores, "photos", tmp_path), f"s3://{BUCKET}/damaged"
+    shard = os.path.basename(manifest_shards(photos)[0].remote)
+    with open(os.path.join(photos, shard), "r+b") as f:
+        f.seek(20)
+        f.write(b"\xff")
+    refused = cli("push", photos, url, "--uploads", "1")
+    assert refused.exit_code != 0 and re.search(
+        re.escape(os.path.join(photos, shard)) + r": does not match dataset.json \(got sha256 [0-9a-f]{12}\.\.\., "
+        r"\d+ bytes; the manifest says [0-9a-f]{12}\.\.\.\); nothing of it was uploaded", refused.output), \
+        refused.output
+    assert shard not in _objects(stores, url) and "dataset.json" not in _objects(stores, url)
+
+
 def test_overwrite_removes_only_what_the_old_manifest_lists(stores, cli, tmp_path, no_secret):
     s3, url = stores["s3fs"], f"s3://{BUCKET}/replaced"
     photos, runs = _dataset_copy(stores, "photos", tmp_path), _dataset_copy(stores, "runs", tmp_path)
@@ -376,6 +416,11 @@ def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no
     assert again.exit_code == 0 and "already holds this dataset" in again.output, again.output
     refused = cli(*args[:-1], "--append")
     assert refused.exit_code != 0 and "--append into an object store is not supported yet" in refused.output
+    with pytest.raises(ValueError, match=re.escape(f"{url}/lib: the converter writes local and gs:// folders (got a "
+                                                   "s3:// folder to write); convert into a local folder, then upload")):
+        convert_image_tree(src, f"{url}/lib")  # the library's converter: local and gs:// only
+    refused = cli(*args[:-1], "--runner", "beam")
+    assert refused.exit_code != 0 and f"{url}: --runner beam writes local and gs:// folders only" in refused.output
 
 
 def test_azure_is_wired_and_its_connection_string_never_shown():
