@@ -3,8 +3,8 @@ so that a reader never sees a manifest whose files are missing.
 
 Every file the dataset holds (its shards and index files, ``inputs.json``, TFDS metadata) is sent first, each checked
 as it is sent (the sha256 of the bytes sent against the manifest's, for shards and index files) and once it landed
-(the object's size, and on S3 its ETag, the MD5 of a one-request upload); ``dataset.json`` goes last. What landed
-verified is journaled in ``OUT/.tfshard-state/push.json``, so a rerun after a kill uploads only the rest; the
+(the object's size, and on S3 its ETag: the MD5 of what was sent, or of its parts); ``dataset.json`` goes last. What
+landed verified is journaled in ``OUT/.tfshard-state/push.json``, so a rerun after a kill uploads only the rest; the
 journal goes once the manifest landed.
 
 A destination holding another dataset or other objects is refused. ``--overwrite`` replaces a dataset there: its
@@ -32,14 +32,14 @@ from collections.abc import Callable
 from ..format import objects
 from ..format.dataset import load_manifest, read_small_file
 from ..format.manifest import MANIFEST_NAME, Manifest
-from ..format.names import INPUTS_NAME, STATE_DIR, TFDS_FILES, index_file_name
+from ..format.names import INPUTS_NAME, STATE_DIR, TFDS_FILES, index_file_name, is_output_name
 from ..format.storage import write_atomic
 
 log = logging.getLogger(__name__)
 
 JOURNAL = "push.json"
 UPLOADS = 4  # objects sent at once
-_MD5 = re.compile(r"^[0-9a-f]{32}$")
+_S3_ETAG = re.compile(r"^[0-9a-f]{32}(-\d+)?$")  # an MD5, or a multipart upload's (MD5 of the parts' MD5s)-N
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,12 +205,11 @@ def _put(target: str, data: bytes) -> str:
     objects.put_bytes(target, data)
     found = objects.stat(target)
     etag = (found[2] if found else "").strip('"').lower()
-    md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
-    if found is None or found[0] != len(data) or (_MD5.match(etag) and objects.scheme_of(target) == "s3"
-                                                  and etag != md5):
+    want = objects.s3_etag(data) if objects.scheme_of(target) == "s3" and _S3_ETAG.match(etag) else etag
+    if found is None or found[0] != len(data) or etag != want:
         got = "nothing" if found is None else f"{found[0]} bytes, ETag {etag!r}"
-        raise OSError(f"{objects.redact(target)}: did not land whole (got {got}; sent {len(data)} bytes, MD5 {md5}); "
-                      "run the same command again")
+        raise OSError(f"{objects.redact(target)}: did not land whole (got {got}; sent {len(data)} bytes, ETag "
+                      f"{want!r}); run the same command again")
     return etag
 
 
@@ -229,8 +228,11 @@ class _Journal:
         landed = raw.get("landed") if isinstance(raw.get("landed"), dict) else {}
         old = raw.get("old") if isinstance(raw.get("old"), list) else []
         # a push of another dataset to this URL, not finished: the objects it landed may go with --overwrite
+        # names only tfshard writes: a journal never makes push remove or keep anything else
+        landed = {n: e for n, e in landed.items() if is_output_name(n)}
+        old = [n for n in old if is_output_name(n)]
         self.earlier: set[str] = set(landed) | set(old) | {MANIFEST_NAME} if same_url and not self.mine else set()
-        self.old: list[str] = [str(n) for n in old] if self.mine else []
+        self.old: list[str] = old if self.mine else []
         self._landed: dict[str, dict] = landed if self.mine else {}
 
     def _read(self) -> dict:
