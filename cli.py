@@ -304,7 +304,7 @@ def push(
     uploads: Annotated[int, Option("--uploads", min=1, max=64, help="Objects sent at once.")] = 4,
 ) -> None:
     """Upload a finished dataset to an object store, each file checked, dataset.json last; rerun to resume."""
-    with _command(f"{url}: push"):
+    with _command(f"{url}: push", resumable=True):
         from .tools.push import push as upload
 
         report = upload(out, url, overwrite=overwrite, uploads=uploads)

@@ -378,12 +378,29 @@ def test_overwrite_removes_only_what_the_old_manifest_lists(stores, cli, tmp_pat
     assert cli("push", photos, url).exit_code == 0
     s3.pipe(f"{BUCKET}/replaced/notes/README.txt", b"someone else's")
     refused = cli("push", runs, url)
-    assert refused.exit_code != 0 and f"{url}: holds another dataset (dataset.json differs from {runs}'s); pass " \
-        "--overwrite" in refused.output, refused.output
+    assert refused.exit_code != 0 and f"{url}: holds another dataset (got a dataset.json that differs from " \
+        f"{runs}'s); pass --overwrite" in refused.output, refused.output
     replaced = cli("push", runs, url, "--overwrite")
     assert replaced.exit_code == 0 and "removed 4 objects of the old dataset" in replaced.output, replaced.output
     assert _objects(stores, url) == _local_files(runs) | {"notes/README.txt"}
     assert s3.cat(f"{BUCKET}/replaced/notes/README.txt") == b"someone else's"
+    assert readers.info(url).manifest == readers.info(runs).manifest
+
+
+def test_an_overwrite_killed_after_the_old_manifest_went_finishes_with_the_same_command(stores, cli, tmp_path):
+    from stop_point import kill_group, start_held
+
+    s3, url = stores["s3fs"], f"s3://{BUCKET}/replaced-killed"
+    photos, runs = _dataset_copy(stores, "photos", tmp_path), _dataset_copy(stores, "runs", tmp_path)
+    assert cli("push", photos, url).exit_code == 0
+    s3.pipe(f"{BUCKET}/replaced-killed/notes.txt", b"someone else's")
+    args = ["push", runs, url, "--overwrite", "--uploads", "1"]
+    kill_group(start_held(args, "_send#2", str(tmp_path / "held")))  # old manifest gone, one new shard landed
+    assert "dataset.json" not in _objects(stores, url)
+    finished = cli(*args)
+    assert finished.exit_code == 0 and "kept 1 already there, removed 4 objects of the old dataset" in \
+        finished.output, finished.output
+    assert _objects(stores, url) == _local_files(runs) | {"notes.txt"}
     assert readers.info(url).manifest == readers.info(runs).manifest
 
 

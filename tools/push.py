@@ -112,8 +112,9 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
             journal.finish()
             return PushReport(url, 0, len(files) + 1, 0, 0)
         if not overwrite:
-            raise ValueError(f"{url}: holds another dataset ({MANIFEST_NAME} differs from {out}'s); pass --overwrite "
-                             "to replace it (only the objects its manifest lists are removed), or choose another URL")
+            raise ValueError(f"{url}: holds another dataset (got a {MANIFEST_NAME} that differs from {out}'s); pass "
+                             "--overwrite to replace it (only the objects its manifest lists are removed), or choose "
+                             "another URL")
         old_names |= _listed(load_manifest(url))
     if overwrite:
         old_names |= journal.earlier  # objects a push of another dataset to this URL landed
