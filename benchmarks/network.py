@@ -50,10 +50,26 @@ side by side in rounds of rotated order (``--repeats`` rounds, best pass shown):
 then one line per target, met or not. ``--only cache`` runs just that section (about 1 minute), ``--only
 network`` just the table above.
 
-Run it with ``.venv/bin/python benchmarks/network.py`` (about 3 minutes), e.g.:
+S3 gets a section of its own, outside the namespace (``--only s3``, about 1 minute): moto's ``ThreadedMotoServer``
+on 127.0.0.1 behind ``tests/fault_proxy.py`` with the same ``--latency-ms`` and ``--stream-mb-per-s`` (both in a
+child process, as the emulator is, so their threads do not take the reader's GIL). The dataset and one
+``--cache-growth`` times larger are converted locally and uploaded (the local folder is then the reader's local
+copy); in rounds of rotated order (``--repeats``, best pass shown), on each:
+
+  * a plain parallel download of the same shards with the same client library, s3fs with its own defaults:
+    ``fs.get`` of the shard list into a folder, and a thread pool of ``fs.cat_file`` (one thread per shard);
+  * tfshard's reader as above (``interleave_records``, files reshuffled each epoch) through a shard cache, epoch 1
+    from an empty DIR and epoch 2 through the same pipeline;
+  * the same reader on the local copy;
+
+then one line per target: epoch 1 >= 0.9x the faster plain download, epoch 2 >= 0.9x the local copy. The upload
+target (tfshard's upload of a converted dataset against s3fs's own parallel ``put``) waits for ``tfshard push``.
+
+Run it with ``.venv/bin/python benchmarks/network.py`` (about 4 minutes), e.g.:
   .venv/bin/python benchmarks/network.py --latency-ms 50 --stream-mb-per-s 20
 It needs what ``tests/test_gcs.py`` needs: ``unshare`` (namespaces permitted) and
-``gcp-storage-emulator`` (``pip install -e '.[test]'``).
+``gcp-storage-emulator`` (``pip install -e '.[test]'``); the S3 section what ``tests/test_object_stores.py`` needs
+(s3fs and moto's server: the ``test`` and ``cloud`` extras).
 """
 
 from __future__ import annotations
@@ -571,8 +587,9 @@ def _s3_download(fs, urls: list[str], work: str, how: str) -> dict:
 
 def s3_section(args) -> None:
     """moto's S3 server behind the same latency and per-connection pacing as the GCS emulator: plain parallel
-    downloads with s3fs, tfshard's reader through the shard cache (epochs 1 and 2) and on a local copy, side by side
-    in rounds of rotated order; then one line per target."""
+    downloads with s3fs, tfshard's reader through the shard cache (epochs 1 and 2) and on a local copy, on the
+    dataset and one ``--cache-growth`` times larger, side by side in rounds of rotated order; then one line per
+    target."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     os.environ.update(S3_CLIENT)
     network = f"{args.latency_ms:g} ms, {args.stream_mb_per_s:g} MB/s/conn"
@@ -583,33 +600,20 @@ def s3_section(args) -> None:
         from tfshard.ingest import ConvertOptions, convert_episodes
 
         os.environ["AWS_ENDPOINT_URL"] = server.proxy  # tfshard's s3:// file system, made at its first use
-        local = os.path.join(work, "local")
-        src = os.path.join(work, "src")
-        os.makedirs(src)
-        _write_episodes(src, args.shards * args.records_per_shard)
-        convert_episodes(src, local, ConvertOptions(num_shards=args.shards), workers=0, progress=False)
-        setup = s3fs.S3FileSystem(endpoint_url=server.store, skip_instance_cache=True)
+        setup = s3fs.S3FileSystem(endpoint_url=server.store, skip_instance_cache=True)  # moto itself, no latency
         setup.mkdir(S3_BUCKET)  # no LocationConstraint: moto's us-east-1
-        setup.put(local, f"{S3_BUCKET}/ds", recursive=True)
-        # the plain client: s3fs with its defaults, through the same slow network
+        # the plain client: s3fs with its own defaults, through the same slow network
         plain = s3fs.S3FileSystem(endpoint_url=server.proxy, skip_instance_cache=True)
-        remote, local_info = readers.info(f"s3://{S3_BUCKET}/ds"), readers.info(local)
-        urls = remote.shard_paths("train")
-        size = _train_bytes(remote)
-
-        def epochs():
-            folder = tempfile.mkdtemp(dir=work)
-            dataset, store = _cache_reader(remote, folder, size)
-            runs = {f"shard_cache, epoch {e}": _timed_pass(lambda: dataset, folder, store, server.bytes_sent)
-                    for e in (1, 2)}
-            shutil.rmtree(folder)
-            return runs
-
-        groups = [lambda: {"s3fs get": _s3_download(plain, urls, work, "get")},
-                  lambda: {"s3fs cat_file threads": _s3_download(plain, urls, work, "cat_file")},
-                  epochs,
-                  lambda: {"local copy": _timed_pass(lambda: _cache_reader(local_info)[0], None, None,
-                                                     server.bytes_sent)}]
+        groups, sizes = [], {}
+        for tag, shards in (("1x", args.shards), ("Nx", args.shards * args.cache_growth)):
+            local, src = os.path.join(work, f"local-{tag}"), os.path.join(work, f"src-{tag}")
+            os.makedirs(src)
+            _write_episodes(src, shards * args.records_per_shard)
+            convert_episodes(src, local, ConvertOptions(num_shards=shards), workers=0, progress=False)
+            setup.put(local, f"{S3_BUCKET}/{tag}", recursive=True)  # the local copy: what was uploaded
+            remote, local_info = readers.info(f"s3://{S3_BUCKET}/{tag}"), readers.info(local)
+            sizes[tag] = _train_bytes(remote)
+            groups += _s3_groups(tag, remote, local_info, plain, server, work)
         for group in groups:  # warm-up: connections, TensorFlow and tf.data start-up
             group()
         results: dict[str, list] = {}
@@ -617,7 +621,25 @@ def s3_section(args) -> None:
             for group in groups[repeat % len(groups):] + groups[:repeat % len(groups)]:
                 for label, run in group().items():
                     results.setdefault(label, []).append(run)
-    _s3_table(args, results, size, network)
+    _s3_table(args, results, sizes, network)
+
+
+def _s3_groups(tag: str, remote, local, plain, server: S3Server, work: str) -> list:
+    """The S3 section's contenders on one dataset: functions that each run one or more passes, → {label: run}."""
+    urls, size = remote.shard_paths("train"), _train_bytes(remote)
+
+    def epochs():
+        folder = tempfile.mkdtemp(dir=work)
+        dataset, store = _cache_reader(remote, folder, size)
+        runs = {f"{tag}|shard_cache, epoch {e}": _timed_pass(lambda: dataset, folder, store, server.bytes_sent)
+                for e in (1, 2)}
+        shutil.rmtree(folder)
+        return runs
+
+    return [lambda: {f"{tag}|s3fs get": _s3_download(plain, urls, work, "get")},
+            lambda: {f"{tag}|s3fs cat_file threads": _s3_download(plain, urls, work, "cat_file")},
+            epochs,
+            lambda: {f"{tag}|local copy": _timed_pass(lambda: _cache_reader(local)[0], None, None, server.bytes_sent)}]
 
 
 S3_ROWS = {
@@ -629,35 +651,37 @@ S3_ROWS = {
 }
 
 
-def _s3_table(args, results: dict, size: int, network: str) -> None:
+def _s3_table(args, results: dict, sizes: dict, network: str) -> None:
     """The S3 section's table (best pass of each row) and one line per target."""
-    best = {label: min(results[label], key=lambda run: run["seconds"]) for label in S3_ROWS}
-    speed = {label: size / run["seconds"] for label, run in best.items()}  # bytes/s
-    download = max(("s3fs get", "s3fs cat_file threads"), key=lambda label: speed[label])
-    print(f"\nS3 (moto's ThreadedMotoServer behind tests/fault_proxy.py: {network}), {args.shards} shards "
-          f"({size / 1e6:.1f} MB); tfshard: interleave_records, files reshuffled each epoch, batches of 64, "
-          f"shard_cache DIR empty at each epoch 1. Best of {args.repeats} rounds in rotated order; CPU s: this "
-          "process's (the server shares the 2 cores).\n")
-    print(f"| {'contender':<54} | {'records/s':>9} | {'MB/s':>5} | {'seconds':>7} | {'CPU s':>5} | "
+    best = {label: min(runs, key=lambda run: run["seconds"]) for label, runs in results.items()}
+    speed = {label: sizes[label.split("|")[0]] / run["seconds"] for label, run in best.items()}  # bytes/s
+    print(f"\nS3 (moto's ThreadedMotoServer behind tests/fault_proxy.py: {network}), {args.shards} and "
+          f"{args.shards * args.cache_growth} shards; tfshard: interleave_records, files reshuffled each epoch, "
+          f"batches of 64, shard_cache DIR empty at each epoch 1. Best of {args.repeats} rounds in rotated order; "
+          "CPU s: this process's (the server shares the 2 cores).\n")
+    print(f"| {'dataset':>8} | {'contender':<54} | {'records/s':>9} | {'MB/s':>5} | {'seconds':>7} | {'CPU s':>5} | "
           f"{'peak RSS +':>10} |")
-    print(f"|{'-' * 56}|{'-' * 10}:|{'-' * 6}:|{'-' * 8}:|{'-' * 6}:|{'-' * 11}:|")
-    for label, text in S3_ROWS.items():
-        run = best[label]
-        records = f"{run['records'] / run['seconds']:,.0f}" if run["records"] else ""
-        print(f"| {text:<54} | {records:>9} | {speed[label] / 1e6:>5.1f} | {run['seconds']:>7.3f} | "
-              f"{run['cpu']:>5.2f} | {run['rss_growth'] / MiB:>6.0f} MiB |")
+    print(f"|{'-' * 9}:|{'-' * 56}|{'-' * 10}:|{'-' * 6}:|{'-' * 8}:|{'-' * 6}:|{'-' * 11}:|")
+    for tag in sizes:
+        for row, text in S3_ROWS.items():
+            run = best[f"{tag}|{row}"]
+            records = f"{run['records'] / run['seconds']:,.0f}" if run["records"] else ""
+            print(f"| {sizes[tag] / 1e6:>5.0f} MB | {text:<54} | {records:>9} | "
+                  f"{speed[f'{tag}|{row}'] / 1e6:>5.1f} | {run['seconds']:>7.3f} | {run['cpu']:>5.2f} | "
+                  f"{run['rss_growth'] / MiB:>6.0f} MiB |")
     print()
 
     def verdict(ok):
         return "met" if ok else "NOT met"
 
-    first = speed["shard_cache, epoch 1"] / speed[download]
-    second = speed["shard_cache, epoch 2"] / speed["local copy"]
-    print(f"S3 epoch 1 through the shard cache: {first:.2f}x the faster plain s3fs download ({download}) "
-          f"(target >= 0.9x: {verdict(first >= 0.9)})")
-    print(f"S3 epoch 2 through the shard cache: {second:.2f}x the same reader on a local copy "
-          f"(target >= 0.9x: {verdict(second >= 0.9)})")
-    print("S3 upload (tfshard push against s3fs put): not measured here; `tfshard push` is not on main yet")
+    for tag in sizes:
+        download = max((f"{tag}|s3fs get", f"{tag}|s3fs cat_file threads"), key=lambda label: speed[label])
+        first = speed[f"{tag}|shard_cache, epoch 1"] / speed[download]
+        second = speed[f"{tag}|shard_cache, epoch 2"] / speed[f"{tag}|local copy"]
+        print(f"S3 at {sizes[tag] / 1e6:.0f} MB: epoch 1 through the shard cache {first:.2f}x the faster plain "
+              f"download ({download.split('|')[1]}) (target >= 0.9x: {verdict(first >= 0.9)}); epoch 2 "
+              f"{second:.2f}x the same reader on a local copy (target >= 0.9x: {verdict(second >= 0.9)})")
+    print("S3 upload (tfshard's against s3fs's own parallel put): not measured; `tfshard push` is not on main yet")
 
 
 def main() -> None:
