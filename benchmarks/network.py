@@ -50,10 +50,26 @@ side by side in rounds of rotated order (``--repeats`` rounds, best pass shown):
 then one line per target, met or not. ``--only cache`` runs just that section (about 1 minute), ``--only
 network`` just the table above.
 
-Run it with ``.venv/bin/python benchmarks/network.py`` (about 3 minutes), e.g.:
+S3 gets a section of its own, outside the namespace (``--only s3``, about 1 minute): moto's ``ThreadedMotoServer``
+on 127.0.0.1 behind ``tests/fault_proxy.py`` with the same ``--latency-ms`` and ``--stream-mb-per-s`` (both in a
+child process, as the emulator is, so their threads do not take the reader's GIL). The dataset and one
+``--cache-growth`` times larger are converted locally and uploaded (the local folder is then the reader's local
+copy); in rounds of rotated order (``--repeats``, best pass shown), on each:
+
+  * a plain parallel download of the same shards with the same client library, s3fs with its own defaults:
+    ``fs.get`` of the shard list into a folder, and a thread pool of ``fs.cat_file`` (one thread per shard);
+  * tfshard's reader as above (``interleave_records``, files reshuffled each epoch) through a shard cache, epoch 1
+    from an empty DIR and epoch 2 through the same pipeline;
+  * the same reader on the local copy;
+
+then one line per target: epoch 1 >= 0.9x the faster plain download, epoch 2 >= 0.9x the local copy. The upload
+target (tfshard's upload of a converted dataset against s3fs's own parallel ``put``) waits for ``tfshard push``.
+
+Run it with ``.venv/bin/python benchmarks/network.py`` (about 4 minutes), e.g.:
   .venv/bin/python benchmarks/network.py --latency-ms 50 --stream-mb-per-s 20
 It needs what ``tests/test_gcs.py`` needs: ``unshare`` (namespaces permitted) and
-``gcp-storage-emulator`` (``pip install -e '.[test]'``).
+``gcp-storage-emulator`` (``pip install -e '.[test]'``); the S3 section what ``tests/test_object_stores.py`` needs
+(s3fs and moto's server: the ``test`` and ``cloud`` extras).
 """
 
 from __future__ import annotations
@@ -194,12 +210,14 @@ def _contenders(info, kind: str) -> dict:
     return contenders
 
 
-def _timed_pass(build, folder: str | None = None, store=None) -> dict:
+def _timed_pass(build, folder: str | None = None, store=None, bytes_served=None) -> dict:
     """One pass over ``build()`` in batches of 64; with a shard cache, also the most its ``folder`` held (sampled
-    by another process) and what its ``store`` downloaded during the pass."""
+    by another process) and what its ``store`` downloaded during the pass. ``bytes_served``: what the server has
+    sent so far (default: the GCS emulator's count)."""
+    bytes_served = bytes_served or _bytes_served
     dataset = build().batch(64)
     downloaded = store.downloaded_bytes if store is not None else 0
-    served = _bytes_served()
+    served = bytes_served()
     with FolderSize(folder) as disk, PeakRSS() as memory:
         started, cpu = time.perf_counter(), time.process_time()
         records = 0
@@ -209,7 +227,7 @@ def _timed_pass(build, folder: str | None = None, store=None) -> dict:
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     del iterator  # after the clock: deleting an autotuned iterator can block (benchmarks/images.py)
     run = {"records": records, "seconds": seconds, "rss_growth": memory.growth, "cpu": cpu,
-           "network": _bytes_served() - served}
+           "network": bytes_served() - served}
     if store is not None:
         run.update(downloaded=store.downloaded_bytes - downloaded, folder_peak=disk.peak)
     return run
@@ -327,16 +345,22 @@ def reader_process(args) -> None:
 def _write_dataset(shards: int, records_per_shard: int, name: str = "ds") -> tuple[float, dict]:
     """Writes the benchmark's episodes to gs://bench/NAME with tfshard (no added latency); returns seconds,
     requests."""
-    import numpy as np
     from tfshard.ingest import ConvertOptions, convert_episodes
 
     with tempfile.TemporaryDirectory(prefix="tfshard-net-") as src:
-        rng = np.random.default_rng(0)
-        for i in range(shards * records_per_shard):
-            np.save(os.path.join(src, f"ep{i:05d}.npy"), rng.normal(size=(STEPS, WIDTH)).astype(np.float32))
+        _write_episodes(src, shards * records_per_shard)
         started = time.perf_counter()
         convert_episodes(src, f"{BUCKET}/{name}", ConvertOptions(num_shards=shards), workers=0, progress=False)
         return time.perf_counter() - started, gcs_emulator.configure()["requests"]
+
+
+def _write_episodes(src: str, count: int) -> None:
+    """The benchmark's source: ``count`` seeded float32 episodes of [STEPS, WIDTH] as .npy files in ``src``."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        np.save(os.path.join(src, f"ep{i:05d}.npy"), rng.normal(size=(STEPS, WIDTH)).astype(np.float32))
 
 
 def _print_table(rows: list[tuple[str, str, str, dict]], total_bytes: int) -> None:
@@ -487,6 +511,179 @@ def inside(args) -> None:
         _cache_section(args, result, names["paced"])
 
 
+S3_BUCKET = "bench"
+S3_CLIENT = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def s3_server(latency_ms: float, stream_mb_per_s: float) -> None:
+    """The ``--s3-server`` child: moto's S3 server and, in front of it, ``tests/fault_proxy.py`` with this latency
+    and pacing (no fault rules); prints both URLs as one JSON line, serves until its stdin closes, then prints the
+    body bytes the proxy sent. A process of its own, as the GCS emulator is: its threads do not take the reader's
+    GIL."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    spec = importlib.util.spec_from_file_location("fault_proxy", os.path.join(REPO, "tests", "fault_proxy.py"))
+    fault_proxy = sys.modules["fault_proxy"] = importlib.util.module_from_spec(spec)  # its dataclass looks it up
+    spec.loader.exec_module(fault_proxy)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's server logs every request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    proxy = fault_proxy.FaultProxy(f"http://{host}:{port}", latency_ms=latency_ms, stream_mb_per_s=stream_mb_per_s)
+    print(json.dumps({"store": f"http://{host}:{port}", "proxy": proxy.url}), flush=True)
+    for _ in sys.stdin:  # "bytes": what the proxy has sent so far; end of input: stop
+        print(proxy.bytes_sent, flush=True)
+    proxy.close()
+    server.stop()
+
+
+class S3Server:
+    """The ``--s3-server`` child while the ``with`` block runs: ``store`` (moto itself, for setting up) and
+    ``proxy`` (the slow network in front of it) URLs; ``bytes_sent()`` asks it what the proxy has sent."""
+
+    def __init__(self, latency_ms: float, stream_mb_per_s: float):
+        self.command = [sys.executable, os.path.abspath(__file__), "--s3-server", "--latency-ms", str(latency_ms),
+                        "--stream-mb-per-s", str(stream_mb_per_s)]
+
+    def __enter__(self):
+        self._child = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._child.stdout.readline()
+        while line and not line.startswith("{"):  # moto's "Starting a new Thread with MotoServer..."
+            line = self._child.stdout.readline()
+        urls = json.loads(line)
+        self.store, self.proxy = urls["store"], urls["proxy"]
+        return self
+
+    def bytes_sent(self) -> int:
+        self._child.stdin.write("bytes\n")
+        self._child.stdin.flush()
+        return int(self._child.stdout.readline())
+
+    def __exit__(self, *exc):
+        self._child.stdin.close()
+        self._child.wait(timeout=60)
+
+
+def _s3_download(fs, urls: list[str], work: str, how: str) -> dict:
+    """One plain parallel download of ``urls`` with s3fs: ``get`` into a fresh folder, or a thread pool of
+    ``cat_file`` (one thread per object) into memory; timed like ``_timed_pass`` (no records)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = tempfile.mkdtemp(dir=work)
+    with PeakRSS() as memory:
+        started, cpu = time.perf_counter(), time.process_time()
+        if how == "get":
+            fs.get(urls, folder + "/")
+            got = folder_bytes(folder)
+        else:
+            with ThreadPoolExecutor(len(urls)) as pool:
+                got = sum(len(b) for b in pool.map(fs.cat_file, urls))
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    shutil.rmtree(folder)
+    return {"records": 0, "seconds": seconds, "rss_growth": memory.growth, "cpu": cpu, "bytes": got}
+
+
+def s3_section(args) -> None:
+    """moto's S3 server behind the same latency and per-connection pacing as the GCS emulator: plain parallel
+    downloads with s3fs, tfshard's reader through the shard cache (epochs 1 and 2) and on a local copy, on the
+    dataset and one ``--cache-growth`` times larger, side by side in rounds of rotated order; then one line per
+    target."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.update(S3_CLIENT)
+    network = f"{args.latency_ms:g} ms, {args.stream_mb_per_s:g} MB/s/conn"
+    with S3Server(args.latency_ms, args.stream_mb_per_s) as server, \
+            tempfile.TemporaryDirectory(prefix="tfshard-net-s3-") as work:
+        import s3fs
+        from tfshard import readers
+        from tfshard.ingest import ConvertOptions, convert_episodes
+
+        os.environ["AWS_ENDPOINT_URL"] = server.proxy  # tfshard's s3:// file system, made at its first use
+        setup = s3fs.S3FileSystem(endpoint_url=server.store, skip_instance_cache=True)  # moto itself, no latency
+        setup.mkdir(S3_BUCKET)  # no LocationConstraint: moto's us-east-1
+        # the plain client: s3fs with its own defaults, through the same slow network
+        plain = s3fs.S3FileSystem(endpoint_url=server.proxy, skip_instance_cache=True)
+        groups, sizes = [], {}
+        for tag, shards in (("1x", args.shards), ("Nx", args.shards * args.cache_growth)):
+            local, src = os.path.join(work, f"local-{tag}"), os.path.join(work, f"src-{tag}")
+            os.makedirs(src)
+            _write_episodes(src, shards * args.records_per_shard)
+            convert_episodes(src, local, ConvertOptions(num_shards=shards), workers=0, progress=False)
+            setup.put(local, f"{S3_BUCKET}/{tag}", recursive=True)  # the local copy: what was uploaded
+            remote, local_info = readers.info(f"s3://{S3_BUCKET}/{tag}"), readers.info(local)
+            sizes[tag] = _train_bytes(remote)
+            groups += _s3_groups(tag, remote, local_info, plain, server, work)
+        for group in groups:  # warm-up: connections, TensorFlow and tf.data start-up
+            group()
+        results: dict[str, list] = {}
+        for repeat in range(args.repeats):
+            for group in groups[repeat % len(groups):] + groups[:repeat % len(groups)]:
+                for label, run in group().items():
+                    results.setdefault(label, []).append(run)
+    _s3_table(args, results, sizes, network)
+
+
+def _s3_groups(tag: str, remote, local, plain, server: S3Server, work: str) -> list:
+    """The S3 section's contenders on one dataset: functions that each run one or more passes, → {label: run}."""
+    urls, size = remote.shard_paths("train"), _train_bytes(remote)
+
+    def epochs():
+        folder = tempfile.mkdtemp(dir=work)
+        dataset, store = _cache_reader(remote, folder, size)
+        runs = {f"{tag}|shard_cache, epoch {e}": _timed_pass(lambda: dataset, folder, store, server.bytes_sent)
+                for e in (1, 2)}
+        shutil.rmtree(folder)
+        return runs
+
+    return [lambda: {f"{tag}|s3fs get": _s3_download(plain, urls, work, "get")},
+            lambda: {f"{tag}|s3fs cat_file threads": _s3_download(plain, urls, work, "cat_file")},
+            epochs,
+            lambda: {f"{tag}|local copy": _timed_pass(lambda: _cache_reader(local)[0], None, None, server.bytes_sent)}]
+
+
+S3_ROWS = {
+    "s3fs get": "s3fs `get` of the shard list (plain parallel download)",
+    "s3fs cat_file threads": "s3fs `cat_file`, one thread per shard",
+    "shard_cache, epoch 1": "tfshard reader, shard_cache epoch 1",
+    "shard_cache, epoch 2": "tfshard reader, shard_cache epoch 2",
+    "local copy": "tfshard reader, local copy",
+}
+
+
+def _s3_table(args, results: dict, sizes: dict, network: str) -> None:
+    """The S3 section's table (best pass of each row) and one line per target."""
+    best = {label: min(runs, key=lambda run: run["seconds"]) for label, runs in results.items()}
+    speed = {label: sizes[label.split("|")[0]] / run["seconds"] for label, run in best.items()}  # bytes/s
+    print(f"\nS3 (moto's ThreadedMotoServer behind tests/fault_proxy.py: {network}), {args.shards} and "
+          f"{args.shards * args.cache_growth} shards; tfshard: interleave_records, files reshuffled each epoch, "
+          f"batches of 64, shard_cache DIR empty at each epoch 1. Best of {args.repeats} rounds in rotated order; "
+          "CPU s: this process's (the server shares the 2 cores).\n")
+    print(f"| {'dataset':>8} | {'contender':<54} | {'records/s':>9} | {'MB/s':>5} | {'seconds':>7} | {'CPU s':>5} | "
+          f"{'peak RSS +':>10} |")
+    print(f"|{'-' * 9}:|{'-' * 56}|{'-' * 10}:|{'-' * 6}:|{'-' * 8}:|{'-' * 6}:|{'-' * 11}:|")
+    for tag in sizes:
+        for row, text in S3_ROWS.items():
+            run = best[f"{tag}|{row}"]
+            records = f"{run['records'] / run['seconds']:,.0f}" if run["records"] else ""
+            print(f"| {sizes[tag] / 1e6:>5.0f} MB | {text:<54} | {records:>9} | "
+                  f"{speed[f'{tag}|{row}'] / 1e6:>5.1f} | {run['seconds']:>7.3f} | {run['cpu']:>5.2f} | "
+                  f"{run['rss_growth'] / MiB:>6.0f} MiB |")
+    print()
+
+    def verdict(ok):
+        return "met" if ok else "NOT met"
+
+    for tag in sizes:
+        download = max((f"{tag}|s3fs get", f"{tag}|s3fs cat_file threads"), key=lambda label: speed[label])
+        first = speed[f"{tag}|shard_cache, epoch 1"] / speed[download]
+        second = speed[f"{tag}|shard_cache, epoch 2"] / speed[f"{tag}|local copy"]
+        print(f"S3 at {sizes[tag] / 1e6:.0f} MB: epoch 1 through the shard cache {first:.2f}x the faster plain "
+              f"download ({download.split('|')[1]}) (target >= 0.9x: {verdict(first >= 0.9)}); epoch 2 "
+              f"{second:.2f}x the same reader on a local copy (target >= 0.9x: {verdict(second >= 0.9)})")
+    print("S3 upload (tfshard's against s3fs's own parallel put): not measured; `tfshard push` is not on main yet")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency-ms", type=float, default=30.0, help="added to every response (default 30)")
@@ -495,8 +692,8 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16, help="shards (default 16)")
     parser.add_argument("--records-per-shard", type=int, default=128, help="16 KiB records per shard (default 128)")
     parser.add_argument("--repeats", type=int, default=3, help="passes per reader; the best is shown (default 3)")
-    parser.add_argument("--only", choices=("network", "cache"),
-                        help="run one section: the network table, or the shard cache's (default: both)")
+    parser.add_argument("--only", choices=("network", "cache", "s3"),
+                        help="run one section: the network table, the shard cache's, or S3's (default: all)")
     parser.add_argument("--cache-growth", type=int, default=3,
                         help="the shard cache's larger dataset has this many times --shards (default 3)")
     parser.add_argument("--folder-size", help=argparse.SUPPRESS)
@@ -504,13 +701,18 @@ def main() -> None:
     parser.add_argument("--reader", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--networks", help=argparse.SUPPRESS)
     parser.add_argument("--kinds", help=argparse.SUPPRESS)
+    parser.add_argument("--s3-server", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.s3_server:
+        return s3_server(args.latency_ms, args.stream_mb_per_s)
     if args.folder_size is not None:
         return sample_folder(args.folder_size, 0.004)
     if args.reader:
         return reader_process(args)
     if args.inside:
         return inside(args)
+    if args.only == "s3":
+        return s3_section(args)
     reason = gcs_emulator.unavailable_reason()
     if reason is not None:
         sys.exit(f"benchmarks/network.py: cannot run the GCS emulator here: {reason}")
@@ -518,7 +720,10 @@ def main() -> None:
                "--stream-mb-per-s", str(args.stream_mb_per_s), "--shards", str(args.shards),
                "--records-per-shard", str(args.records_per_shard), "--repeats", str(args.repeats),
                "--cache-growth", str(args.cache_growth)] + (["--only", args.only] if args.only else [])
-    sys.exit(gcs_emulator.run(command, buckets=["bench"], capture=False).returncode)
+    code = gcs_emulator.run(command, buckets=["bench"], capture=False).returncode
+    if code == 0 and args.only is None:
+        s3_section(args)
+    sys.exit(code)
 
 
 if __name__ == "__main__":

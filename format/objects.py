@@ -54,6 +54,10 @@ BACKOFF_S = 0.2  # doubled after each failed attempt, up to BACKOFF_MAX_S, with 
 BACKOFF_MAX_S = 5.0
 PART_BYTES = 50 * 2**20  # an S3 upload's parts (s3fs's default): one request below two of them
 BLOCK_BYTES = 8 * 2**20  # read-ahead of an open object (s3fs and adlfs default to 50 MiB and 4 MiB)
+# botocore's connections per S3 client, as many as the shard cache's fetch threads (readers/shard_cache/ahead.py):
+# with botocore's 10, a reader's 18 fetches ahead queued for a connection, and epoch 1 ran at 0.67x a plain
+# `s3fs.get` of its shards (0.87-0.95x with 64; benchmarks/network.py --only s3)
+S3_CONNECTIONS = 64
 
 SECRET_KEYS = re.compile(r"key|secret|token|password|credential|connection_string|sas|signature|sig$", re.I)
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AZURE_STORAGE_KEY",
@@ -202,7 +206,8 @@ def _make(scheme: str, options: dict[str, Any]):
     protocol = SCHEMES[scheme][1]
     if protocol == "s3":
         config = {"connect_timeout": CONNECT_TIMEOUT_S, "read_timeout": READ_TIMEOUT_S,
-                  "retries": {"max_attempts": ATTEMPTS, "mode": "standard"}}  # botocore's backoff: 5xx, SlowDown
+                  "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},  # botocore's backoff: 5xx, SlowDown
+                  "max_pool_connections": S3_CONNECTIONS}
         defaults = {"config_kwargs": config, "default_block_size": BLOCK_BYTES}
         if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
             defaults["endpoint_url"] = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ["AWS_ENDPOINT_URL"]

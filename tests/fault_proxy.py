@@ -12,10 +12,17 @@ picks requests by method and a part of the path, a number of times, and does one
 * ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way);
 * ``"stall"``: holds the answer for ``stall_s`` seconds before sending it (a wait that needs a timeout).
 
+The network can be made slower too, as ``tests/gcs_emulator.py`` does for its emulator: ``latency_ms`` is added to
+every response (like the round trip to a distant server), and ``stream_mb_per_s`` paces the bodies each connection
+is sent (one stream's bandwidth is a small share of what many get together, as on a real store). Both are
+attributes, changeable while it runs; 0 (the default) adds nothing. ``bytes_sent`` counts the body bytes sent.
+
     proxy = FaultProxy("http://127.0.0.1:5000")
     proxy.add("503", method="GET", path="/bucket/ds/shard-00000", times=2)
     ...  # the client under test talks to proxy.url
     proxy.close()
+
+    slow = FaultProxy("http://127.0.0.1:5000", latency_ms=30, stream_mb_per_s=12)   # benchmarks/network.py
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import urllib.parse
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
 KINDS = ("500", "503", "drop", "truncate", "alter", "stall")
+_PACE_CHUNK = 64 * 1024  # bytes written between two checks of a paced connection's clock
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your '
               b"request rate.</Message></Error>")
 
@@ -52,19 +60,25 @@ class FaultProxy:
     Attributes:
       url: where clients connect instead of the upstream.
       seen: ``(method, path, what happened)`` of every request, in order: ``"passed"`` or the rule's kind.
+      latency_ms: added to every response (0: none).
+      stream_mb_per_s: the most each connection is sent per second, in MB (0: no limit).
+      bytes_sent: body bytes sent to clients so far (what crossed the network).
     """
 
-    def __init__(self, upstream: str, timeout_s: float = 30.0):
+    def __init__(self, upstream: str, timeout_s: float = 30.0, latency_ms: float = 0.0, stream_mb_per_s: float = 0.0):
         parsed = urllib.parse.urlsplit(upstream)
         self._upstream = (parsed.hostname, parsed.port or 80)
         self._timeout = timeout_s
         self._rules: list[Rule] = []
         self._lock = threading.Lock()
         self.seen: list[tuple[str, str, str]] = []
+        self.latency_ms, self.stream_mb_per_s = latency_ms, stream_mb_per_s
+        self.bytes_sent = 0
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes: Nagle + delayed ACK add ~40 ms
 
             def log_message(self, *args):  # quiet: the tests read `seen`
                 pass
@@ -87,13 +101,15 @@ class FaultProxy:
                 body = self._body()
                 rule = proxy._pick(self.command, self.path)
                 proxy._record(self.command, self.path, rule.kind if rule else "passed")
+                if proxy.latency_ms:
+                    time.sleep(proxy.latency_ms / 1000)
                 if rule is not None and rule.kind in ("500", "503"):
                     payload = _SLOW_DOWN if rule.kind == "503" else b"Internal Server Error"
                     self.send_response(int(rule.kind))
                     self.send_header("Content-Length", str(len(payload)))
                     self.send_header("Content-Type", "application/xml")
                     self.end_headers()
-                    self.wfile.write(payload if self.command != "HEAD" else b"")
+                    proxy._send(self.wfile, payload if self.command != "HEAD" else b"")
                     return
                 status, reason, headers, answer = proxy._forward(self.command, self.path, self.headers, body)
                 if rule is not None and rule.kind == "stall":
@@ -114,7 +130,7 @@ class FaultProxy:
                 self.send_header("Content-Length", str(length))
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(sent)
+                    proxy._send(self.wfile, sent)
                 if cut:
                     self.close_connection = True
 
@@ -150,6 +166,22 @@ class FaultProxy:
     def _record(self, method: str, path: str, what: str) -> None:
         with self._lock:
             self.seen.append((method, path, what))
+
+    def _send(self, wfile, body: bytes) -> None:
+        """Writes ``body`` to one connection, paced to ``stream_mb_per_s`` (the clock starts with the body, so a
+        connection idle between two requests gets no burst)."""
+        with self._lock:
+            self.bytes_sent += len(body)
+        rate = self.stream_mb_per_s * 1e6
+        if not rate:
+            wfile.write(body)
+            return
+        started, view = time.monotonic(), memoryview(body)
+        for start in range(0, len(view), _PACE_CHUNK):
+            wfile.write(view[start:start + _PACE_CHUNK])
+            ahead = started + min(start + _PACE_CHUNK, len(view)) / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
 
     def _forward(self, method: str, path: str, headers, body: bytes):
         connection = http.client.HTTPConnection(*self._upstream, timeout=self._timeout)
