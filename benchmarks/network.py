@@ -62,8 +62,8 @@ copy); in rounds of rotated order (``--repeats``, best pass shown), on each:
     from an empty DIR and epoch 2 through the same pipeline;
   * the same reader on the local copy;
 
-then one line per target: epoch 1 >= 0.9x the faster plain download, epoch 2 >= 0.9x the local copy. The upload
-target (tfshard's upload of a converted dataset against s3fs's own parallel ``put``) waits for ``tfshard push``.
+then one line per target: epoch 1 >= 0.9x the faster plain download, epoch 2 >= 0.9x the local copy, and
+``tfshard push`` of the converted dataset >= 0.9x s3fs's own parallel ``put`` of the same folder.
 
 Run it with ``.venv/bin/python benchmarks/network.py`` (about 4 minutes), e.g.:
   .venv/bin/python benchmarks/network.py --latency-ms 50 --stream-mb-per-s 20
@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import select
@@ -636,7 +637,23 @@ def _s3_groups(tag: str, remote, local, plain, server: S3Server, work: str) -> l
         shutil.rmtree(folder)
         return runs
 
-    return [lambda: {f"{tag}|s3fs get": _s3_download(plain, urls, work, "get")},
+    uploads = itertools.count()  # a fresh prefix each pass: both uploads write an empty folder
+
+    def upload(how: str) -> dict:
+        from tfshard.tools.push import push
+
+        target = f"{S3_BUCKET}/up-{tag}-{how}-{next(uploads)}"
+        started, cpu = time.perf_counter(), time.process_time()
+        if how == "push":
+            push(local.path, f"s3://{target}")
+        else:
+            plain.put(local.path, target, recursive=True)
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        return {"records": 0, "seconds": seconds, "rss_growth": 0, "cpu": cpu}
+
+    return [lambda: {f"{tag}|tfshard push": upload("push")},
+            lambda: {f"{tag}|s3fs put": upload("put")},
+            lambda: {f"{tag}|s3fs get": _s3_download(plain, urls, work, "get")},
             lambda: {f"{tag}|s3fs cat_file threads": _s3_download(plain, urls, work, "cat_file")},
             epochs,
             lambda: {f"{tag}|local copy": _timed_pass(lambda: _cache_reader(local)[0], None, None, server.bytes_sent)}]
@@ -648,6 +665,8 @@ S3_ROWS = {
     "shard_cache, epoch 1": "tfshard reader, shard_cache epoch 1",
     "shard_cache, epoch 2": "tfshard reader, shard_cache epoch 2",
     "local copy": "tfshard reader, local copy",
+    "s3fs put": "s3fs `put` of the dataset folder (plain parallel upload)",
+    "tfshard push": "tfshard push (verified, dataset.json last)",
 }
 
 
@@ -681,7 +700,9 @@ def _s3_table(args, results: dict, sizes: dict, network: str) -> None:
         print(f"S3 at {sizes[tag] / 1e6:.0f} MB: epoch 1 through the shard cache {first:.2f}x the faster plain "
               f"download ({download.split('|')[1]}) (target >= 0.9x: {verdict(first >= 0.9)}); epoch 2 "
               f"{second:.2f}x the same reader on a local copy (target >= 0.9x: {verdict(second >= 0.9)})")
-    print("S3 upload (tfshard's against s3fs's own parallel put): not measured; `tfshard push` is not on main yet")
+        upload = speed[f"{tag}|tfshard push"] / speed[f"{tag}|s3fs put"]
+        print(f"S3 upload at {sizes[tag] / 1e6:.0f} MB: tfshard push {upload:.2f}x s3fs's own parallel put of the "
+              f"same files (target >= 0.9x: {verdict(upload >= 0.9)})")
 
 
 def main() -> None:
