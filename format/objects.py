@@ -316,6 +316,10 @@ def retried(url: str, what: str, call: Callable[[], T], attempts: int = ATTEMPTS
             cause = (e.__cause__ or e.__context__) if isinstance(e, FileNotFoundError) else e
             if isinstance(e, FileNotFoundError) and (cause is None or not _retryable(cause)):
                 raise FileNotFoundError(f"{_shown(url)}: no such object ({_error(e)})") from None
+            if (getattr(cause, "status", None) or getattr(cause, "status_code", None)) in (401, 403):
+                raise PermissionError(  # azure-core's HttpResponseError is no PermissionError, unlike s3fs's
+                    f"{_shown(url)}: {what} refused ({_error(cause)}); check the credentials (environment, config "
+                    "files or storage options) and their access to this bucket or container") from None
             if not _retryable(cause) or attempt == attempts - 1:
                 tried = f" after {attempt + 1} attempts" if attempt else ""
                 raise OSError(
