@@ -48,7 +48,10 @@ def configure(debug: bool, verbose: bool) -> None:
 
 def _redacted(record: logging.LogRecord) -> bool:
     """A log record with every secret ``objects.redact`` knows replaced (its message formatted first)."""
-    record.msg, record.args = objects.redact(record.getMessage()), None
+    try:
+        record.msg, record.args = objects.redact(record.getMessage()), None
+    except (TypeError, ValueError):  # a record whose arguments do not fit its format: shown without them
+        record.msg, record.args = objects.redact(str(record.msg)), None
     return True
 
 
