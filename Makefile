@@ -27,12 +27,13 @@ demo: $(VENV)/.installed
 # The suite on one worker process per core, at most 4 (pytest-xdist; a test file stays on one worker, so its
 # golden datasets are built once). `make test PYTEST_WORKERS=0` runs it in this process.
 PYTEST_WORKERS ?= auto
-test: $(VENV)/.installed-test
+AZURITE := tests/.azurite/node_modules/.bin/azurite-blob
+test: $(VENV)/.installed-test $(AZURITE)
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --maxprocesses 4 --dist loadfile $(PYTEST_ARGS)
 
 # Azurite, Microsoft's Azure Blob Storage emulator (npm, pinned), for the az:// tests (tests/azurite.py); without
-# npm the target says so and those tests skip (and fail under TFSHARD_CI=1, where npm must be present).
-AZURITE := tests/.azurite/node_modules/.bin/azurite-blob
+# npm the target says so and those tests skip (and fail under TFSHARD_CI=1, where npm must be present). `make test`
+# installs it first (~25 s, once).
 $(AZURITE):
 	@if command -v npm >/dev/null; then \
 		npm install --prefix tests/.azurite --no-audit --no-fund --loglevel=error azurite@3.37.0; \

@@ -69,6 +69,9 @@ def _main(
 
 Output = Annotated[str, Argument(help=(
     "Output folder (local or gs://; s3://, az://: staged locally, then pushed); created if missing."))]
+StorageOption = Annotated[list[str] | None, Option("--storage-option", metavar="KEY=VALUE", help=(
+    "An fsspec option for the command's s3://, az:// or https:// URLs, e.g. endpoint_url=https://minio:9000 or "
+    "connection_string=... (repeat it); KEY:=JSON for another type (use_ssl:=false). Never printed."))]
 ShardSize = Annotated[str, Option(help="Target shard size, e.g. 64MiB, 1GB.")]
 NumShards = Annotated[int | None, Option(help="Exact shards per split; wins over --shard-size.")]
 MinShards = Annotated[int, Option(help="At least this many shards per split (>= reader workers).")]
@@ -132,9 +135,11 @@ def images(
     quiet: Quiet = False,
     runner: RunOn = Runner.local,
     beam_options: BeamOptions = None,
+    storage_option: StorageOption = None,
 ) -> None:
     """Convert image class folders into sharded TFRecords plus dataset.json."""
     with _command(out, resumable=True):
+        console.storage_options(storage_option, out)
         from .ingest.convert import convert_images
 
         image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate,
@@ -184,9 +189,11 @@ def episodes(
     quiet: Quiet = False,
     runner: RunOn = Runner.local,
     beam_options: BeamOptions = None,
+    storage_option: StorageOption = None,
 ) -> None:
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
     with _command(out, resumable=True):
+        console.storage_options(storage_option, out)
         from .ingest.convert import convert_episodes
 
         episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
@@ -215,9 +222,11 @@ def info(
         "--shift", min=1, help="With --length: steps between window starts (default 1).")] = None,
     horizon: Annotated[int | None, Option(
         "--horizon", min=0, help="With --length: forecast steps after each window (default 0).")] = None,
+    storage_option: StorageOption = None,
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
     with _command():
+        console.storage_options(storage_option, out)
         from .format.dataset import load_manifest
         from .format.manifest import to_json
 
@@ -230,9 +239,10 @@ def info(
 
 
 @app.command()
-def verify(out: Dataset) -> None:
+def verify(out: Dataset, storage_option: StorageOption = None) -> None:
     """Read every record; check CRCs, counts, sha256 and every manifest field a reader uses against the records."""
     with _command():
+        console.storage_options(storage_option, out)
         from .format.errors import VerifyError
         from .tools.verify import verify as verify_dataset
 
@@ -267,9 +277,11 @@ def bench(
         "benchmarks/images.py reports."))] = False,
     src: Annotated[str | None, Option(help="With --compare: the source folder, to time keras' loader on it.")] = None,
     limit: Annotated[int | None, Option(help="With --compare: JPEGs held in RAM for the floors (default all).")] = None,
+    storage_option: StorageOption = None,
 ) -> None:
     """Time the input pipeline alone (no model): images/s or windows/s, and batches/s, per epoch."""
     with _command(f"{out}: bench"):
+        console.storage_options(storage_option, out)
         from .tools.bench import run
 
         echo_lines(run(out, split, batch_size=batch_size, image_size=image_size, training=training, cache=cache,
@@ -285,9 +297,11 @@ def cache_shards(
         "--limit", help="The most DIR may hold, e.g. 200GB (default: 90% of its disk's free space).")] = None,
     split: Annotated[list[str] | None, Option("--split", help="A split to cache (repeat it; default all).")] = None,
     fetches: Annotated[int, Option("--fetches", min=1, max=64, help="Shards downloaded at once.")] = 8,
+    storage_option: StorageOption = None,
 ) -> None:
     """Fill a shard cache ahead of a job: download, verify (sha256, size) and keep the shards on local disk."""
     with _command(f"{out}: cache"):
+        console.storage_options(storage_option, out)
         from .tools.cache import fill_shard_cache
 
         report = fill_shard_cache(out, directory, limit, splits=split or None, fetches=fetches,
@@ -302,9 +316,11 @@ def push(
     overwrite: Annotated[bool, Option("--overwrite", help=(
         "Replace a dataset at URL, removing only the objects its manifest lists (other objects stay)."))] = False,
     uploads: Annotated[int, Option("--uploads", min=1, max=64, help="Objects sent at once.")] = 4,
+    storage_option: StorageOption = None,
 ) -> None:
     """Upload a finished dataset to an object store, each file checked, dataset.json last; rerun to resume."""
     with _command(f"{url}: push", resumable=True):
+        console.storage_options(storage_option, url)
         from .tools.push import push as upload
 
         report = upload(out, url, overwrite=overwrite, uploads=uploads)
@@ -336,9 +352,11 @@ def preview(
     length: Annotated[int | None, Option(
         help="Episodes: window length drawn (default: a quarter, at most 64).")] = None,
     shift: Annotated[int | None, Option(help="Episodes: steps between window starts (default: length / 2).")] = None,
+    storage_option: StorageOption = None,
 ) -> None:
     """Draw a dataset: a contact sheet (a row per class) or episodes over time with their windows."""
     with _command():
+        console.storage_options(storage_option, out)
         from .tools.preview import preview as draw
         from .tools.preview import save_picture
 

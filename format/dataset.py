@@ -11,9 +11,10 @@ import hashlib
 import os
 
 from . import manifest as manifest_lib
-from . import untrusted
+from . import objects, untrusted
 from .errors import ManifestError, NotRegularFileError
 from .names import LOCK_NAME, STATE_DIR
+from .objects import uses_fsspec
 from .storage import can_list, exists, file_identity, is_url, isdir, join, listdir, open_for_reading, stat_regular
 
 
@@ -29,8 +30,11 @@ def read_small_file(path: str, what: str, limit: int = manifest_lib.MAX_MANIFEST
         raise ManifestError(
             f"{path}: {what} of {size:,} bytes, over the {limit:,}-byte limit; this is not a file tfshard wrote"
         )
-    with open_for_reading(path) as f:
-        data = f.read(limit + 1)
+    if uses_fsspec(path):  # read whole and retried: a read that fails midway (a drop, a timeout) is tried again
+        data = objects.read_bytes(path, limit + 1)
+    else:
+        with open_for_reading(path) as f:
+            data = f.read(limit + 1)
     if len(data) > limit:
         raise ManifestError(f"{path}: {what} grew past the {limit:,}-byte limit while being read")
     return data
@@ -91,14 +95,17 @@ def load_manifest(out: str, consistency: bool = True) -> manifest_lib.Manifest:
             f"{out}: the manifest file, not its dataset folder; pass the folder that holds it "
             f"({os.path.dirname(out) or '.'})"
         )
-    check_output_folder(out)
-    if can_list(out) and not exists(out):
-        raise FileNotFoundError(
-            f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
-        )
     path = join(out, manifest_lib.MANIFEST_NAME)
-    if not exists(path):
-        raise _no_manifest(out, path)
+    # A store's folder is seen only in a listing, which may lag the writes (eventual consistency): its manifest,
+    # looked up by name, decides; the folder is looked at only to say what is wrong when there is none.
+    if not (uses_fsspec(out) and exists(path)):
+        check_output_folder(out)
+        if can_list(out) and not exists(out):
+            raise FileNotFoundError(
+                f"{out}: no such folder; pass the OUT folder of a conversion (`{_CONVERT}`), or check the path"
+            )
+        if not exists(path):
+            raise _no_manifest(out, path)
     try:
         data = read_small_file(path, "manifest")
     except NotRegularFileError as e:

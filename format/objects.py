@@ -7,8 +7,10 @@ They come with the ``cloud`` extra (``pip install 'tfshard[cloud]'``) and are im
 
 Credentials are found the way each library finds them: the environment (``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``,
 ``AWS_ENDPOINT_URL`` for an S3-compatible store, ``AZURE_STORAGE_ACCOUNT_NAME``...), the provider's config files
-(``~/.aws/credentials``), and options set for the process with ``set_storage_options`` (fsspec's keys: s3fs's
-``endpoint_url``, ``key``, ``secret``; adlfs's ``account_name``, ``connection_string``). Every network wait has a
+(``~/.aws/credentials``), options given with a dataset's URL (a reader's ``storage_options=``, the CLI's
+``--storage-option``: ``use_storage_options``) and options set for the process with ``set_storage_options``
+(fsspec's keys: s3fs's ``endpoint_url``, ``key``, ``secret``; adlfs's ``account_name``, ``connection_string``).
+Every network wait has a
 timeout; a request that fails on a dropped connection, a timeout or a 5xx answer (S3's ``503 SlowDown`` included)
 is retried with backoff, a bounded number of times. No message names a secret: every option value and credential
 variable that could be one is replaced by ``***`` in the errors raised here.
@@ -29,7 +31,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
@@ -65,6 +67,8 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"
               "AZURE_CLIENT_SECRET", "AWS_ACCESS_KEY_ID")
 
 _options: dict[str, dict[str, Any]] = {}
+# a URL prefix ending in "/" -> the options given with it (use_storage_options): the longest prefix of a URL wins
+_scoped: dict[str, dict[str, Any]] = {}
 _filesystems: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
@@ -155,12 +159,60 @@ def storage_options(scheme: str) -> dict[str, Any]:
         return dict(_options.get(scheme.lower(), {}))
 
 
+def use_storage_options(urls: str | Sequence[str], options: Mapping[str, Any] | None, what: str = "storage_options"
+                        ) -> None:
+    """Options for every object under each of ``urls`` (a dataset's folder), from now on in this process: what a
+    reader's ``storage_options=`` and the CLI's ``--storage-option`` give. The shard cache's fetch threads, the epoch
+    checks and ``verify`` find them by the URL they read; options given for a longer prefix win, then these win
+    over ``set_storage_options``' for the scheme, the environment and this module's timeouts. ``config_kwargs`` and
+    ``client_kwargs`` are merged into this module's (so ``{"config_kwargs": {"read_timeout": 5}}`` keeps the
+    retries). None does nothing; local and ``gs://`` paths in ``urls`` are left alone.
+
+    Raises:
+      ValueError: options that are not a dict of string keys, or none of ``urls`` read through fsspec (TensorFlow
+        reads local and ``gs://`` paths itself, with no such options).
+
+    Example:
+      use_storage_options("s3://bucket/photos-tfr", {"endpoint_url": "http://127.0.0.1:9000"})
+    """
+    if options is None:
+        return
+    urls = [urls] if isinstance(urls, str) else list(urls)
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise ValueError(f"{what}: must be a dict of fsspec's keys (got a {type(options).__name__}); pass e.g. "
+                         "{'endpoint_url': 'https://...'}")
+    remote = [url for url in urls if uses_fsspec(url)]
+    if not remote:
+        shown = ", ".join(_shown(url) for url in urls) or "no path"
+        raise ValueError(f"{shown}: {what} apply to s3://, az://, abfs:// and https:// URLs (got {sorted(options)}); "
+                         "drop them: TensorFlow opens local and gs:// paths itself, with its own credentials")
+    for url in remote:
+        check_scheme(url)
+    with _lock:
+        for url in remote:
+            _scoped[url.rstrip("/") + "/"] = dict(options)
+
+
+def options_for(url: str) -> dict[str, Any]:
+    """The options a file system for ``url`` is made with: its scheme's (``set_storage_options``), then those of the
+    longest prefix of ``url`` given to ``use_storage_options`` over them (a copy)."""
+    with _lock:
+        return _options_for(url)
+
+
+def _options_for(url: str) -> dict[str, Any]:
+    scheme = scheme_of(url) or ""
+    found = [p for p in _scoped if url.startswith(p) or url == p[:-1]]
+    scoped = _scoped[max(found, key=len)] if found else {}
+    return {**_options.get(scheme, {}), **scoped}
+
+
 def redact(text: str) -> str:
     """``text`` with every secret this process knows (option values under a key such as ``secret``, ``key``,
     ``connection_string``, ``sas_token``; credential variables of the environment; a URL's query) as ``***``."""
     secrets = [os.environ.get(name, "") for name in SECRET_ENV]
     with _lock:
-        for options in _options.values():
+        for options in [*_options.values(), *_scoped.values()]:
             secrets += [str(v) for k, v in _flat(options) if SECRET_KEYS.search(k) and v]
     for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
         text = text.replace(secret, "***")
@@ -182,8 +234,8 @@ def _shown(url: str) -> str:
 
 
 def filesystem(url: str):
-    """The fsspec file system of ``url``'s scheme, made once per process with this module's timeouts and the
-    options of ``set_storage_options``.
+    """The fsspec file system of ``url``'s scheme, made once per process and set of options, with this module's
+    timeouts and the options ``url`` is given (``options_for``).
 
     Raises:
       UnsupportedSchemeError: not an fsspec scheme, or its library is not installed.
@@ -194,9 +246,10 @@ def filesystem(url: str):
         raise UnsupportedSchemeError(f"{_shown(url)}: not a URL of an fsspec store (got {scheme!r}); pass one of "
                                      f"{', '.join(f'{s}://' for s in SCHEMES)}")
     with _lock:
-        key = (scheme,)
+        options = _options_for(url)
+        key = (scheme, repr(sorted(_flat(options))))
         if key not in _filesystems:
-            _filesystems[key] = _make(scheme, _options.get(scheme, {}))
+            _filesystems[key] = _make(scheme, options)
         return _filesystems[key]
 
 
@@ -209,6 +262,9 @@ def _make(scheme: str, options: dict[str, Any]):
                   "retries": {"max_attempts": ATTEMPTS, "mode": "standard"},  # botocore's backoff: 5xx, SlowDown
                   "max_pool_connections": S3_CONNECTIONS}
         defaults = {"config_kwargs": config, "default_block_size": BLOCK_BYTES}
+        if os.environ.get("SSL_CERT_FILE") and not os.environ.get("AWS_CA_BUNDLE"):
+            # botocore trusts its own bundle (certifi's), not OpenSSL's variables as aiohttp and azure-core do
+            defaults["client_kwargs"] = {"verify": os.environ["SSL_CERT_FILE"]}
         if os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"):
             defaults["endpoint_url"] = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ["AWS_ENDPOINT_URL"]
     elif protocol in ("http", "https"):
@@ -219,7 +275,16 @@ def _make(scheme: str, options: dict[str, Any]):
     else:  # adlfs: azure-core's own retry policy, with these timeouts
         defaults = {"connection_timeout": int(CONNECT_TIMEOUT_S), "read_timeout": int(READ_TIMEOUT_S),
                     "blocksize": BLOCK_BYTES}
-    return fsspec.filesystem(protocol, **{**defaults, **options}, skip_instance_cache=True)
+    merged = {**defaults, **options}
+    for name in ("config_kwargs", "client_kwargs"):  # a timeout given alone keeps the other defaults (retries...)
+        if isinstance(defaults.get(name), dict) and isinstance(options.get(name), Mapping):
+            merged[name] = {**defaults[name], **options[name]}
+    fs = fsspec.filesystem(protocol, **merged, skip_instance_cache=True)
+    if protocol == "s3":
+        # botocore's standard mode retries inside each call and ``retried`` around it: s3fs's own 5 tries more would
+        # multiply them (a stalled endpoint waited for 125 read timeouts)
+        fs.retries = 1
+    return fs
 
 
 def _retryable(error: BaseException) -> bool:
@@ -257,6 +322,10 @@ def retried(url: str, what: str, call: Callable[[], T], attempts: int = ATTEMPTS
             cause = (e.__cause__ or e.__context__) if isinstance(e, FileNotFoundError) else e
             if isinstance(e, FileNotFoundError) and (cause is None or not _retryable(cause)):
                 raise FileNotFoundError(f"{_shown(url)}: no such object ({_error(e)})") from None
+            if (getattr(cause, "status", None) or getattr(cause, "status_code", None)) in (401, 403):
+                raise PermissionError(  # azure-core's HttpResponseError is no PermissionError, unlike s3fs's
+                    f"{_shown(url)}: {what} refused ({_error(cause)}); check the credentials (environment, config "
+                    "files or storage options) and their access to this bucket or container") from None
             if not _retryable(cause) or attempt == attempts - 1:
                 tried = f" after {attempt + 1} attempts" if attempt else ""
                 raise OSError(

@@ -10,11 +10,13 @@ whole episodes read by position in the order ``readers/sampling`` computes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
 from ..format.names import tf_compression_type
+from ..format.objects import use_storage_options
 from ..format.records import LABEL_KEY, episode_parse_spec, parse_spec
 from . import files as files_lib
 from .arguments import DEFAULT_READ_BUFFER_BYTES, check_reading, check_resume
@@ -50,6 +52,7 @@ def episodes(
     with_source: bool = False,
     repeat: bool = False,
     start_step: int = 0,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> tf.data.Dataset:
     """Whole episodes as ``{feature: [T, ...]}``, in manifest order unless ``shuffle_files``.
 
@@ -88,6 +91,7 @@ def episodes(
         by position in an order computed from ``seed``; under ``input_context`` each pipeline takes its contiguous
         part of every ``num_replicas_in_sync`` episodes. Not with ``shuffle_files`` or compressed shards; a remote
         dataset needs index files (``--index``) or ``shard_cache``.
+      storage_options: as for ``readers.images``.
 
     Returns:
       A dataset of dicts ``{feature: [T, ...]}``, one per episode (with ``with_keys``, pairs). A dataset converted
@@ -104,6 +108,7 @@ def episodes(
       ep = next(iter(readers.episodes("runs-tfr")))
       {k: v.shape for k, v in ep.items()}  # {'action': [5120], 'obs': [5120, 3]}
     """
+    use_storage_options(path, storage_options)
     stream = episode_request(path, weights=weights, epoch_size=epoch_size, shuffle=shuffle, with_source=with_source,
                              repeat=repeat, start_step=start_step, shuffle_files=shuffle_files)
     path = path if stream is None else stream.where  # the paths, in messages

@@ -11,12 +11,15 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import tensorflow as tf
 
 from ..format.dataset import load_manifest, manifest_identity
 from ..format.manifest import Manifest, ShardInfo
 from ..format.names import tf_compression_type
+from ..format.objects import use_storage_options
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .guard import ShardGuard, checkpointable
@@ -122,11 +125,14 @@ class DatasetInfo:
         return [join(self.path, shard.file) for shard in split_info(self, split).shards]
 
 
-def info(path: str) -> DatasetInfo:
+def info(path: str, storage_options: Mapping[str, Any] | None = None) -> DatasetInfo:
     """Reads ``path/dataset.json``; raises FileNotFoundError naming the path if there is none.
 
     For a ``gs://`` path it also prefers 8 MiB GCS read blocks (``format.storage.prefer_small_gcs_blocks``).
+    ``storage_options``: fsspec's options for an ``s3://``, ``az://`` or ``https://`` path, as ``readers.images``
+    takes them (kept for its URL in this process).
     """
+    use_storage_options(path, storage_options)
     if path.startswith("gs://"):
         prefer_small_gcs_blocks()
     seen = manifest_identity(path)  # before the load: a manifest replaced meanwhile is re-read at the first epoch
@@ -141,9 +147,12 @@ def split_info(dataset: DatasetInfo, split: str):
     return dataset.manifest.splits[split]
 
 
-def class_weights(path: str, split: str = "train") -> dict[int, float]:
+def class_weights(path: str, split: str = "train", storage_options: Mapping[str, Any] | None = None
+                  ) -> dict[int, float]:
     """The ``class_weight`` dict ``model.fit`` takes, from the split's class counts in the manifest ("balanced", as
     keras and scikit-learn mean it): class index → ``records / (classes · count)``; the mean weight per record is 1.
+
+    ``storage_options``: as for ``readers.info``.
 
     Raises:
       ValueError: an episodes dataset, multi-label or value labels (no one class per record to weigh), or a class
@@ -152,7 +161,7 @@ def class_weights(path: str, split: str = "train") -> dict[int, float]:
     Example:
       readers.class_weights("photos-tfr", "train")   # {0: 0.6666666666666666, 1: 2.0}: 30 and 10 images
     """
-    dataset = info(path)
+    dataset = info(path, storage_options)
     if dataset.label_kind != "class" or dataset.manifest.kind != "images":
         what = f"an {dataset.manifest.kind} dataset" + (f" with {dataset.label_kind} labels" if dataset.label_kind
                                                          else " without labels")

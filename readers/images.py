@@ -28,10 +28,12 @@ record counts fix it: without ``ignore_errors`` and without a service.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
+from ..format.objects import use_storage_options
 from . import cache as cache_lib
 from . import files as files_lib
 from . import service as service_lib
@@ -94,6 +96,7 @@ def images(
     balance: str | None = None,
     shuffle: str | None = None,
     with_source: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> tf.data.Dataset:
     """Streams a ``tfshard images`` dataset for training or evaluation.
 
@@ -182,6 +185,9 @@ def images(
         index-driven stream (``readers/indexed/``, docs/guide/mixtures.md): records read by position in an order
         computed from ``seed``; ``start_step`` then counts global steps and resumes on any replica count. Not with
         ``cache``, ``service``, ``ignore_errors`` or ``deterministic=False``.
+      storage_options: fsspec's options for the ``s3://``, ``az://`` and ``https://`` URLs in ``path`` (s3fs's
+        ``endpoint_url``, ``key``, ``secret``; adlfs's ``account_name``, ``connection_string``), kept for them in this
+        process: the shard cache's fetches use them too (docs/guide/object-stores.md). Never shown in a message.
 
     Returns:
       A ``tf.data.Dataset`` of ``(images, labels)`` batches that ``model.fit`` takes directly. The labels are
@@ -205,6 +211,7 @@ def images(
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
       model.fit(ds, epochs=10)
     """
+    use_storage_options(path, storage_options)
     stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, shuffle=shuffle,
                             with_source=with_source, cache=cache, service=service, ignore_errors=ignore_errors,
                             deterministic=deterministic)

@@ -15,7 +15,8 @@ every step at conversion: ``readers.normalization("runs-tfr", features="obs")`` 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -29,7 +30,7 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def normalization(path: str, split: str = "train", *, dtype: str = "float32",
-                  features: str | Sequence[str] | None = None):
+                  features: str | Sequence[str] | None = None, storage_options: Mapping[str, Any] | None = None):
     """A ``keras.layers.Normalization`` from the statistics in ``dataset.json``.
 
     Images: the split's per-channel pixel mean and std. Episodes: each feature's mean and std per trailing element
@@ -41,6 +42,7 @@ def normalization(path: str, split: str = "train", *, dtype: str = "float32",
       dtype: images: the dtype ``readers.images`` yields: ``"uint8"`` ([0, 255]) or ``"float32"`` ([0, 1]).
       features: episodes: a feature name (one layer), a list of names (a dict of layers, the structure
         ``readers.windows(features=[...])`` yields), or None: every feature (one layer when the dataset has one).
+      storage_options: as for ``readers.images``.
 
     Returns:
       Images: a layer mapping ``[B, H, W, 3]`` images to ``(x - mean) / std`` per channel, as float32.
@@ -55,7 +57,7 @@ def normalization(path: str, split: str = "train", *, dtype: str = "float32",
     """
     import keras
 
-    dataset = files_lib.info(path)
+    dataset = files_lib.info(path, storage_options)
     info = files_lib.split_info(dataset, split)
     if dataset.manifest.kind == "episodes":
         if dtype != "float32":

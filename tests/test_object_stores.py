@@ -452,3 +452,63 @@ def test_azure_is_wired_and_its_connection_string_never_shown():
     finally:
         objects.set_storage_options("az", None)
     assert account_key not in objects.redact(f"AccountKey={account_key};")
+
+
+def test_storage_options_hold_for_their_urls_alone(stores, tmp_path, no_secret):
+    """Options given with a reader's URL reach its manifest and its shard cache's fetch threads, and only the URLs
+    under it: an endpoint where nothing answers, given for one prefix, leaves the others reading."""
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    s3, local = stores["s3fs"], stores["local"]["photos"]
+    s3.put(local, f"{BUCKET}/photos-opts", recursive=True)
+    url = f"s3://{BUCKET}/photos-opts"
+    given = {"endpoint_url": endpoint, "key": KEY_ID, "secret": SECRET + "-2"}
+    got = _images(url, shard_cache=str(tmp_path / "cache"), storage_options=given)
+    assert_same_epochs(epochs(got), epochs(_images(local)))
+    nowhere = f"s3://{BUCKET}/photos-nowhere"
+    quick = {"endpoint_url": "http://127.0.0.1:9", "key": KEY_ID, "secret": SECRET + "-3",
+             "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}}}
+    with pytest.raises(OSError, match=re.escape(nowhere) + r"\S*: .* failed after 5 attempts \(.*Connect.*\); check "
+                                      "the URL, the endpoint and the network") as raised:
+        readers.info(nowhere, storage_options=quick)
+    assert SECRET not in str(raised.value)
+    assert readers.info(stores["s3"]["photos"]).manifest == readers.info(local).manifest  # the environment's endpoint
+    assert objects.redact(f"{SECRET}-3 {SECRET}-2") == "*** ***"
+    with pytest.raises(ValueError, match=re.escape(f"{local}: storage_options apply to s3://, az://, abfs:// and "
+                                                   "https:// URLs (got ['key']); drop them")):
+        readers.info(local, storage_options={"key": SECRET})
+    with pytest.raises(ValueError, match=r"^storage_options: must be a dict of fsspec's keys \(got a list\)"):
+        readers.info(url, storage_options=["endpoint_url"])
+
+
+def test_the_storage_option_flag_and_its_secret_in_no_output(stores, cli, no_secret):
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    url = f"s3://{BUCKET}/photos"
+    flags = ["--storage-option", f"endpoint_url={endpoint}", "--storage-option", f"secret={SECRET}",
+             "--storage-option", f"key={KEY_ID}", "--storage-option", "config_kwargs:={\"read_timeout\": 30}"]
+    shown = cli("-v", "info", url, *flags)
+    assert shown.exit_code == 0 and SECRET not in shown.output, shown.output
+    checked = cli("-v", "verify", url, *flags)
+    assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
+    assert SECRET not in checked.output and KEY_ID not in checked.output
+    bad = cli("info", url, "--storage-option", SECRET)
+    assert bad.exit_code == 1 and bad.output.startswith("error: --storage-option: expected KEY=VALUE or KEY:=JSON"), \
+        bad.output
+    assert SECRET not in bad.output
+    bad = cli("info", url, "--storage-option", f"use_ssl:={SECRET}")
+    assert bad.exit_code == 1 and "error: --storage-option use_ssl:=...: the value is not JSON" in bad.output, \
+        bad.output
+    assert SECRET not in bad.output
+
+
+def test_no_secret_with_verbose_and_debug_in_a_failing_command(stores):
+    """The CLI's -v --debug prints the library's and botocore's log lines and the traceback: the process is the
+    point (what reaches its stderr)."""
+    missing = f"s3://{BUCKET}/missing"
+    run = subprocess.run(
+        [sys.executable, "-m", "tfshard", "-v", "--debug", "info", missing, "--storage-option",
+         f"secret={SECRET}-cli", "--storage-option", f"key={KEY_ID}", "--storage-option",
+         "config_kwargs:={\"retries\": {\"max_attempts\": 1}}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "AWS_SECRET_ACCESS_KEY": "unused"})
+    assert run.returncode != 0 and f"{missing}: no such folder" in run.stderr, run.stderr[-3000:]
+    assert "Traceback" in run.stderr, run.stderr[-3000:]  # what --debug adds
+    assert SECRET not in run.stdout + run.stderr and KEY_ID not in run.stdout + run.stderr, run.stderr[-3000:]

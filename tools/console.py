@@ -11,15 +11,17 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import json
 import logging
 import os
 import signal
 import sys
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import typer
 
-from ..format import stops
+from ..format import objects, stops
 from ..format.stops import HungUp, Terminated
 from ..format.storage import prefer_small_gcs_blocks
 from .report import short_tf_error
@@ -40,6 +42,46 @@ def configure(debug: bool, verbose: bool) -> None:
     prefer_small_gcs_blocks()  # before TensorFlow first touches gs://
     logging.basicConfig(level=logging.INFO if verbose or debug else logging.WARNING,
                         format="%(levelname)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # other libraries' lines too (botocore, azure-core at INFO)
+        handler.addFilter(_redacted)
+
+
+def _redacted(record: logging.LogRecord) -> bool:
+    """A log record with every secret ``objects.redact`` knows replaced (its message formatted first)."""
+    try:
+        record.msg, record.args = objects.redact(record.getMessage()), None
+    except (TypeError, ValueError):  # a record whose arguments do not fit its format: shown without them
+        record.msg, record.args = objects.redact(str(record.msg)), None
+    return True
+
+
+def storage_options(pairs: list[str] | None, *urls: str | None) -> None:
+    """``--storage-option KEY=VALUE`` (repeated) as fsspec's options for the ``s3://``, ``az://`` and ``https://``
+    URLs among ``urls`` (``objects.use_storage_options``). A value is a string; ``KEY:=JSON`` gives any other type
+    (``use_ssl:=false``, ``max_concurrency:=4``, ``config_kwargs:='{"read_timeout": 5}'``).
+
+    Raises:
+      ValueError: a pair without ``=``, JSON that does not parse, or no such URL among ``urls`` (never naming a
+        value: it may be a secret).
+    """
+    if not pairs:
+        return
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, typed, value = pair.partition(":=") if ":=" in pair.split("=", 1)[0] + "=" else pair.partition("=")
+        if not typed or not key:
+            raise ValueError(f"--storage-option: expected KEY=VALUE or KEY:=JSON (got {len(pair)} characters without "
+                             "'=' or a key); pass e.g. --storage-option endpoint_url=https://minio.internal:9000")
+        if typed == ":=":
+            try:
+                options[key] = json.loads(value)
+            except ValueError:
+                raise ValueError(f"--storage-option {key}:=...: the value is not JSON (got {len(value)} characters); "
+                                 f"quote it for the shell, e.g. {key}:=true, {key}:=5 or {key}:='{{\"a\": 1}}'"
+                                 ) from None
+        else:
+            options[key] = value
+    objects.use_storage_options([url for url in urls if url], options, "--storage-option")
 
 
 def load_tensorflow(debug: bool) -> None:
@@ -83,7 +125,7 @@ def one_line(error: BaseException) -> str:
 
         if isinstance(error, tf.errors.OpError):
             message = f"{short_tf_error(error.message) or type(error).__name__} (TensorFlow {type(error).__name__})"
-    return f"error: {' '.join(message.split()) or type(error).__name__}"
+    return f"error: {objects.redact(' '.join(message.split())) or type(error).__name__}"
 
 
 def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tuple[str, int]:

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from ...format.objects import redact
 from ...format.storage import open_for_reading
 from . import budget
 from .folder import (
@@ -285,7 +286,7 @@ class ShardStore:
             except _LocalWriteError as e:  # the cache's disk (full, say), not the connection: a retry fails alike
                 return None, f"writing {part}: {type(e.__cause__).__name__}: {e.__cause__}", tried, mismatches
             except Exception as e:  # noqa: BLE001 (any failure of the remote read is retried, then read remotely)
-                error = f"{type(e).__name__}: {e}"
+                error = redact(f"{type(e).__name__}: {e}")  # a library's error may quote what it was given
                 continue
             if (digest, size) == (shard.sha256, shard.size):
                 with self._folder_lock(stop):  # no usage() count sees the copy both as a part and as a copy

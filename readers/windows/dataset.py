@@ -16,10 +16,12 @@ is (``len(ds)``), except through a tf.data service, which shares the epoch out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import tensorflow as tf
 
+from ...format.objects import use_storage_options
 from .. import files as files_lib
 from .. import service as service_lib
 from ..arguments import DEFAULT_READ_BUFFER_BYTES
@@ -161,6 +163,7 @@ def windows(
     epoch_size: int | None = None,
     balance: str | None = None,
     with_source: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ):
     """Batches of sliding windows (length L, shift S) over the episodes of a ``tfshard episodes`` dataset.
 
@@ -195,6 +198,7 @@ def windows(
         Any of these four, or a list of paths, reads the index-driven stream: every epoch a seeded order of
         ``(source, window)`` computed from ``seed``, ``start_step`` in global steps on any replica count
         (docs/guide/mixtures.md#windows). Without them the reader is unchanged.
+      storage_options: as for ``readers.images``.
 
     Returns:
       A ``tf.data.Dataset`` (or, with a strategy, a ``tf.distribute.DistributedDataset``). In
@@ -216,6 +220,7 @@ def windows(
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")
       x, y = next(iter(ds))  # both [64, 256, 3], equal: one gather, emitted twice
     """
+    use_storage_options(path, storage_options)
     stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, with_source=with_source)
     request = WindowRequest(
         where=f"{path}" if stream is None else stream.where, length=length, shift=shift, batch_size=batch_size,

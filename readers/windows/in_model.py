@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
 
+from ...format.objects import use_storage_options
 from ..arguments import DEFAULT_READ_BUFFER_BYTES, check_not_empty, per_replica_text
 from ..indexed.request import stream_request
 from ..indexed.stream import Position
@@ -179,6 +181,7 @@ def model_windows(
     epoch_size: int | None = None,
     balance: str | None = None,
     with_source: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> ModelWindows:
     """Sliding windows as ``readers.windows`` gives them, gathered in the model's step instead of the pipeline.
 
@@ -204,6 +207,7 @@ def model_windows(
         ``readers.windows(strategy=...)``, where each worker holds only its shards (on the stream: every window).
         Keras splits ``starts`` over several workers by its own sharding, not into the stream's contiguous
         slices of each global step, so a multi-worker strategy is refused here.
+      storage_options: as for ``readers.images``.
 
     Returns:
       A ``ModelWindows``: ``starts`` (the dataset to fit on), ``layer``, ``arrays``, ``wrap(model)``, and
@@ -219,6 +223,7 @@ def model_windows(
       model.compile("adam", "mse")
       model.fit(windows.starts, epochs=10)
     """
+    use_storage_options(path, storage_options)
     stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, with_source=with_source)
     where = path if stream is None else stream.where
     request = WindowRequest(
