@@ -26,6 +26,8 @@ import re
 import keras
 import tensorflow as tf
 
+from ..format.errors import NotRegularFileError
+from ..format.storage import open_for_reading
 from . import input_position
 
 STATE_FILE = "tfshard_state.json"
@@ -191,11 +193,14 @@ def _read_state(path: str) -> dict:
     if not tf.io.gfile.exists(path):
         return {"current": None, "previous": None}
     fix = f"delete {posixpath.dirname(path)} to start afresh, or restore the file this callback wrote"
-    with tf.io.gfile.GFile(path, "rb") as f:
-        text = f.read(65536)
+    try:
+        with open_for_reading(path) as f:  # a FIFO there is refused, not opened (it would block for good)
+            text = f.read(65536)
+    except NotRegularFileError as e:
+        raise ValueError(f"{e}; {fix}") from e
     try:
         state = json.loads(text)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: JSON nested too deep
         raise ValueError(f"{path}: not a BackupAndRestore state file (got {text[:80]!r}); {fix}") from e
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT or state.get("current") is None:
         raise ValueError(f"{path}: not a BackupAndRestore state file (got {str(state)[:80]!r}); {fix}")

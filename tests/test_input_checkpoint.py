@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, first_batches, save_episodes, window_keys
+from helpers import convert_episode_tree, first_batches, save_episodes, window_keys, within
 from tfshard import readers
 
 CHILD = os.path.join(os.path.dirname(__file__), "resume_child.py")
@@ -555,6 +555,7 @@ def test_double_checkpoint_restores_the_save_before_when_the_last_ones_weights_a
 
 @pytest.mark.parametrize("content, problem", [
     ("{not json", "not a BackupAndRestore state file"),
+    ("[" * 60000, "not a BackupAndRestore state file"),  # nested past Python's recursion limit
     ('{"format": "other", "current": {}}', "not a BackupAndRestore state file"),
     ('{"format": "tfshard.BackupAndRestore/1", "current": {"epoch": 0, "batch": 1, "step": -4, '
      '"weights": "step-1.weights.h5"}}', "its current save is not"),
@@ -573,6 +574,15 @@ def test_a_damaged_or_edited_state_file_is_a_one_line_error(photos, tmp_path, co
     with pytest.raises(ValueError, match=re.escape(problem)) as raised:
         _fit(ds, readers.BackupAndRestore(folder, dataset=ds))
     assert "\n" not in str(raised.value) and "start afresh" in str(raised.value)
+
+
+def test_a_fifo_in_place_of_the_state_file_is_refused_not_opened(photos, tmp_path):
+    folder = tmp_path / "bk"
+    folder.mkdir()
+    os.mkfifo(folder / "tfshard_state.json")  # opening it to read would block until a writer came
+    ds = readers.images(photos, batch_size=4, image_size=8, seed=7, repeat=True)
+    with pytest.raises(ValueError, match=r"tfshard_state.json: a FIFO, not a regular file; delete .* start afresh"):
+        within(60, _fit, ds, readers.BackupAndRestore(folder, dataset=ds))
 
 
 def test_the_input_must_be_one_resumable_tfshard_dataset(photos, tmp_path):

@@ -251,7 +251,8 @@ def test_elastic_resume_under_mirrored_strategies(sets, strategies):
     ([1.0], "weights: must give one weight per source, 2 (got 1 weights"),
     ([0.7, -0.3], "weights: must be positive finite numbers (got weights=[0.7, -0.3])"),
     ([0.7, float("nan")], "weights: must be positive finite numbers (got weights=[0.7, nan])"),
-], ids=["length", "negative", "nan"])
+    ([5e-324, 5e-324], "weights: must be positive finite numbers (got weights=[5e-324, 5e-324])"),
+], ids=["length", "negative", "nan", "subnormal"])
 def test_bad_weights_are_one_line(sets, weights, problem):
     with pytest.raises(ValueError, match=re.escape(f"{sets['a']} + {sets['b']}: {problem}")) as caught:
         readers.images([sets["a"], sets["b"]], batch_size=2, weights=weights)

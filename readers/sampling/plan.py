@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 from collections.abc import Sequence
 from fractions import Fraction
 
@@ -101,7 +102,8 @@ def _checked_weights(weights, sources: int) -> tuple[float, ...]:
                          f"{list(weights)!r}); pass one per source, or None for weights in proportion to sizes")
     def valid(w) -> bool:
         finite = _is_int(w) and w < 2**1000 or isinstance(w, (float, np.floating)) and math.isfinite(w)
-        return finite and w > 0
+        # not subnormal: TensorFlow's threads flush those to zero, where the shares are taken (all-zero weights)
+        return finite and w >= sys.float_info.min
 
     if not all(valid(w) for w in weights):
         raise ValueError(f"weights: must be positive finite numbers (got weights={list(weights)!r}); leave out a "
