@@ -52,7 +52,8 @@ network`` just the table above.
 
 S3 gets a section of its own, outside the namespace (``--only s3``, about 1 minute): moto's ``ThreadedMotoServer``
 on 127.0.0.1 behind ``tests/fault_proxy.py`` with the same ``--latency-ms`` and ``--stream-mb-per-s`` (both in a
-child process, as the emulator is, so their threads do not take the reader's GIL). The dataset and one
+child process, as the emulator is, so their threads do not take the reader's GIL; the pacing holds for what each
+connection sends too, so an upload crosses the same network). The dataset and one
 ``--cache-growth`` times larger are converted locally and uploaded (the local folder is then the reader's local
 copy); in rounds of rotated order (``--repeats``, best pass shown), on each:
 

@@ -441,17 +441,23 @@ def writes(path: str) -> bool:
     return scheme_of(path) in LISTS
 
 
-def put_bytes(url: str, data: bytes) -> None:
+def put_bytes(url: str, data: bytes) -> str | None:
     """Writes ``data`` as the object at ``url`` in one request (replacing one there), retried on a dropped connection,
     a timeout, a 5xx or a throttle. An S3 PUT lands whole or not at all: no reader sees half of it.
 
+    Returns:
+      The ETag the store answered a one-request S3 upload with (the MD5 of the bytes it received, quoted), else None
+      (a multipart upload, Azure): ask ``stat`` for it.
+
     Example:
-      put_bytes("s3://bucket/ds/inputs.json", b"{}")
+      put_bytes("s3://bucket/ds/inputs.json", b"{}")   # '"99914b932bd37a50b983c5e7c90ae93b"'
     """
     fs = filesystem(url)
     parts = {"chunksize": PART_BYTES} if scheme_of(url) == "s3" else {}  # so s3_etag knows the parts
-    retried(url, "uploading it", lambda: fs.pipe_file(url, data, **parts))
+    answer = retried(url, "uploading it", lambda: fs.pipe_file(url, data, **parts))
     fs.invalidate_cache(url)
+    etag = answer.get("ETag") if isinstance(answer, dict) else None
+    return etag if isinstance(etag, str) else None
 
 
 def s3_etag(data: bytes) -> str:

@@ -9,12 +9,14 @@ picks requests by method and a part of the path, a number of times, and does one
   (a connection dropped mid-object);
 * ``"truncate"``: the same half body, but with a ``Content-Length`` that says so (an object cut short that looks
   whole to the client);
-* ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way);
+* ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way); on a request
+  that carries a body (an upload), the body passed upstream instead (an upload altered on its way to the store);
 * ``"stall"``: holds the answer for ``stall_s`` seconds before sending it (a wait that needs a timeout).
 
 The network can be made slower too, as ``tests/gcs_emulator.py`` does for its emulator: ``latency_ms`` is added to
 every response (like the round trip to a distant server), and ``stream_mb_per_s`` paces the bodies each connection
-is sent (one stream's bandwidth is a small share of what many get together, as on a real store). Both are
+is sent and the uploads it receives (one stream's bandwidth is a small share of what many get together, as on a real
+store). Both are
 attributes, changeable while it runs; 0 (the default) adds nothing. ``bytes_sent`` counts the body bytes sent.
 
     proxy = FaultProxy("http://127.0.0.1:5000")
@@ -54,6 +56,12 @@ class Rule:
             self.path is None or self.path in urllib.parse.unquote(path))
 
 
+def _altered(body: bytes) -> bytes:
+    """``body`` with its middle byte flipped."""
+    middle = len(body) // 2
+    return body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1:]
+
+
 class FaultProxy:
     """The proxy, serving on ``url`` (``http://127.0.0.1:PORT``) in threads of this process until ``close()``.
 
@@ -61,7 +69,7 @@ class FaultProxy:
       url: where clients connect instead of the upstream.
       seen: ``(method, path, what happened)`` of every request, in order: ``"passed"`` or the rule's kind.
       latency_ms: added to every response (0: none).
-      stream_mb_per_s: the most each connection is sent per second, in MB (0: no limit).
+      stream_mb_per_s: the most each connection is sent, or sends, per second, in MB (0: no limit).
       bytes_sent: body bytes sent to clients so far (what crossed the network).
     """
 
@@ -84,6 +92,7 @@ class FaultProxy:
                 pass
 
             def _body(self) -> bytes:
+                pace = proxy._pace()
                 if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
                     chunks = []
                     while True:
@@ -92,15 +101,17 @@ class FaultProxy:
                             while self.rfile.readline() not in (b"\r\n", b"\n", b""):
                                 pass
                             return b"".join(chunks)
-                        chunks.append(self.rfile.read(size))
+                        chunks.append(pace(self.rfile.read, size))
                         self.rfile.readline()
                 length = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(length) if length else b""
+                return pace(self.rfile.read, length) if length else b""
 
             def _handle(self):
                 body = self._body()
                 rule = proxy._pick(self.command, self.path)
                 proxy._record(self.command, self.path, rule.kind if rule else "passed")
+                if rule is not None and rule.kind == "alter" and body:
+                    body, rule = _altered(body), None  # the store keeps what it received
                 if proxy.latency_ms:
                     time.sleep(proxy.latency_ms / 1000)
                 if rule is not None and rule.kind in ("500", "503"):
@@ -115,8 +126,7 @@ class FaultProxy:
                 if rule is not None and rule.kind == "stall":
                     time.sleep(rule.stall_s)
                 if rule is not None and rule.kind == "alter" and answer:
-                    answer = answer[:len(answer) // 2] + bytes([answer[len(answer) // 2] ^ 0xFF]) + \
-                        answer[len(answer) // 2 + 1:]
+                    answer = _altered(answer)
                 cut = rule is not None and rule.kind in ("drop", "truncate") and len(answer) > 1
                 sent = answer[:len(answer) // 2] if cut else answer
                 self.send_response(status, reason)
@@ -182,6 +192,28 @@ class FaultProxy:
             ahead = started + min(start + _PACE_CHUNK, len(view)) / rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
+
+    def _pace(self):
+        """A reader of an upload's body for one request: ``read(n)`` in chunks, paced to ``stream_mb_per_s``."""
+        rate, started = self.stream_mb_per_s * 1e6, time.monotonic()
+
+        def paced(read, size: int) -> bytes:
+            if not rate:
+                return read(size)
+            got = bytearray()
+            while len(got) < size:
+                chunk = read(min(_PACE_CHUNK, size - len(got)))
+                if not chunk:
+                    break
+                got += chunk
+                paced.total += len(chunk)
+                ahead = started + paced.total / rate - time.monotonic()
+                if ahead > 0:
+                    time.sleep(ahead)
+            return bytes(got)
+
+        paced.total = 0
+        return paced
 
     def _forward(self, method: str, path: str, headers, body: bytes):
         connection = http.client.HTTPConnection(*self._upstream, timeout=self._timeout)

@@ -1,6 +1,7 @@
 """tests/fault_proxy.py's slow network (``latency_ms``, ``stream_mb_per_s``, what benchmarks/network.py's S3 section
-stands on): bodies paced in many writes still arrive whole, keep-alive connections carry one request after another,
-``bytes_sent`` counts what was served, and the fault rules act as without them. One local web server for the module.
+stands on): bodies paced in many writes still arrive whole, uploads paced in many reads too, keep-alive connections
+carry one request after another, ``bytes_sent`` counts what was served, and the fault rules act as without them
+(``alter`` on an upload changes what the store keeps). One local web server for the module.
 """
 
 from __future__ import annotations
@@ -29,16 +30,22 @@ def upstream(tmp_path_factory):
         def log_message(self, *args):
             pass
 
+        def do_PUT(self):  # keeps the body as the file of that name
+            (root / self.path.strip("/")).write_bytes(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
+    yield f"http://127.0.0.1:{server.server_port}", root
     server.shutdown()
     server.server_close()
 
 
 @pytest.fixture
 def slow(upstream):
-    proxy = FaultProxy(upstream, latency_ms=5, stream_mb_per_s=50)
+    proxy = FaultProxy(upstream[0], latency_ms=5, stream_mb_per_s=50)
     yield proxy
     proxy.close()
 
@@ -78,3 +85,17 @@ def test_the_network_can_change_while_it_runs(slow):
     assert _gets(slow, 1) == [(200, BODY)]
     with pytest.raises(ValueError, match="kind: must be one of"):
         slow.add("slow")
+
+
+def test_uploads_are_paced_and_arrive_whole_unless_altered(slow, upstream):
+    connection = http.client.HTTPConnection(slow.url.removeprefix("http://"), timeout=30)
+    slow.add("alter", method="PUT", path="/altered")
+    try:
+        for name in ("sent", "altered"):
+            connection.request("PUT", f"/{name}", body=BODY)
+            assert connection.getresponse().read() == b""
+    finally:
+        connection.close()
+    sent, altered = (upstream[1] / "sent").read_bytes(), (upstream[1] / "altered").read_bytes()
+    assert sent == BODY and len(altered) == len(BODY) and altered != BODY
+    assert [what for _, _, what in slow.seen] == ["passed", "alter"]

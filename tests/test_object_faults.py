@@ -3,7 +3,8 @@ module), reached through the proxy by the readers' own ``storage_options={"endpo
 
 A connection dropped mid-shard and a ``503 SlowDown`` are retried and the read is exact; a shard cut short or
 altered on every try (the shard cache reads ranges, which botocore does not checksum) is never cached nor served,
-and the error names the URL, the problem and the fix; an answer that stalls ends at the read timeout the options
+and the error names the URL, the problem and the fix; an upload altered on its way is caught by its ETag, refused,
+and sent again by the rerun; an answer that stalls ends at the read timeout the options
 set, with one clear error; and reading never lists the store (an eventually consistent listing cannot mislead it:
 listings that all fail leave every read intact).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 
 import pytest
 import tensorflow as tf
@@ -128,3 +130,22 @@ def test_reading_never_lists_the_store(store, proxy, tmp_path):
                          storage_options=store["options"])
     assert_same_epochs(epochs(got), epochs(readers.images(store["local"], batch_size=4, image_size=(16, 16), seed=0)))
     assert _faults(proxy) == [], proxy.seen
+
+
+def test_an_upload_altered_on_its_way_is_refused_and_the_rerun_sends_it_again(store, proxy, tmp_path):
+    from tfshard.format import objects
+    from tfshard.tools.push import push
+
+    local, url, name = str(tmp_path / "photos"), f"s3://{BUCKET}/pushed", _shard(store, 1)
+    shutil.copytree(store["local"], local)
+    objects.use_storage_options(url, store["options"])
+    proxy.add("alter", method="PUT", path=f"/{BUCKET}/pushed/{name}")
+    with pytest.raises(OSError, match=re.escape(f"{url}/{name}: did not land whole (got ") + ".*ETag.*; run the same "
+                       "command again"):
+        push(local, url, uploads=1)
+    assert "dataset.json" not in [p.rsplit("/", 1)[-1] for _, p, _ in proxy.seen]  # no manifest over a bad shard
+    report = push(local, url)
+    assert (report.kept, report.uploaded) == (1, len(os.listdir(store["local"])) - 1), report
+    assert readers.info(url).manifest == readers.info(local).manifest
+    want = epochs(readers.images(local, batch_size=4, image_size=(16, 16), seed=0))
+    assert_same_epochs(epochs(_images({**store, "url": url}, tmp_path / "cache")), want)
