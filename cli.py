@@ -316,7 +316,7 @@ def push(
     overwrite: Annotated[bool, Option("--overwrite", help=(
         "Replace a dataset at URL, removing only the objects its manifest lists (other objects stay)."))] = False,
     uploads: Annotated[int, Option("--uploads", min=1, max=64, help=(
-        "Files sent at once (together at most 512 MiB held in memory)."))] = 16,
+        "Files sent at once (together at most 512 MiB held in memory)."))] = 64,
     storage_option: StorageOption = None,
 ) -> None:
     """Upload a finished dataset to an object store, each file checked, dataset.json last; rerun to resume."""
