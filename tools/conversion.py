@@ -114,7 +114,7 @@ def _convert_to_store(convert: Callable, src: str, url: str, options, say: Calla
                       **run) -> None:
     """``tfshard images|episodes SRC s3://...``: converted into the URL's staging folder with all of a local
     conversion's resumable machinery, then pushed (``tools/push.py``); the same command resumes either."""
-    from .push import JOURNAL, push
+    from ..ingest.push import JOURNAL, push
 
     shown = objects.redact(url)
     if not objects.writes(url):
