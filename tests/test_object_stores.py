@@ -445,29 +445,30 @@ def _jpegs(src) -> set[str]:
     return {os.path.join(d, n) for d, _, names in os.walk(src) for n in names if n.endswith(".jpg")}
 
 
-def test_append_into_s3_reads_back_exactly_and_starts_from_the_store(stores, cli, tmp_path, no_secret):
-    """Two appends into the store, each beside the same append to a local copy: the store then reads back exactly as
-    the local dataset, every split. Before the second the staging folder is removed (another machine, or the cache
-    cleared): it is seeded from the store, and no old shard is downloaded."""
+def test_append_into_s3_reads_back_exactly_and_starts_from_the_store(stores, cli, tmp_path, monkeypatch,
+                                                                      no_secret):
+    """Three appends into the store, each beside the same append to a local copy: the store then reads back exactly
+    as the local dataset, every split. The first from this machine's staging folder; the second from another
+    machine (an empty cache: seeded from the store); the third from this machine again, whose staging folder the
+    store has outgrown: seeded again, the other machine's append kept. No old shard is ever downloaded."""
     from tfshard.ingest.to_store import staging_folder
 
     src, local, url = tmp_path / "src", str(tmp_path / "local"), f"s3://{BUCKET}/appended"
     make_tree(str(src), per_class=3, splits=("train", "val"))
-    flags = ["--num-shards", "1", "--workers", "0"]
+    flags = ["--num-shards", "1", "--workers", "0", "--tfds"]
     assert cli("images", src, url, *flags).exit_code == 0
     assert cli("images", src, local, *flags).exit_code == 0
-    for generation in (1, 2):
+    here = os.environ["TFSHARD_CACHE"]
+    for generation, cache in ((1, here), (2, str(tmp_path / "other-machine")), (3, here)):
+        monkeypatch.setenv("TFSHARD_CACHE", cache)
         _new_images(src, 100 * generation)
-        if generation == 2:
-            shutil.rmtree(staging_folder(url))
         shown = cli("images", src, url, *flags, "--append")
         assert shown.exit_code == 0 and f"appended: 4 new images as generation {generation}" in shown.output and \
-            f"{url}: uploaded 4 files" in shown.output, shown.output  # a shard per split, inputs.json, dataset.json
+            f"{url}: uploaded 7 files" in shown.output, shown.output  # a shard a split, TFDS 3, inputs, manifest
         assert cli("images", src, local, *flags, "--append").exit_code == 0
         assert readers.info(url).manifest == readers.info(local).manifest
-    staged = [n for n in os.listdir(staging_folder(url)) if n.endswith(".tfrecord")]
-    assert sorted(staged) == sorted(s.file for s in readers.info(url).manifest.splits.values() for s in s.shards
-                                    if "-g0002-" in s.file)  # seeded: the old shards stayed in the store
+        staged = {n for n in os.listdir(staging_folder(url)) if n.endswith(".tfrecord")}
+        assert all(f"-g{generation:04d}-" in n for n in staged) or generation == 1, staged  # seeded: no old shard
     for split in ("train", "val"):
         got = _images(url, split=split, shard_cache=str(tmp_path / "cache"))
         assert_same_epochs(epochs(got), epochs(_images(local, split=split)))
@@ -506,6 +507,35 @@ def test_an_append_killed_as_its_manifest_goes_up_resumes_with_the_same_command(
     assert sorted(first) == ["inputs.json", "train-g0001-00000-of-00001.tfrecord"] and second == ["dataset.json"], \
         (first, second)
     assert readers.info(url).manifest.splits["train"].records == before.splits["train"].records + 2
+
+
+def _append_locally(src, out) -> None:
+    from tfshard.ingest import ConvertOptions, convert_images
+
+    convert_images(str(src), str(out), ConvertOptions(num_shards=1), workers=0, progress=False, append=True)
+
+
+def test_an_append_never_replaces_one_that_landed_after_it_started(stores, tmp_path, no_secret):
+    """Two appends on top of the same dataset: the second to upload finds the store's manifest is no longer its
+    base, and replaces nothing (the same command then starts again from the store's dataset)."""
+    from tfshard.format.errors import InputError
+    from tfshard.ingest.push import push
+    from tfshard.ingest.push_append import push_append
+
+    src, base, url = tmp_path / "src", tmp_path / "base", f"s3://{BUCKET}/append-raced"
+    make_tree(str(src), per_class=3)
+    convert_image_tree(src, base, num_shards=1)
+    push(str(base), url)
+    mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
+    for folder, seed in ((mine, 1), (theirs, 2)):
+        shutil.copytree(base, folder)
+        _new_images(src, seed)
+        _append_locally(src, folder)
+    assert push_append(theirs, url).uploaded == 3  # its shard, inputs.json, dataset.json
+    with pytest.raises(InputError, match=re.escape(f"{url}: --append: its dataset changed since this append started "
+                                                   "from it (got a dataset.json that ")):
+        push_append(mine, url)
+    assert readers.info(url).manifest == readers.info(theirs).manifest
 
 
 def test_an_append_onto_a_store_missing_an_old_shard_is_refused(stores, cli, tmp_path, no_secret):
