@@ -263,7 +263,7 @@ def test_writing_over_http_is_refused_and_tfshard_cache_fills_from_it(stores, cl
     assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
 
 
-# --- writing: tfshard push, and a conversion into a store (ingest/push.py) ----------------------------------------
+# --- writing: tfshard push, and a conversion into a store (tools/push.py) -------------------------------------------
 
 
 def _dataset_copy(stores, name, tmp_path) -> str:
