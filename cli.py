@@ -322,7 +322,7 @@ def push(
     """Upload a finished dataset to an object store, each file checked, dataset.json last; rerun to resume."""
     with _command(f"{url}: push", resumable=True):
         console.storage_options(storage_option, url)
-        from .tools.push import push as upload
+        from .ingest.push import push as upload
 
         report = upload(out, url, overwrite=overwrite, uploads=uploads)
     echo_lines(report.lines())

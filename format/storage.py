@@ -36,6 +36,15 @@ def gfile():
     return tf.io.gfile
 
 
+def default_cache_folder() -> str:
+    """tfshard's own folder for local copies: ``$TFSHARD_CACHE``, else ``$XDG_CACHE_HOME/tfshard``, else
+    ``~/.cache/tfshard`` (the shard cache's default folder, and the staging of conversions into a store)."""
+    if os.environ.get("TFSHARD_CACHE"):
+        return os.path.abspath(os.path.expanduser(os.environ["TFSHARD_CACHE"]))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.abspath(os.path.join(base, "tfshard"))
+
+
 def is_url(path: str) -> bool:
     """A URL (``gs://bucket/x``, ``s3://...``), not a local path."""
     return "://" in path

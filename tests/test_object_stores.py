@@ -21,7 +21,7 @@ import threading
 
 import pytest
 import tensorflow as tf
-from helpers import convert_image_tree, convert_obs_episodes, make_tree
+from helpers import convert_image_tree, convert_obs_episodes, make_tree, write_jpeg
 from shard_cache_helpers import assert_same_epochs, copies, epochs, manifest_shards
 from tfshard import readers
 from tfshard.format import objects
@@ -335,7 +335,7 @@ def test_a_killed_push_resumes_uploading_only_the_rest_manifest_last(stores, tmp
 def test_a_conversion_into_s3_killed_as_its_manifest_goes_up_resumes_with_the_same_command(stores, tmp_path):
     from fault_proxy import FaultProxy
     from stop_point import kill_group, start_held
-    from tfshard.tools.conversion import staging_folder
+    from tfshard.ingest.to_store import staging_folder
 
     url = f"s3://{BUCKET}/converted-killed"
     args = ["images", str(stores["root"] / "src"), url, "--num-shards", "2", "--workers", "0", "-q"]
@@ -418,7 +418,7 @@ def test_a_folder_holding_other_objects_is_refused(stores, cli, tmp_path, no_sec
 
 
 def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no_secret):
-    from tfshard.tools.conversion import staging_folder
+    from tfshard.ingest.to_store import staging_folder
 
     url = f"s3://{BUCKET}/converted"
     src = str(stores["root"] / "src")
@@ -431,13 +431,175 @@ def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no
     assert_same_epochs(epochs(_images(url, shard_cache=str(tmp_path / "cache"))), epochs(_images(staging)))
     again = cli(*args)
     assert again.exit_code == 0 and "already holds this dataset" in again.output, again.output
-    refused = cli(*args[:-1], "--append")
-    assert refused.exit_code != 0 and "--append into an object store is not supported yet" in refused.output
-    with pytest.raises(ValueError, match=re.escape(f"{url}/lib: the converter writes local and gs:// folders (got a "
-                                                   "s3:// folder to write); convert into a local folder, then upload")):
-        convert_image_tree(src, f"{url}/lib")  # the library's converter: local and gs:// only
     refused = cli(*args[:-1], "--runner", "beam")
     assert refused.exit_code != 0 and f"{url}: --runner beam writes local and gs:// folders only" in refused.output
+
+
+def _new_images(src, seed: int) -> None:
+    """One new image in each class of each split of ``src``."""
+    for i, folder in enumerate(sorted(os.path.dirname(p) for p in _jpegs(src))):
+        write_jpeg(os.path.join(folder, f"new-{seed}.jpg"), seed + i)
+
+
+def _jpegs(src) -> set[str]:
+    return {os.path.join(d, n) for d, _, names in os.walk(src) for n in names if n.endswith(".jpg")}
+
+
+def test_append_into_s3_reads_back_exactly_and_starts_from_the_store(stores, cli, tmp_path, monkeypatch,
+                                                                      no_secret):
+    """Three appends into the store, each beside the same append to a local copy: the store then reads back exactly
+    as the local dataset, every split. The first from this machine's staging folder; the second from another
+    machine (an empty cache: seeded from the store); the third from this machine again, whose staging folder the
+    store has outgrown: seeded again, the other machine's append kept. No old shard is ever downloaded."""
+    from tfshard.ingest.to_store import staging_folder
+
+    src, local, url = tmp_path / "src", str(tmp_path / "local"), f"s3://{BUCKET}/appended"
+    make_tree(str(src), per_class=3, splits=("train", "val"))
+    flags = ["--num-shards", "1", "--workers", "0", "--tfds"]
+    assert cli("images", src, url, *flags).exit_code == 0
+    assert cli("images", src, local, *flags).exit_code == 0
+    here = os.environ["TFSHARD_CACHE"]
+    for generation, cache in ((1, here), (2, str(tmp_path / "other-machine")), (3, here)):
+        monkeypatch.setenv("TFSHARD_CACHE", cache)
+        _new_images(src, 100 * generation)
+        shown = cli("images", src, url, *flags, "--append")
+        assert shown.exit_code == 0 and f"appended: 4 new images as generation {generation}" in shown.output and \
+            f"{url}: uploaded 7 files" in shown.output, shown.output  # a shard a split, TFDS 3, inputs, manifest
+        assert cli("images", src, local, *flags, "--append").exit_code == 0
+        assert readers.info(url).manifest == readers.info(local).manifest
+        staged = {n for n in os.listdir(staging_folder(url)) if n.endswith(".tfrecord")}
+        assert all(f"-g{generation:04d}-" in n for n in staged) or generation == 1, staged  # seeded: no old shard
+    for split in ("train", "val"):
+        got = _images(url, split=split, shard_cache=str(tmp_path / "cache"))
+        assert_same_epochs(epochs(got), epochs(_images(local, split=split)))
+    assert _objects(stores, url) == _local_files(local)
+    again = cli("images", src, url, *flags, "--append")
+    assert again.exit_code == 0 and f"{url}: already holds this dataset" in again.output, again.output
+
+
+def test_an_append_killed_as_its_manifest_goes_up_resumes_with_the_same_command(stores, cli, tmp_path):
+    """Killed once its new files landed: the store still holds the old dataset, whole; the same command then
+    converts nothing again (the staging folder holds the append) and sends only dataset.json (the journal waited
+    beside the staging folder while the append ran again)."""
+    from fault_proxy import FaultProxy
+    from stop_point import kill_group, start_held
+
+    src, url = tmp_path / "src", f"s3://{BUCKET}/append-killed"
+    make_tree(str(src), per_class=3)
+    args = ["images", str(src), url, "--num-shards", "1", "--workers", "0", "-q"]
+    assert cli(*args).exit_code == 0
+    before = readers.info(url).manifest
+    proxy = FaultProxy(os.environ["AWS_ENDPOINT_URL"])
+    env = {"AWS_ENDPOINT_URL": proxy.url, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    run = functools.partial(subprocess.run, capture_output=True, text=True, env={**os.environ, **env}, timeout=300,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        _new_images(src, 5)
+        kill_group(start_held([*args, "--append"], "_put", str(tmp_path / "held"), env=env))  # the manifest's PUT
+        first = [path.rsplit("/", 1)[-1] for method, path, _ in proxy.seen if method == "PUT"]
+        assert readers.info(url).manifest.fingerprint == before.fingerprint
+        proxy.clear()
+        rerun = run([sys.executable, "-m", "tfshard", *args, "--append"])
+        assert rerun.returncode == 0, rerun.stderr
+        second = [path.rsplit("/", 1)[-1] for method, path, _ in proxy.seen if method == "PUT"]
+    finally:
+        proxy.close()
+    assert sorted(first) == ["inputs.json", "train-g0001-00000-of-00001.tfrecord"] and second == ["dataset.json"], \
+        (first, second)
+    assert readers.info(url).manifest.splits["train"].records == before.splits["train"].records + 2
+
+
+def _append_locally(src, out) -> None:
+    from tfshard.ingest import ConvertOptions, convert_images
+
+    convert_images(str(src), str(out), ConvertOptions(num_shards=1), workers=0, progress=False, append=True)
+
+
+def test_an_append_never_replaces_one_that_landed_after_it_started(stores, tmp_path, no_secret):
+    """Two appends on top of the same dataset: the second to upload finds the store's manifest is no longer its
+    base, and replaces nothing (the same command then starts again from the store's dataset)."""
+    from tfshard.format.errors import InputError
+    from tfshard.ingest.push import push
+    from tfshard.ingest.push_append import push_append
+
+    src, base, url = tmp_path / "src", tmp_path / "base", f"s3://{BUCKET}/append-raced"
+    make_tree(str(src), per_class=3)
+    convert_image_tree(src, base, num_shards=1)
+    push(str(base), url)
+    mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
+    for folder, seed in ((mine, 1), (theirs, 2)):
+        shutil.copytree(base, folder)
+        _new_images(src, seed)
+        _append_locally(src, folder)
+    assert push_append(theirs, url).uploaded == 3  # its shard, inputs.json, dataset.json
+    with pytest.raises(InputError, match=re.escape(f"{url}: --append: its dataset changed since this append started "
+                                                   "from it (got a dataset.json that ")):
+        push_append(mine, url)
+    assert readers.info(url).manifest == readers.info(theirs).manifest
+
+
+def test_an_append_onto_a_store_missing_an_old_shard_is_refused(stores, cli, tmp_path, no_secret):
+    s3, src, url = stores["s3fs"], tmp_path / "src", f"s3://{BUCKET}/append-damaged"
+    make_tree(str(src), per_class=3)
+    args = ["images", src, url, "--num-shards", "2", "--workers", "0", "-q"]
+    assert cli(*args).exit_code == 0
+    shard = readers.info(url).manifest.splits["train"].shards[1].file
+    s3.rm(f"{BUCKET}/append-damaged/{shard}")
+    before = _objects(stores, url)
+    _new_images(src, 7)
+    refused = cli(*args, "--append")
+    assert refused.exit_code != 0 and refused.output == (
+        f"error: {url}/{shard}: listed in the store's dataset.json but not there (got no object); the dataset there "
+        "is damaged and nothing was appended: restore the object (push the full dataset again with --overwrite), "
+        "or convert SRC in full into another URL\n"), refused.output
+    assert _objects(stores, url) == before and len(readers.info(url).manifest.appends) == 0
+
+
+def test_the_python_converter_writes_into_s3_with_its_storage_options(stores, tmp_path, no_secret):
+    """``convert_images(src, "s3://...", storage_options=...)``: with moto checking signatures, only the options'
+    credentials are accepted (the environment's are refused), for that URL; a wrong secret is refused, unshown."""
+    import urllib.request
+
+    import botocore.session
+    from tfshard.ingest import ConvertOptions, convert_images
+    from tfshard.ingest.to_store import staging_folder
+
+    endpoint = os.environ["AWS_ENDPOINT_URL"]
+    iam = botocore.session.get_session().create_client("iam", endpoint_url=endpoint, region_name="us-east-1")
+    iam.create_user(UserName="converter")
+    iam.put_user_policy(UserName="converter", PolicyName="all", PolicyDocument='{"Version": "2012-10-17", '
+                        '"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}')
+    made = iam.create_access_key(UserName="converter")["AccessKey"]
+    given = {"key": made["AccessKeyId"], "secret": made["SecretAccessKey"]}
+
+    def signatures(checked: bool) -> None:  # moto's switch: every request after it is authenticated, or none
+        urllib.request.urlopen(urllib.request.Request(
+            f"{endpoint}/moto-api/reset-auth", data=b"0" if checked else b"inf", method="POST",
+            headers={"Content-Type": "text/plain"}), timeout=30).close()
+
+    src, url, reports = str(stores["root"] / "src"), f"s3://{BUCKET}/from-python", []
+    signatures(True)
+    try:
+        manifest = convert_images(src, url, ConvertOptions(num_shards=2), workers=0, progress=False,
+                                  storage_options=given, on_upload=reports.append)
+        assert readers.info(url).manifest == manifest
+        with pytest.raises(PermissionError):
+            readers.info(stores["s3"]["photos"])  # the environment's credentials: refused
+        wrong = f"s3://{BUCKET}/from-python-wrong"
+        with pytest.raises(PermissionError) as refused:
+            convert_images(src, wrong, ConvertOptions(num_shards=2), workers=0, progress=False,
+                           storage_options={**given, "secret": SECRET + "-wrong"})
+        assert SECRET not in str(refused.value) and made["SecretAccessKey"] not in str(refused.value)
+        assert str(refused.value).startswith(f"{wrong}"), str(refused.value)
+    finally:
+        signatures(False)
+    assert reports[0].lines() == [f"{url}: uploaded 4 files ({reports[0].sent_bytes / 1e6:.1f} MB), kept 0 already "
+                                  "there; dataset.json last"]
+    assert_same_epochs(epochs(_images(url, shard_cache=str(tmp_path / "cache"))),
+                       epochs(_images(staging_folder(url))))
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'local'}: storage_options apply to s3://")):
+        convert_images(src, str(tmp_path / "local"), storage_options=given)  # before any work
+    assert not os.path.exists(tmp_path / "local")
 
 
 def test_azure_is_wired_and_its_connection_string_never_shown():

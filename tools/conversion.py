@@ -6,14 +6,11 @@ itself never prints). Loads no TensorFlow.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable
 
 from ..format import objects, stops
-from ..format.names import MANIFEST_NAME, STATE_DIR
 from ..ingest.holdout import Holdout
 from ..ingest.options import ConvertOptions
 from .report import append_lines, summary_lines
@@ -77,15 +74,20 @@ def convert_and_report(convert: Callable, src: str, out: str, options, say: Call
       convert_and_report(convert_images, "photos", "out", ConvertOptions(), print, workers=2)
       # out: 1,200 records in 2 shards ... (summary_lines)
     """
-    if objects.uses_fsspec(out):
-        _convert_to_store(convert, src, out, options, say, quiet, **run)
-        return
+    shown, staging, uploads = objects.redact(out), None, []
+    if objects.uses_fsspec(out):  # converted in a local staging folder, then uploaded (ingest/to_store.py)
+        from ..ingest.to_store import staging_folder
+
+        staging = staging_folder(out)
+        if not quiet:
+            say(f"{shown}: converting into the local staging folder {staging}, then uploading")
+        run["on_upload"] = uploads.append
     found = []
 
     def on_status(status) -> None:
         found.append(status)
         if status.resumed and not quiet:
-            say(f"{out}: resumed: kept {status.kept_shards} of {status.total_shards} shards already committed")
+            say(f"{shown}: resumed: kept {status.kept_shards} of {status.total_shards} shards already committed")
 
     started = time.monotonic()
     manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
@@ -93,65 +95,13 @@ def convert_and_report(convert: Callable, src: str, out: str, options, say: Call
     if quiet:
         return
     status = found[0] if found else None
-    for line in summary_lines(out, manifest, time.monotonic() - started, status):
+    for line in summary_lines(shown, manifest, time.monotonic() - started, status):
         say(line)
     if status is not None and status.append is not None:
-        for line in append_lines(out, status.append, status.complete):
+        for line in append_lines(shown, status.append, status.complete):
             say(line)
-    if run.get("tfds"):
-        say(tfds_written(out, "TFDS metadata", manifest))
-
-
-def staging_folder(url: str) -> str:
-    """Where a conversion into the store folder ``url`` is staged: ``<default cache folder>/staging/<key>``, the
-    key the sha256 of the URL (the same folder each time the same command runs, so a rerun resumes it)."""
-    from ..readers.shard_cache.pipeline import default_folder
-
-    return os.path.join(default_folder(), "staging", hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16])
-
-
-def _convert_to_store(convert: Callable, src: str, url: str, options, say: Callable[[str], None], quiet: bool,
-                      **run) -> None:
-    """``tfshard images|episodes SRC s3://...``: converted into the URL's staging folder with all of a local
-    conversion's resumable machinery, then pushed (``tools/push.py``); the same command resumes either."""
-    from .push import JOURNAL, push
-
-    shown = objects.redact(url)
-    if not objects.writes(url):
-        raise ValueError(f"{shown}: tfshard writes datasets to s3://, az:// and abfs:// (got a "
-                         f"{objects.scheme_of(url)}:// OUT); pass one of those, or a local folder")
-    if run.get("append"):
-        raise ValueError(f"{shown}: --append into an object store is not supported yet (got --append); append to the "
-                         "local dataset, then `tfshard push OUT URL --overwrite`")
-    if run.get("runner") is not None:
-        raise ValueError(f"{shown}: --runner beam writes local and gs:// folders only (got an "
-                         f"{objects.scheme_of(url)}:// OUT); use --runner local, or convert locally and "
-                         "`tfshard push OUT URL`")
-    staging = staging_folder(url)
-    log.info("%s: staging the conversion in %s", shown, staging)
-    if not quiet:
-        say(f"{shown}: converting into the local staging folder {staging}, then uploading")
-    os.makedirs(os.path.dirname(staging), exist_ok=True)
-    # a rerun of the conversion on a finished staging folder removes its state folder: the push journal is kept
-    journal = os.path.join(staging, STATE_DIR, JOURNAL)
-    kept = _read(journal) if os.path.isfile(journal) and not os.path.islink(journal) else None
-    manifest_before = _sha256_of(os.path.join(staging, MANIFEST_NAME))
-    convert_and_report(convert, src, staging, options, say, quiet, **run)
-    if kept is not None and not os.path.exists(journal) and manifest_before == _sha256_of(
-            os.path.join(staging, MANIFEST_NAME)):
-        os.makedirs(os.path.dirname(journal), exist_ok=True)
-        with open(journal, "wb") as f:
-            f.write(kept)
-    report = push(staging, url, overwrite=bool(run.get("overwrite")))
-    if not quiet:
+    if run.get("tfds"):  # TFDS reads local and gs:// folders: a store's dataset through its staging copy
+        say(tfds_written(staging or out, "TFDS metadata", manifest))
+    for report in uploads:
         for line in report.lines():
             say(line)
-
-
-def _sha256_of(path: str) -> str | None:
-    return hashlib.sha256(_read(path)).hexdigest() if os.path.isfile(path) else None
-
-
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()

@@ -35,6 +35,7 @@ from tensorflow.python.ops import script_ops  # the registry of Python ops, to r
 
 from ...format.objects import scheme_of, uses_fsspec
 from ...format.sizes import parse_size
+from ...format.storage import default_cache_folder
 from . import budget
 from .ahead import MAX_THREADS, FetchPool, UnknownTicket
 from .folder import checked_directory, held_bytes
@@ -93,10 +94,7 @@ def _default_limit(directory: str, where: str, scheme: str | None) -> int:
 def default_folder() -> str:
     """The shard cache of shards TensorFlow cannot read when a reader is given no ``shard_cache``: ``$TFSHARD_CACHE``,
     else ``$XDG_CACHE_HOME/tfshard``, else ``~/.cache/tfshard``."""
-    if os.environ.get("TFSHARD_CACHE"):
-        return os.path.abspath(os.path.expanduser(os.environ["TFSHARD_CACHE"]))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.abspath(os.path.join(base, "tfshard"))
+    return default_cache_folder()
 
 
 class ShardCache:
