@@ -26,7 +26,7 @@ from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import InputError
 from ..format.manifest import MANIFEST_NAME, Manifest
 from ..format.names import INPUTS_NAME, TFDS_FILES
-from .push import UPLOADS, PushReport, _File, _Journal, _put, _send
+from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _File, _Journal, _put, _send
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +96,14 @@ def push_append(out: str, url: str, uploads: int = UPLOADS, on_file: Callable[[s
                          f"(got {taken[:3]!r}): another append running, or one killed before its {MANIFEST_NAME} "
                          "landed; nothing was sent: finish that append (rerun it where it started), or remove them")
     journal.start([])
+    budget = _Budget(IN_FLIGHT_BYTES)
     sent = 0
     todo = []
     for group in (shards, [f for f in new if f.sha256 is None]):  # shards before the metadata describing them
         group = [f for f in group if not journal.landed(f, out)]
         todo += group
         with concurrent.futures.ThreadPoolExecutor(max(1, min(uploads, len(group)))) as pool:
-            for name, size in pool.map(lambda f: _send(out, url, f, journal), group):
+            for name, size in pool.map(lambda f: _send(out, url, f, journal, budget), group):
                 sent += size
                 if on_file is not None:
                     on_file(name)
