@@ -263,6 +263,31 @@ def test_writing_over_http_is_refused_and_tfshard_cache_fills_from_it(stores, cl
     assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
 
 
+def test_preview_and_bench_read_the_store(stores, cli, tmp_path, no_secret):
+    """``tfshard preview`` draws from the store what it draws locally (all but the footer naming the path), shard by
+    shard through the default cache; ``bench`` times the store's dataset, ``--compare`` its floors too."""
+    import numpy as np
+    from PIL import Image
+    from tfshard.tools.preview import CAPTION_HEIGHT
+
+    pictures = {}
+    for where in ("local", "s3"):
+        for name in ("photos", "runs"):
+            drawn = cli("preview", stores[where][name], "-o", tmp_path / f"{where}-{name}.png", "-n", "2")
+            assert drawn.exit_code == 0, drawn.output
+            pictures[where, name] = np.asarray(Image.open(tmp_path / f"{where}-{name}.png"))
+    sheet = pictures["s3", "photos"]
+    assert np.array_equal(sheet[:-CAPTION_HEIGHT], pictures["local", "photos"][:-CAPTION_HEIGHT])
+    assert pictures["s3", "runs"].shape == pictures["local", "runs"].shape
+    url = stores["s3"]["photos"]
+    timed = cli("bench", url, "--image-size", "16", "--batch-size", "4", "--compare")
+    assert timed.exit_code == 0 and "tfshard cache: cached epoch" in timed.output, timed.output
+    assert "floors over 18 JPEGs in RAM" in timed.output, timed.output
+    timed = cli("bench", stores["s3"]["runs"], "--window", "4", "--batch-size", "4", "--streamed", "--epochs", "1")
+    assert timed.exit_code == 0 and "25 windows of 4" in timed.output, timed.output
+    assert "epoch 1: 24 windows" in timed.output, timed.output
+
+
 # --- writing: tfshard push, and a conversion into a store (tools/push.py) -------------------------------------------
 
 
