@@ -288,6 +288,32 @@ def test_preview_and_bench_read_the_store(stores, cli, tmp_path, no_secret):
     assert "epoch 1: 24 windows" in timed.output, timed.output
 
 
+def test_a_tf_data_service_reads_the_store_through_its_workers_cache(stores, tmp_path):
+    """A worker fetches the store's shards into the shard cache on its host (here in this process, finding the store
+    through the environment as a worker would); storage_options, which could not reach a worker, are refused."""
+    from tfshard.readers import service as service_lib
+
+    def keys(path, **kwargs):
+        ds = _images(path, training=False, drop_remainder=False, **kwargs)
+        return sorted((int(label), image.tobytes()) for pixels, labels in ds
+                      for image, label in zip(pixels.numpy(), labels.numpy()))
+
+    url = stores["s3"]["photos"]
+    dispatcher = service_lib.start_dispatcher(0)
+    worker = service_lib.start_worker(dispatcher.target, 0, "localhost:%port%")
+    try:
+        assert keys(url, service=dispatcher.target, shard_cache=str(tmp_path / "cache")) == \
+            keys(stores["local"]["photos"])
+    finally:
+        worker.stop()
+        dispatcher.stop()
+    assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
+    with pytest.raises(ValueError, match=re.escape(f"{url}: storage_options do not reach tf.data service workers, "
+                                                   "which read the store themselves (got service='localhost:5050' "
+                                                   "and storage_options ['endpoint_url']); drop storage_options")):
+        readers.windows(url, **WINDOWS, service="localhost:5050", storage_options={"endpoint_url": "http://x"})
+
+
 # --- writing: tfshard push, and a conversion into a store (tools/push.py) -------------------------------------------
 
 
