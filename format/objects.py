@@ -350,6 +350,7 @@ def _info(url: str) -> dict:
 
 def stat(url: str) -> tuple[int, int, str] | None:
     """``(size, mtime in ns or 0, etag or "")`` of the object at ``url``; None when ``url`` is a folder (a prefix).
+    On Azure the etag is the blob's Content-MD5 in hex where it has one (a blob sent in one request), else its ETag.
 
     Raises:
       FileNotFoundError: nothing there.
@@ -363,6 +364,9 @@ def stat(url: str) -> tuple[int, int, str] | None:
     when = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
     mtime = int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else 0
     etag = str(info.get("ETag") or info.get("etag") or "")
+    md5 = (info.get("content_settings") or {}).get("content_md5") if scheme_of(url) in ("az", "abfs") else None
+    if md5:  # Azure's ETag is no checksum; the MD5 it keeps of a blob sent in one request is
+        etag = bytes(md5).hex()
     return int(size), mtime, etag
 
 
@@ -468,6 +472,18 @@ def s3_etag(data: bytes) -> str:
     parts = [hashlib.md5(data[i:i + PART_BYTES], usedforsecurity=False).digest()
              for i in range(0, len(data), PART_BYTES)]
     return f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
+
+
+def landed_tag(url: str, data: bytes) -> str:
+    """The etag ``stat`` gives the object ``put_bytes`` wrote from ``data`` where the store's tag is a checksum: on S3
+    its ETag (``s3_etag``), on Azure the MD5 of the blob, in hex (what a whole upload is checked against).
+
+    Example:
+      landed_tag("az://container/ds/x", b"")   # "d41d8cd98f00b204e9800998ecf8427e"
+    """
+    import hashlib
+
+    return s3_etag(data) if scheme_of(url) == "s3" else hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def delete(url: str) -> None:

@@ -10,6 +10,7 @@ picks requests by method and a part of the path, a number of times, and does one
 * ``"truncate"``: the same half body, but with a ``Content-Length`` that says so (an object cut short that looks
   whole to the client);
 * ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way);
+* ``"alter_sent"``: the request's body with one byte changed before it is passed on (an upload altered on the way);
 * ``"stall"``: holds the answer for ``stall_s`` seconds before sending it (a wait that needs a timeout).
 
 The network can be made slower too, as ``tests/gcs_emulator.py`` does for its emulator: ``latency_ms`` is added to
@@ -35,7 +36,7 @@ import time
 import urllib.parse
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
-KINDS = ("500", "503", "drop", "truncate", "alter", "stall")
+KINDS = ("500", "503", "drop", "truncate", "alter", "alter_sent", "stall")
 _PACE_CHUNK = 64 * 1024  # bytes written between two checks of a paced connection's clock
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your '
               b"request rate.</Message></Error>")
@@ -101,6 +102,8 @@ class FaultProxy:
                 body = self._body()
                 rule = proxy._pick(self.command, self.path)
                 proxy._record(self.command, self.path, rule.kind if rule else "passed")
+                if rule is not None and rule.kind == "alter_sent" and body:
+                    body = body[:len(body) // 2] + bytes([body[len(body) // 2] ^ 0xFF]) + body[len(body) // 2 + 1:]
                 if proxy.latency_ms:
                     time.sleep(proxy.latency_ms / 1000)
                 if rule is not None and rule.kind in ("500", "503"):

@@ -201,12 +201,12 @@ def _send(out: str, url: str, file: _File, journal: _Journal) -> tuple[str, int]
 
 
 def _put(target: str, data: bytes) -> str:
-    """Uploads ``data`` and checks it landed whole: the object's size, and its ETag where it is the MD5 (S3's
-    one-request uploads); returns the ETag."""
+    """Uploads ``data`` and checks it landed whole: the object's size, and its tag where it is a checksum (S3's
+    ETag, Azure's Content-MD5: ``objects.landed_tag``); returns the tag."""
     objects.put_bytes(target, data)
     found = objects.stat(target)
     etag = (found[2] if found else "").strip('"').lower()
-    want = objects.s3_etag(data) if objects.scheme_of(target) == "s3" and _S3_ETAG.match(etag) else etag
+    want = objects.landed_tag(target, data) if _S3_ETAG.match(etag) else etag
     if found is None or found[0] != len(data) or etag != want:
         got = "nothing" if found is None else f"{found[0]} bytes, ETag {etag!r}"
         raise OSError(f"{objects.redact(target)}: did not land whole (got {got}; sent {len(data)} bytes, ETag "
