@@ -24,6 +24,8 @@ attributes, changeable while it runs; 0 (the default) adds nothing. ``bytes_sent
     proxy.close()
 
     slow = FaultProxy("http://127.0.0.1:5000", latency_ms=30, stream_mb_per_s=12)   # benchmarks/network.py
+
+``ssl_context`` (a server ``ssl.SSLContext``, ``tests/tls.py``) makes it an HTTPS front for a plain-HTTP store.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ class FaultProxy:
       bytes_sent: body bytes sent to clients so far (what crossed the network).
     """
 
-    def __init__(self, upstream: str, timeout_s: float = 30.0, latency_ms: float = 0.0, stream_mb_per_s: float = 0.0):
+    def __init__(self, upstream: str, timeout_s: float = 30.0, latency_ms: float = 0.0, stream_mb_per_s: float = 0.0,
+                 ssl_context=None):
         parsed = urllib.parse.urlsplit(upstream)
         self._upstream = (parsed.hostname, parsed.port or 80)
         self._timeout = timeout_s
@@ -141,7 +144,11 @@ class FaultProxy:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        if ssl_context is not None:  # TLS in front (tests/tls.py): each connection's handshake in its own thread
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True,
+                                                          do_handshake_on_connect=False)
+        scheme = "http" if ssl_context is None else "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
         self._thread.start()
 

@@ -314,6 +314,44 @@ def test_a_tf_data_service_reads_the_store_through_its_workers_cache(stores, tmp
         readers.windows(url, **WINDOWS, service="localhost:5050", storage_options={"endpoint_url": "http://x"})
 
 
+def test_tls_trusts_the_bundle_ssl_cert_file_or_aws_ca_bundle_names(stores, cli, tmp_path, monkeypatch, no_secret):
+    """The store behind TLS with a certificate of a private CA (tests/tls.py; a proxy in front of moto and of the web
+    server): read with SSL_CERT_FILE (S3 and HTTPS) or AWS_CA_BUNDLE (S3) naming the CA; without, one line naming
+    the URL, the untrusted certificate and the fix, at once (no retry can help)."""
+    from fault_proxy import FaultProxy
+    from tls import private_ca
+
+    ca, context = private_ca(tmp_path)
+    stores["s3fs"].put(stores["local"]["photos"], f"{BUCKET}/tls", recursive=True)
+    s3_front, web_front = (FaultProxy(upstream, ssl_context=context)
+                           for upstream in (os.environ["AWS_ENDPOINT_URL"], stores["web"]))
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_front.url)
+    urls = {"s3": f"s3://{BUCKET}/tls", "https": f"{web_front.url}/photos"}
+    want = readers.info(stores["local"]["photos"]).manifest
+    try:
+        for url in urls.values():
+            # one try inside botocore too: it retries a failed handshake as any failed connection
+            once = {"config_kwargs": {"retries": {"max_attempts": 1}}} if url.startswith("s3") else None
+            with pytest.raises(OSError, match=re.escape(f"{url}/dataset.json: reading its metadata failed: its TLS "
+                                                        "certificate is not trusted here (") +
+                               r".*CERTIFICATE_VERIFY_FAILED.*\); set SSL_CERT_FILE to the CA bundle that signed the "
+                               r"store's certificate \(for s3://, AWS_CA_BUNDLE too, which wins over it\)$"):
+                readers.info(url, storage_options=once)
+        monkeypatch.setenv("SSL_CERT_FILE", ca)
+        for url in urls.values():
+            assert readers.info(url).manifest == want
+        checked = cli("verify", urls["s3"])
+        assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
+        monkeypatch.delenv("SSL_CERT_FILE")
+        monkeypatch.setenv("AWS_CA_BUNDLE", ca)
+        assert readers.info(urls["s3"]).manifest == want
+    finally:
+        s3_front.close()
+        web_front.close()
+
+
 # --- writing: tfshard push, and a conversion into a store (tools/push.py) -------------------------------------------
 
 
