@@ -517,6 +517,12 @@ def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no
     assert shown.exit_code == 0 and f"converting into the local staging folder {staging}" in shown.output, \
         shown.output
     assert _objects(stores, url) == _local_files(staging) and "dataset_info.json" in _objects(stores, url)
+    for name in ("dataset_info.json", "features.json"):  # TFDS's metadata, as written beside the staged shards
+        assert stores["s3fs"].cat(f"{BUCKET}/converted/{name}") == open(os.path.join(staging, name), "rb").read()
+    # TFDS (TensorFlow's file systems) opens the local copy: the line says which
+    assert f"open it with tfds.builder_from_directory({staging!r})" in shown.output, shown.output
+    checked = cli("verify", url)
+    assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
     assert_same_epochs(epochs(_images(url, shard_cache=str(tmp_path / "cache"))), epochs(_images(staging)))
     again = cli(*args)
     assert again.exit_code == 0 and "already holds this dataset" in again.output, again.output
