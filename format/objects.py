@@ -66,6 +66,11 @@ SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"
               "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_CONNECTION_STRING", "AZURE_STORAGE_SAS_TOKEN",
               "AZURE_CLIENT_SECRET", "AWS_ACCESS_KEY_ID")
 
+# what _make reads from the environment (botocore and aiohttp read the rest themselves)
+_ENVIRONMENT = ("SSL_CERT_FILE", "SSL_CERT_DIR", "AWS_CA_BUNDLE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+TLS_FIX = ("set SSL_CERT_FILE to the CA bundle that signed the store's certificate (for s3://, AWS_CA_BUNDLE too, "
+           "which wins over it)")
+
 _options: dict[str, dict[str, Any]] = {}
 # a URL prefix ending in "/" -> the options given with it (use_storage_options): the longest prefix of a URL wins
 _scoped: dict[str, dict[str, Any]] = {}
@@ -247,7 +252,8 @@ def filesystem(url: str):
                                      f"{', '.join(f'{s}://' for s in SCHEMES)}")
     with _lock:
         options = _options_for(url)
-        key = (scheme, repr(sorted(_flat(options))))
+        # the environment _make reads, so a bundle or endpoint set later in the process is not missed
+        key = (scheme, repr(sorted(_flat(options))), *(os.environ.get(name) for name in _ENVIRONMENT))
         if key not in _filesystems:
             _filesystems[key] = _make(scheme, options)
         return _filesystems[key]
@@ -272,6 +278,9 @@ def _make(scheme: str, options: dict[str, Any]):
 
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=READ_TIMEOUT_S)
         defaults = {"client_kwargs": {"timeout": timeout}, "block_size": BLOCK_BYTES}
+        if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+            defaults["get_client"] = functools.partial(
+                _http_client, os.environ.get("SSL_CERT_FILE") or None, os.environ.get("SSL_CERT_DIR") or None)
     else:  # adlfs: azure-core's own retry policy, with these timeouts
         defaults = {"connection_timeout": int(CONNECT_TIMEOUT_S), "read_timeout": int(READ_TIMEOUT_S),
                     "blocksize": BLOCK_BYTES}
@@ -285,6 +294,23 @@ def _make(scheme: str, options: dict[str, Any]):
         # multiply them (a stalled endpoint waited for 125 read timeouts)
         fs.retries = 1
     return fs
+
+
+async def _http_client(cafile: str | None, capath: str | None, **kwargs):
+    """fsspec's HTTP session, trusting the bundle ``SSL_CERT_FILE`` (and folder ``SSL_CERT_DIR``) named when the file
+    system was made: aiohttp's own default context reads them once, when aiohttp is first imported."""
+    import ssl
+
+    import aiohttp
+
+    context = ssl.create_default_context(cafile=cafile, capath=capath)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context), **kwargs)
+
+
+def _untrusted(error: BaseException) -> bool:
+    """A TLS certificate this process does not trust (trying again cannot help)."""
+    return bool(re.search(r"CERTIFICATE_VERIFY_FAILED|CertVerificationError|certificate verify failed",
+                          f"{type(error).__name__} {error}"))
 
 
 def _retryable(error: BaseException) -> bool:
@@ -320,6 +346,9 @@ def retried(url: str, what: str, call: Callable[[], T], attempts: int = ATTEMPTS
         except Exception as e:  # noqa: BLE001 (every library raises its own errors; sorted by _retryable)
             # fsspec's HTTP file system answers FileNotFoundError to any failure (a 503 too): its cause says which
             cause = (e.__cause__ or e.__context__) if isinstance(e, FileNotFoundError) else e
+            if cause is not None and _untrusted(cause):
+                raise OSError(f"{_shown(url)}: {what} failed: its TLS certificate is not trusted here "
+                              f"({_error(cause)}); {TLS_FIX}") from None
             if isinstance(e, FileNotFoundError) and (cause is None or not _retryable(cause)):
                 raise FileNotFoundError(f"{_shown(url)}: no such object ({_error(e)})") from None
             if (getattr(cause, "status", None) or getattr(cause, "status_code", None)) in (401, 403):
@@ -350,6 +379,7 @@ def _info(url: str) -> dict:
 
 def stat(url: str) -> tuple[int, int, str] | None:
     """``(size, mtime in ns or 0, etag or "")`` of the object at ``url``; None when ``url`` is a folder (a prefix).
+    On Azure the etag is the blob's Content-MD5 in hex where it has one (a blob sent in one request), else its ETag.
 
     Raises:
       FileNotFoundError: nothing there.
@@ -363,6 +393,9 @@ def stat(url: str) -> tuple[int, int, str] | None:
     when = info.get("LastModified") or info.get("last_modified") or info.get("mtime")
     mtime = int(when.timestamp() * 1e9) if hasattr(when, "timestamp") else 0
     etag = str(info.get("ETag") or info.get("etag") or "")
+    md5 = (info.get("content_settings") or {}).get("content_md5") if scheme_of(url) in ("az", "abfs") else None
+    if md5:  # Azure's ETag is no checksum; the MD5 it keeps of a blob sent in one request is
+        etag = bytes(md5).hex()
     return int(size), mtime, etag
 
 
@@ -474,6 +507,18 @@ def s3_etag(data: bytes) -> str:
     parts = [hashlib.md5(data[i:i + PART_BYTES], usedforsecurity=False).digest()
              for i in range(0, len(data), PART_BYTES)]
     return f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
+
+
+def landed_tag(url: str, data: bytes) -> str:
+    """The etag ``stat`` gives the object ``put_bytes`` wrote from ``data`` where the store's tag is a checksum: on S3
+    its ETag (``s3_etag``), on Azure the MD5 of the blob, in hex (what a whole upload is checked against).
+
+    Example:
+      landed_tag("az://container/ds/x", b"")   # "d41d8cd98f00b204e9800998ecf8427e"
+    """
+    import hashlib
+
+    return s3_etag(data) if scheme_of(url) == "s3" else hashlib.md5(data, usedforsecurity=False).hexdigest()
 
 
 def delete(url: str) -> None:

@@ -232,7 +232,8 @@ class _Budget:
 
 def _put(target: str, data: bytes) -> str:
     """Uploads ``data`` and checks it landed whole: on S3 by the ETag the store computed (the MD5 of what it received,
-    or of its parts); elsewhere by the object's size, asked once the upload ended. Returns the ETag."""
+    or of its parts: the one a one-request upload is answered with, else the object's), on Azure by the blob's
+    Content-MD5, else by the object's size (``objects.landed_tag``). Returns the tag."""
     answered = objects.put_bytes(target, data)
     if answered is not None and objects.scheme_of(target) == "s3":  # a one-request upload: S3 answered its ETag
         etag = answered.strip('"').lower()
@@ -240,7 +241,7 @@ def _put(target: str, data: bytes) -> str:
             return etag
     found = objects.stat(target)
     etag = (found[2] if found else "").strip('"').lower()
-    want = objects.s3_etag(data) if objects.scheme_of(target) == "s3" and _S3_ETAG.match(etag) else etag
+    want = objects.landed_tag(target, data) if _S3_ETAG.match(etag) else etag
     if found is None or found[0] != len(data) or etag != want:
         got = "nothing" if found is None else f"{found[0]} bytes, ETag {etag!r}"
         raise OSError(f"{objects.redact(target)}: did not land whole (got {got}; sent {len(data)} bytes, ETag "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tensorflow as tf
@@ -19,12 +19,13 @@ import tensorflow as tf
 from ..format.dataset import load_manifest, manifest_identity
 from ..format.manifest import Manifest, ShardInfo
 from ..format.names import tf_compression_type
-from ..format.objects import use_storage_options
+from ..format.objects import use_storage_options, uses_fsspec
 from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
+from .arguments import DEFAULT_READ_BUFFER_BYTES
 from .guard import ShardGuard, checkpointable
 from .sampling import classes as sampling_classes
-from .shard_cache.pipeline import FETCH_AHEAD
+from .shard_cache.pipeline import FETCH_AHEAD, ShardCacheArg
 from .windowing.targets import TargetsArg, check_label_targets, window_spec
 
 log = logging.getLogger(__name__)
@@ -333,6 +334,29 @@ def interleave_records(
                                    deterministic=deterministic)
     # The guard's checks and the cache's fetch are Python, holding no state to save.
     return checkpointable(records) if checks is not None or shard_cache is not None else records
+
+
+def records_in_order(dataset: DatasetInfo, split: str) -> Iterator[tf.data.Dataset]:
+    """The split's serialized records, shard after shard in manifest order, as datasets to read one after another:
+    what ``tfshard preview`` and ``bench --compare`` read, stopping when they have enough.
+
+    Local and ``gs://`` shards come as one ``TFRecordDataset`` of them all. Shards TensorFlow cannot open
+    (``s3://``, ``az://``, ``https://``) come one dataset per shard, each read from its verified copy in the default
+    shard cache (``shard_cache.pipeline.default_folder``), fetched when the read reaches it: a preview of a large
+    dataset downloads the few shards it shows, and needs room for one shard, not all.
+
+    Example:
+      sum(1 for records in records_in_order(readers.info("s3://bucket/photos-tfr"), "train") for _ in records)  # 3670
+    """
+    shards = check_shards(dataset, split, pipeline_shards(dataset, split))
+    compression = dataset.manifest.compression
+    if not any(uses_fsspec(s.path) for s in shards):
+        yield tf.data.TFRecordDataset([s.path for s in shards], compression_type=tf_compression_type(compression))
+        return
+    for shard in shards:  # a session per shard: its copy pinned only while that shard is read
+        yield interleave_records([shard], compression=compression, shuffle_files=False, seed=None, cycle_length=1,
+                                 read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES, deterministic=True,
+                                 shard_cache=ShardCacheArg().session(dataset.path, [shard]))
 
 
 def _read_if_present(path: tf.Tensor, read) -> tf.data.Dataset:

@@ -211,6 +211,7 @@ def images(
       ds = readers.images("photos-tfr", batch_size=64, seed=0, cache="/tmp/cache")
       model.fit(ds, epochs=10)
     """
+    service_lib.check_storage_options(path, service, storage_options)
     use_storage_options(path, storage_options)
     stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, shuffle=shuffle,
                             with_source=with_source, cache=cache, service=service, ignore_errors=ignore_errors,

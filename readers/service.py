@@ -38,6 +38,7 @@ import dataclasses
 import re
 import socket
 import time
+from collections.abc import Mapping
 
 import tensorflow as tf
 
@@ -164,6 +165,20 @@ def distribute(
       sorted(ds.as_numpy_iterator())  # [0, 1, ..., 9], whatever the number of workers
     """
     return ServiceOptions(service, processing_mode, job_name).distribute(dataset)
+
+
+def check_storage_options(path, service: str | None, storage_options) -> None:
+    """Refuses ``storage_options=`` with ``service=``: the workers fetch a store's shards in their own processes
+    (into the shard cache on their hosts), where options given to this one never arrive; they find the store
+    through their own environment, as this process then must too."""
+    if service is not None and storage_options is not None:
+        shown = path if isinstance(path, str) else " + ".join(path)
+        keys = sorted(map(str, storage_options)) if isinstance(storage_options, Mapping) else storage_options
+        raise ValueError(
+            f"{shown}: storage_options do not reach tf.data service workers, which read the store themselves (got "
+            f"service={service!r} and storage_options {keys!r}); drop storage_options and give the "
+            "store's endpoint and credentials to the workers and this process through the environment "
+            "(AWS_ENDPOINT_URL, AWS_PROFILE, AZURE_STORAGE_CONNECTION_STRING...)")
 
 
 def _check_port(port: int, where: str) -> None:

@@ -9,8 +9,8 @@ picks requests by method and a part of the path, a number of times, and does one
   (a connection dropped mid-object);
 * ``"truncate"``: the same half body, but with a ``Content-Length`` that says so (an object cut short that looks
   whole to the client);
-* ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way); on a request
-  that carries a body (an upload), the body passed upstream instead (an upload altered on its way to the store);
+* ``"alter"``: the whole body with one byte changed (an object altered in the store or on the way);
+* ``"alter_sent"``: the request's body with one byte changed before it is passed on (an upload altered on the way);
 * ``"stall"``: holds the answer for ``stall_s`` seconds before sending it (a wait that needs a timeout).
 
 The network can be made slower too, as ``tests/gcs_emulator.py`` does for its emulator: ``latency_ms`` is added to
@@ -25,6 +25,8 @@ attributes, changeable while it runs; 0 (the default) adds nothing. ``bytes_sent
     proxy.close()
 
     slow = FaultProxy("http://127.0.0.1:5000", latency_ms=30, stream_mb_per_s=12)   # benchmarks/network.py
+
+``ssl_context`` (a server ``ssl.SSLContext``, ``tests/tls.py``) makes it an HTTPS front for a plain-HTTP store.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import time
 import urllib.parse
 
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
-KINDS = ("500", "503", "drop", "truncate", "alter", "stall")
+KINDS = ("500", "503", "drop", "truncate", "alter", "alter_sent", "stall")
 _PACE_CHUNK = 64 * 1024  # bytes written between two checks of a paced connection's clock
 _SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your '
               b"request rate.</Message></Error>")
@@ -73,7 +75,8 @@ class FaultProxy:
       bytes_sent: body bytes sent to clients so far (what crossed the network).
     """
 
-    def __init__(self, upstream: str, timeout_s: float = 30.0, latency_ms: float = 0.0, stream_mb_per_s: float = 0.0):
+    def __init__(self, upstream: str, timeout_s: float = 30.0, latency_ms: float = 0.0, stream_mb_per_s: float = 0.0,
+                 ssl_context=None):
         parsed = urllib.parse.urlsplit(upstream)
         self._upstream = (parsed.hostname, parsed.port or 80)
         self._timeout = timeout_s
@@ -110,8 +113,8 @@ class FaultProxy:
                 body = self._body()
                 rule = proxy._pick(self.command, self.path)
                 proxy._record(self.command, self.path, rule.kind if rule else "passed")
-                if rule is not None and rule.kind == "alter" and body:
-                    body, rule = _altered(body), None  # the store keeps what it received
+                if rule is not None and rule.kind == "alter_sent" and body:
+                    body = _altered(body)
                 if proxy.latency_ms:
                     time.sleep(proxy.latency_ms / 1000)
                 if rule is not None and rule.kind in ("500", "503"):
@@ -148,7 +151,11 @@ class FaultProxy:
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        if ssl_context is not None:  # TLS in front (tests/tls.py): each connection's handshake in its own thread
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True,
+                                                          do_handshake_on_connect=False)
+        scheme = "http" if ssl_context is None else "https"
+        self.url = f"{scheme}://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, name="fault-proxy", daemon=True)
         self._thread.start()
 

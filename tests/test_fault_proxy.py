@@ -1,7 +1,7 @@
 """tests/fault_proxy.py's slow network (``latency_ms``, ``stream_mb_per_s``, what benchmarks/network.py's S3 section
 stands on): bodies paced in many writes still arrive whole, uploads paced in many reads too, keep-alive connections
 carry one request after another, ``bytes_sent`` counts what was served, and the fault rules act as without them
-(``alter`` on an upload changes what the store keeps). One local web server for the module.
+(``alter_sent`` changes what the store keeps of an upload). One local web server for the module.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_the_network_can_change_while_it_runs(slow):
 
 def test_uploads_are_paced_and_arrive_whole_unless_altered(slow, upstream):
     connection = http.client.HTTPConnection(slow.url.removeprefix("http://"), timeout=30)
-    slow.add("alter", method="PUT", path="/altered")
+    slow.add("alter_sent", method="PUT", path="/altered")
     try:
         for name in ("sent", "altered"):
             connection.request("PUT", f"/{name}", body=BODY)
@@ -98,4 +98,4 @@ def test_uploads_are_paced_and_arrive_whole_unless_altered(slow, upstream):
         connection.close()
     sent, altered = (upstream[1] / "sent").read_bytes(), (upstream[1] / "altered").read_bytes()
     assert sent == BODY and len(altered) == len(BODY) and altered != BODY
-    assert [what for _, _, what in slow.seen] == ["passed", "alter"]
+    assert [what for _, _, what in slow.seen] == ["passed", "alter_sent"]

@@ -139,7 +139,7 @@ def test_an_upload_altered_on_its_way_is_refused_and_the_rerun_sends_it_again(st
     local, url, name = str(tmp_path / "photos"), f"s3://{BUCKET}/pushed", _shard(store, 1)
     shutil.copytree(store["local"], local)
     objects.use_storage_options(url, store["options"])
-    proxy.add("alter", method="PUT", path=f"/{BUCKET}/pushed/{name}")
+    proxy.add("alter_sent", method="PUT", path=f"/{BUCKET}/pushed/{name}")
     with pytest.raises(OSError, match=re.escape(f"{url}/{name}: did not land whole (got ") + ".*ETag.*; run the same "
                        "command again"):
         push(local, url, uploads=1)

@@ -263,6 +263,95 @@ def test_writing_over_http_is_refused_and_tfshard_cache_fills_from_it(stores, cl
     assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
 
 
+def test_preview_and_bench_read_the_store(stores, cli, tmp_path, no_secret):
+    """``tfshard preview`` draws from the store what it draws locally (all but the footer naming the path), shard by
+    shard through the default cache; ``bench`` times the store's dataset, ``--compare`` its floors too."""
+    import numpy as np
+    from PIL import Image
+    from tfshard.tools.preview import CAPTION_HEIGHT
+
+    pictures = {}
+    for where in ("local", "s3"):
+        for name in ("photos", "runs"):
+            drawn = cli("preview", stores[where][name], "-o", tmp_path / f"{where}-{name}.png", "-n", "2")
+            assert drawn.exit_code == 0, drawn.output
+            pictures[where, name] = np.asarray(Image.open(tmp_path / f"{where}-{name}.png"))
+    sheet = pictures["s3", "photos"]
+    assert np.array_equal(sheet[:-CAPTION_HEIGHT], pictures["local", "photos"][:-CAPTION_HEIGHT])
+    assert pictures["s3", "runs"].shape == pictures["local", "runs"].shape
+    url = stores["s3"]["photos"]
+    timed = cli("bench", url, "--image-size", "16", "--batch-size", "4", "--compare")
+    assert timed.exit_code == 0 and "tfshard cache: cached epoch" in timed.output, timed.output
+    assert "floors over 18 JPEGs in RAM" in timed.output, timed.output
+    timed = cli("bench", stores["s3"]["runs"], "--window", "4", "--batch-size", "4", "--streamed", "--epochs", "1")
+    assert timed.exit_code == 0 and "25 windows of 4" in timed.output, timed.output
+    assert "epoch 1: 24 windows" in timed.output, timed.output
+
+
+def test_a_tf_data_service_reads_the_store_through_its_workers_cache(stores, tmp_path):
+    """A worker fetches the store's shards into the shard cache on its host (here in this process, finding the store
+    through the environment as a worker would); storage_options, which could not reach a worker, are refused."""
+    from tfshard.readers import service as service_lib
+
+    def keys(path, **kwargs):
+        ds = _images(path, training=False, drop_remainder=False, **kwargs)
+        return sorted((int(label), image.tobytes()) for pixels, labels in ds
+                      for image, label in zip(pixels.numpy(), labels.numpy()))
+
+    url = stores["s3"]["photos"]
+    dispatcher = service_lib.start_dispatcher(0)
+    worker = service_lib.start_worker(dispatcher.target, 0, "localhost:%port%")
+    try:
+        assert keys(url, service=dispatcher.target, shard_cache=str(tmp_path / "cache")) == \
+            keys(stores["local"]["photos"])
+    finally:
+        worker.stop()
+        dispatcher.stop()
+    assert copies(tmp_path / "cache") == {s.sha256 for s in manifest_shards(stores["local"]["photos"])}
+    with pytest.raises(ValueError, match=re.escape(f"{url}: storage_options do not reach tf.data service workers, "
+                                                   "which read the store themselves (got service='localhost:5050' "
+                                                   "and storage_options ['endpoint_url']); drop storage_options")):
+        readers.windows(url, **WINDOWS, service="localhost:5050", storage_options={"endpoint_url": "http://x"})
+
+
+def test_tls_trusts_the_bundle_ssl_cert_file_or_aws_ca_bundle_names(stores, cli, tmp_path, monkeypatch, no_secret):
+    """The store behind TLS with a certificate of a private CA (tests/tls.py; a proxy in front of moto and of the web
+    server): read with SSL_CERT_FILE (S3 and HTTPS) or AWS_CA_BUNDLE (S3) naming the CA; without, one line naming
+    the URL, the untrusted certificate and the fix, at once (no retry can help)."""
+    from fault_proxy import FaultProxy
+    from tls import private_ca
+
+    ca, context = private_ca(tmp_path)
+    stores["s3fs"].put(stores["local"]["photos"], f"{BUCKET}/tls", recursive=True)
+    s3_front, web_front = (FaultProxy(upstream, ssl_context=context)
+                           for upstream in (os.environ["AWS_ENDPOINT_URL"], stores["web"]))
+    for name in ("SSL_CERT_FILE", "SSL_CERT_DIR", "AWS_CA_BUNDLE", "REQUESTS_CA_BUNDLE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_front.url)
+    urls = {"s3": f"s3://{BUCKET}/tls", "https": f"{web_front.url}/photos"}
+    want = readers.info(stores["local"]["photos"]).manifest
+    try:
+        for url in urls.values():
+            # one try inside botocore too: it retries a failed handshake as any failed connection
+            once = {"config_kwargs": {"retries": {"max_attempts": 1}}} if url.startswith("s3") else None
+            with pytest.raises(OSError, match=re.escape(f"{url}/dataset.json: reading its metadata failed: its TLS "
+                                                        "certificate is not trusted here (") +
+                               r".*CERTIFICATE_VERIFY_FAILED.*\); set SSL_CERT_FILE to the CA bundle that signed the "
+                               r"store's certificate \(for s3://, AWS_CA_BUNDLE too, which wins over it\)$"):
+                readers.info(url, storage_options=once)
+        monkeypatch.setenv("SSL_CERT_FILE", ca)
+        for url in urls.values():
+            assert readers.info(url).manifest == want
+        checked = cli("verify", urls["s3"])
+        assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
+        monkeypatch.delenv("SSL_CERT_FILE")
+        monkeypatch.setenv("AWS_CA_BUNDLE", ca)
+        assert readers.info(urls["s3"]).manifest == want
+    finally:
+        s3_front.close()
+        web_front.close()
+
+
 # --- writing: tfshard push, and a conversion into a store (tools/push.py) -------------------------------------------
 
 
@@ -428,6 +517,12 @@ def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no
     assert shown.exit_code == 0 and f"converting into the local staging folder {staging}" in shown.output, \
         shown.output
     assert _objects(stores, url) == _local_files(staging) and "dataset_info.json" in _objects(stores, url)
+    for name in ("dataset_info.json", "features.json"):  # TFDS's metadata, as written beside the staged shards
+        assert stores["s3fs"].cat(f"{BUCKET}/converted/{name}") == open(os.path.join(staging, name), "rb").read()
+    # TFDS (TensorFlow's file systems) opens the local copy: the line says which
+    assert f"open it with tfds.builder_from_directory({staging!r})" in shown.output, shown.output
+    checked = cli("verify", url)
+    assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
     assert_same_epochs(epochs(_images(url, shard_cache=str(tmp_path / "cache"))), epochs(_images(staging)))
     again = cli(*args)
     assert again.exit_code == 0 and "already holds this dataset" in again.output, again.output

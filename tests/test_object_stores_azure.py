@@ -8,6 +8,7 @@ back exactly as the local copy; the account key the connection string holds is i
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -45,7 +46,7 @@ def azure(tmp_path_factory):
             fs.put(str(root / "served" / name), f"{CONTAINER}/{name}", recursive=True)
         yield {"local": {n: str(root / "served" / n) for n in ("photos", "runs")},
                "az": {n: f"az://{CONTAINER}/{n}" for n in ("photos", "runs")},
-               "options": {"connection_string": server.connection_string}}
+               "options": {"connection_string": server.connection_string}, "src": str(root / "src")}
 
 
 @pytest.fixture
@@ -90,3 +91,66 @@ def test_a_wrong_account_key_is_refused_without_showing_it(azure, no_key):
                        r".*failed to authenticate.*\); check the credentials") as raised:
         readers.info(url, storage_options={"connection_string": wrong})
     assert "V1JPTkctS0VZ" not in str(raised.value), raised.value
+
+
+def test_push_and_a_conversion_into_azure_read_back_exactly(azure, cli, tmp_path, no_key):
+    """``tfshard push OUT az://...`` and ``tfshard images SRC az://... --tfds`` land every file, checked: the size and
+    the MD5 Azure keeps of each blob (its ETag is no checksum); what they wrote reads back as the local copy."""
+    import shutil
+
+    from tfshard.format import objects
+    from tfshard.tools.conversion import staging_folder
+
+    option = ["--storage-option", f"connection_string={azure['options']['connection_string']}"]
+    local, url = str(tmp_path / "photos"), f"az://{CONTAINER}/pushed"
+    shutil.copytree(azure["local"]["photos"], local)
+    shown = cli("push", local, url, *option)
+    assert shown.exit_code == 0 and f"{url}: uploaded 5 files" in shown.output, shown.output
+    landed = objects.stat(f"{url}/dataset.json")
+    assert landed[2] == hashlib.md5(open(f"{local}/dataset.json", "rb").read()).hexdigest()
+    assert "already holds this dataset" in cli("push", local, url, *option).output
+    got = readers.images(url, batch_size=4, image_size=(16, 16), seed=0, shard_cache=str(tmp_path / "cache"),
+                         storage_options=azure["options"])
+    assert_same_epochs(epochs(got), epochs(readers.images(local, batch_size=4, image_size=(16, 16), seed=0)))
+    url = f"az://{CONTAINER}/converted"
+    shown = cli("images", azure["src"], url, "--num-shards", "2", "--workers", "0", "--tfds", *option)
+    assert shown.exit_code == 0, shown.output
+    staging = staging_folder(url)
+    assert set(objects.list_objects(url)) == {n for n in os.listdir(staging) if not n.startswith(".")}
+    assert "dataset_info.json" in objects.list_objects(url)
+    checked = cli("verify", url, *option)
+    assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output
+    got = readers.images(url, batch_size=4, image_size=(16, 16), seed=0, shard_cache=str(tmp_path / "cache"),
+                         storage_options=azure["options"])
+    assert_same_epochs(epochs(got), epochs(readers.images(staging, batch_size=4, image_size=(16, 16), seed=0)))
+
+
+def test_a_blob_altered_on_its_way_up_is_caught_by_its_md5(azure, cli, tmp_path, no_key):
+    """A byte changed in an upload (by a proxy in front of Azurite) lands a blob of the right size: its MD5 says it
+    is not what was sent; the push stops before the manifest, and the same command then finishes it."""
+    import shutil
+
+    from fault_proxy import FaultProxy
+    from tfshard.format import objects
+
+    local, url = str(tmp_path / "photos"), f"az://{CONTAINER}/altered"
+    shutil.copytree(azure["local"]["photos"], local)
+    shard = os.path.basename(manifest_shards(local)[1].remote)
+    endpoint = re.search(r"BlobEndpoint=(http://[^/;]+)", azure["options"]["connection_string"])[1]
+    proxy = FaultProxy(endpoint)
+    try:
+        proxy.add("alter_sent", method="PUT", path=shard)
+        through = azure["options"]["connection_string"].replace(endpoint, proxy.url)
+        refused = cli("push", local, url, "--uploads", "1", "--storage-option", f"connection_string={through}")
+    finally:
+        proxy.close()
+    assert refused.exit_code != 0 and re.search(
+        re.escape(f"{url}/{shard}: did not land whole (got ") + r"\d+ bytes, ETag '[0-9a-f]{32}'; sent \d+ bytes, "
+        r"ETag '[0-9a-f]{32}'\); run the same command again", refused.output), refused.output
+    assert ACCOUNT_KEY not in refused.output
+    assert "dataset.json" not in objects.list_objects(url)
+    option = ["--storage-option", f"connection_string={azure['options']['connection_string']}"]
+    finished = cli("push", local, url, *option)
+    assert finished.exit_code == 0, finished.output
+    checked = cli("verify", url, *option)
+    assert checked.exit_code == 0 and "OK" in checked.output.upper(), checked.output

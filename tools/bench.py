@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import shutil
 import tempfile
@@ -18,8 +19,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from ..format import stops
-from ..format.names import tf_compression_type
-from ..readers.files import DatasetInfo, info
+from ..readers.files import DatasetInfo, info, records_in_order
 from ..readers.image_ops import ImageLabels, decode_random_crop, parse_image
 from ..readers.images import images
 from ..readers.windows.dataset import windows
@@ -85,12 +85,10 @@ def jpeg_records(path: str, split: str, limit: int | None = None) -> tuple[list[
     """The JPEG bytes and labels of (the first ``limit``) records of a split, held in RAM for the floors."""
     dataset = info(path)
     kind = ImageLabels.of(dataset.manifest)  # class indices, or the multi-hot or value labels readers.images yields
-    records = tf.data.TFRecordDataset(dataset.shard_paths(split),
-                                      compression_type=tf_compression_type(dataset.manifest.compression))
-    if limit is not None:
-        records = records.take(limit)
+    parsed = itertools.chain.from_iterable(records.map(lambda r: parse_image(r, kind)).as_numpy_iterator()
+                                           for records in records_in_order(dataset, split))
     blobs, labels = [], []
-    for encoded, label in records.map(lambda r: parse_image(r, kind)).as_numpy_iterator():
+    for encoded, label in itertools.islice(parsed, limit):
         stops.check()
         blobs.append(encoded)
         labels.append(label)

@@ -16,6 +16,7 @@ episodes; labels are drawn by ``readers/fonts.py`` in any script a font on the m
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from collections.abc import Sequence
 
@@ -23,7 +24,6 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image, ImageDraw
 
-from ..format.names import tf_compression_type
 from ..format.records import MULTI_LABEL_KEY, VALUE_KEY, image_features_of, parse_spec
 from ..format.storage import write_atomic
 from ..readers import files as files_lib
@@ -79,11 +79,10 @@ def check_sheet(path: str, rows: int, per_class: int, tile: int) -> None:
 
 def _records_of(dataset: files_lib.DatasetInfo, split: str, keys: tuple[str, ...]):
     """The split's records parsed for ``keys``, in shard order (read lazily: the caller stops when it has enough)."""
-    paths = [s.path for s in files_lib.check_shards(dataset, split, files_lib.pipeline_shards(dataset, split))]
-    records = tf.data.TFRecordDataset(paths, compression_type=tf_compression_type(dataset.manifest.compression))
     manifest = dataset.manifest
     spec = parse_spec(image_features_of(manifest.labels, manifest.label_columns), keys)
-    return records.map(lambda r: tf.io.parse_single_example(r, spec))
+    return itertools.chain.from_iterable(records.map(lambda r: tf.io.parse_single_example(r, spec))
+                                         for records in files_lib.records_in_order(dataset, split))
 
 
 def _name(parsed) -> str:

@@ -220,6 +220,7 @@ def windows(
       ds = readers.windows("runs-tfr", length=256, shift=16, batch_size=64, features="obs", targets="same")
       x, y = next(iter(ds))  # both [64, 256, 3], equal: one gather, emitted twice
     """
+    service_lib.check_storage_options(path, service, storage_options)
     use_storage_options(path, storage_options)
     stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, with_source=with_source)
     request = WindowRequest(
