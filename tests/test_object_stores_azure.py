@@ -99,7 +99,7 @@ def test_push_and_a_conversion_into_azure_read_back_exactly(azure, cli, tmp_path
     import shutil
 
     from tfshard.format import objects
-    from tfshard.tools.conversion import staging_folder
+    from tfshard.ingest.to_store import staging_folder
 
     option = ["--storage-option", f"connection_string={azure['options']['connection_string']}"]
     local, url = str(tmp_path / "photos"), f"az://{CONTAINER}/pushed"
