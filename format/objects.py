@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -288,7 +289,9 @@ def _make(scheme: str, options: dict[str, Any]):
     for name in ("config_kwargs", "client_kwargs"):  # a timeout given alone keeps the other defaults (retries...)
         if isinstance(defaults.get(name), dict) and isinstance(options.get(name), Mapping):
             merged[name] = {**defaults[name], **options[name]}
-    fs = fsspec.filesystem(protocol, **merged, skip_instance_cache=True)
+    # a copy: botocore rewrites the nested dicts it is given (retries' max_attempts), which are the options given
+    # with the URL, so the next lookup would find other options and make a second file system
+    fs = fsspec.filesystem(protocol, **copy.deepcopy(merged), skip_instance_cache=True)
     if protocol == "s3":
         # botocore's standard mode retries inside each call and ``retried`` around it: s3fs's own 5 tries more would
         # multiply them (a stalled endpoint waited for 125 read timeouts)

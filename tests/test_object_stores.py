@@ -728,6 +728,9 @@ def test_storage_options_hold_for_their_urls_alone(stores, tmp_path, no_secret):
                                       "the URL, the endpoint and the network") as raised:
         readers.info(nowhere, storage_options=quick)
     assert SECRET not in str(raised.value)
+    # as given, after botocore used them (it rewrites a retries dict it is handed: one file system then made two)
+    assert objects.options_for(nowhere) == quick
+    assert objects.filesystem(f"{nowhere}/a") is objects.filesystem(f"{nowhere}/b")
     assert readers.info(stores["s3"]["photos"]).manifest == readers.info(local).manifest  # the environment's endpoint
     assert objects.redact(f"{SECRET}-3 {SECRET}-2") == "*** ***"
     with pytest.raises(ValueError, match=re.escape(f"{local}: storage_options apply to s3://, az://, abfs:// and "
