@@ -9,6 +9,7 @@ clear line each; and no message or log line holds the secret the credentials car
 
 from __future__ import annotations
 
+import copy
 import functools
 import http.server
 import logging
@@ -724,12 +725,13 @@ def test_storage_options_hold_for_their_urls_alone(stores, tmp_path, no_secret):
     nowhere = f"s3://{BUCKET}/photos-nowhere"
     quick = {"endpoint_url": "http://127.0.0.1:9", "key": KEY_ID, "secret": SECRET + "-3",
              "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 1}}}
+    given_quick = copy.deepcopy(quick)
     with pytest.raises(OSError, match=re.escape(nowhere) + r"\S*: .* failed after 5 attempts \(.*Connect.*\); check "
                                       "the URL, the endpoint and the network") as raised:
         readers.info(nowhere, storage_options=quick)
     assert SECRET not in str(raised.value)
     # as given, after botocore used them (it rewrites a retries dict it is handed: one file system then made two)
-    assert objects.options_for(nowhere) == quick
+    assert objects.options_for(nowhere) == given_quick
     assert objects.filesystem(f"{nowhere}/a") is objects.filesystem(f"{nowhere}/b")
     assert readers.info(stores["s3"]["photos"]).manifest == readers.info(local).manifest  # the environment's endpoint
     assert objects.redact(f"{SECRET}-3 {SECRET}-2") == "*** ***"
