@@ -179,8 +179,24 @@ def _files(out: str, manifest: Manifest) -> list[_File]:
         if not os.path.isfile(os.path.join(out, name.name)):
             raise FileNotFoundError(f"{os.path.join(out, name.name)}: listed in {MANIFEST_NAME} but missing (got no "
                                     "file); convert again (rerun the conversion) before pushing")
-    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.isfile(os.path.join(out, n))]
+    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.lexists(os.path.join(out, n))]
+    _no_links(out, found)
     return found
+
+
+def _no_links(out: str, files: list[_File]) -> None:
+    """Every file to upload is a regular file in ``out``, not a symlink: ``inputs.json`` and TFDS metadata are sent
+    unhashed, so a link planted under their name would upload whatever it points to (a credentials file).
+
+    Raises:
+      ValueError: the first that is a symlink or not a regular file; nothing was sent.
+    """
+    for file in files:
+        path = os.path.join(out, file.name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            got = "a symlink" if os.path.islink(path) else "not a regular file"
+            raise ValueError(f"{path}: not a file tfshard wrote (got {got}); nothing was uploaded: remove it and "
+                             "convert again (tfshard writes regular files)")
 
 
 def _listed(manifest: Manifest) -> set[str]:

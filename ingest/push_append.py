@@ -26,7 +26,7 @@ from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import InputError
 from ..format.manifest import MANIFEST_NAME, Manifest
 from ..format.names import INPUTS_NAME, TFDS_FILES
-from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _File, _Journal, _put, _send
+from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _File, _Journal, _no_links, _put, _send
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,9 @@ def _new_files(out: str, manifest: Manifest, base: Manifest) -> list[_File]:
         if not os.path.isfile(os.path.join(out, file.name)):
             raise FileNotFoundError(f"{os.path.join(out, file.name)}: listed in {MANIFEST_NAME} but missing (got no "
                                     "file); run the same command again to convert it")
-    return found + [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.isfile(os.path.join(out, n))]
+    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.lexists(os.path.join(out, n))]
+    _no_links(out, found)
+    return found
 
 
 def _there(url: str) -> bool:

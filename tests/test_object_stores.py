@@ -370,6 +370,16 @@ def test_a_local_file_that_does_not_match_its_manifest_is_never_uploaded(stores,
         r"\d+ bytes; the manifest says [0-9a-f]{12}\.\.\.\); nothing of it was uploaded", refused.output), \
         refused.output
     assert shard not in _objects(stores, url) and "dataset.json" not in _objects(stores, url)
+    # inputs.json is sent unhashed: a symlink planted under its name would upload what it points to
+    linked, secret = str(tmp_path / "linked"), tmp_path / "credentials"
+    shutil.copytree(stores["local"]["photos"], linked)
+    secret.write_text(SECRET)
+    os.remove(os.path.join(linked, "inputs.json"))
+    os.symlink(secret, os.path.join(linked, "inputs.json"))
+    refused = cli("push", linked, url)
+    assert refused.exit_code != 0 and f"{linked}/inputs.json: not a file tfshard wrote (got a symlink); nothing was " \
+        "uploaded" in refused.output, refused.output
+    assert _objects(stores, url) == set()
 
 
 def test_overwrite_removes_only_what_the_old_manifest_lists(stores, cli, tmp_path, no_secret):
