@@ -156,6 +156,10 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
         with concurrent.futures.ThreadPoolExecutor(min(uploads, max(1, len(todo)))) as pool:
             for done in pool.map(lambda f: _send(out, url, f, journal, budget), todo):
                 landed(done)
+    if _there(f"{url}/{MANIFEST_NAME}"):  # another writer's landed while this push sent: never replaced unseen
+        raise ValueError(f"{url}: another {MANIFEST_NAME} landed there while this push ran (got one it did not "
+                         "write); it was not replaced: make sure no one else writes to this URL, then run the same "
+                         "command again (with --overwrite to replace that dataset)")
     _put(f"{url}/{MANIFEST_NAME}", text)
     removed = [n for n in journal.old if n not in ours]
     for name in removed:
@@ -197,6 +201,13 @@ def _no_links(out: str, files: list[_File]) -> None:
             got = "a symlink" if os.path.islink(path) else "not a regular file"
             raise ValueError(f"{path}: not a file tfshard wrote (got {got}); nothing was uploaded: remove it and "
                              "convert again (tfshard writes regular files)")
+
+
+def _there(url: str) -> bool:
+    try:
+        return objects.stat(url) is not None
+    except FileNotFoundError:
+        return False
 
 
 def _listed(manifest: Manifest) -> set[str]:

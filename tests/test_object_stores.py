@@ -546,6 +546,24 @@ def test_an_append_never_replaces_one_that_landed_after_it_started(stores, tmp_p
                                                    "from it (got a dataset.json that ")):
         push_append(mine, url)
     assert readers.info(url).manifest == readers.info(theirs).manifest
+    # another writer's manifest landing while files go up is never replaced, by an append or a push
+    other, theirs_url = str(tmp_path / "other"), f"{url}-overwritten"
+    convert_image_tree(src, other, num_shards=2)
+    push(str(base), theirs_url)
+    pushed = f"{url}-pushed"
+    for target, run, message in (
+            (theirs_url, lambda hook: push_append(theirs, theirs_url, uploads=1, on_file=hook),
+             "--append: its dataset changed while this append was uploading (got another dataset.json there"),
+            (pushed, lambda hook: push(str(base), pushed, uploads=1, on_file=hook),
+             "another dataset.json landed there while this push ran (got one it did not write)")):
+        landed = []
+
+        def hook(name, target=target, landed=landed):
+            if not landed:  # once the first file landed, another writer replaces the dataset there
+                landed.append(push(other, target, overwrite=True))
+        with pytest.raises((InputError, ValueError), match=re.escape(f"{target}: {message}")):
+            run(hook)
+        assert readers.info(target).manifest == readers.info(other).manifest
 
 
 def test_an_append_onto_a_store_missing_an_old_shard_is_refused(stores, cli, tmp_path, no_secret):
