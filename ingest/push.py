@@ -101,7 +101,7 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
                          f"{objects.scheme_of(url)!r}); pass one of those (gs://: convert into it directly)")
     if uploads < 1:
         raise ValueError(f"uploads: at least 1 object at a time (got {uploads!r}); pass 1 or more")
-    objects.check_scheme(url)
+    check_folder_url(url)
     url = url.rstrip("/")
     manifest = load_manifest(out)
     text = read_small_file(os.path.join(out, MANIFEST_NAME), "manifest")
@@ -168,6 +168,24 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
     log.info("%s: %d files uploaded, %d kept, %d old objects removed", url, len(todo), len(files) - len(todo),
              len(removed))
     return PushReport(url, len(todo) + 1, len(files) - len(todo), len(removed), sent + len(text))
+
+
+def check_folder_url(url: str) -> None:
+    """A store folder tfshard writes to: its scheme's library installed, no query (the store would take it as part
+    of the objects' names, and a SAS token there would be shown), no empty, ``.`` or ``..`` part (kept literally in
+    the objects' names by S3, where other tools read them as another folder).
+
+    Raises:
+      ValueError: the first problem, the URL shown without its query.
+    """
+    objects.check_scheme(url)
+    parts = url.split("://", 1)[1].rstrip("/").split("/")
+    odd = [p for p in parts[1:] if p in ("", ".", "..")]
+    if "?" in url or odd:
+        got = "a query: ?***" if "?" in url else f"a {odd[0]!r} part" if odd[0] else "an empty part: //"
+        raise ValueError(f"{objects.redact(url.split('?', 1)[0])}: not a folder URL tfshard writes to (got {got}); "
+                         "pass the folder's plain URL (s3://bucket/folder/name), credentials in --storage-option or "
+                         "the environment")
 
 
 def _files(out: str, manifest: Manifest) -> list[_File]:

@@ -425,6 +425,15 @@ def test_a_folder_holding_other_objects_is_refused(stores, cli, tmp_path, no_sec
     assert refused.exit_code != 0 and "no manifest there lists under names this dataset writes" in refused.output
     assert _objects(stores, url) == {"train-00000-of-00003.tfrecord"}
     assert s3.cat(f"{BUCKET}/taken/train-00000-of-00003.tfrecord") == b"not ours"
+    # S3 would keep a query or a '..' in the objects' names (and a SAS token in a query would be shown)
+    for odd, got in ((f"{url}?sig={SECRET}", "a query: ?***"), (f"{url}/../x", "a '..' part"),
+                     (f"s3://{BUCKET}//x", "an empty part: //")):
+        for args in (["push", photos, odd], ["images", stores["root"] / "src", odd]):
+            refused = cli(*args)
+            assert refused.exit_code != 0 and f"{odd.split('?')[0]}: not a folder URL tfshard writes to (got " \
+                f"{got}); pass the folder's plain URL" in refused.output, refused.output
+            assert SECRET not in refused.output
+    assert not [n for n in objects.list_objects(f"s3://{BUCKET}") if "?" in n or "/../" in n or n.startswith("/")]
 
 
 def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no_secret):
