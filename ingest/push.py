@@ -68,7 +68,7 @@ class PushReport:
         """One line for the command to print."""
         removed = f", removed {self.removed} objects of the old dataset" if self.removed else ""
         if not self.uploaded:
-            return [f"{self.url}: already holds this dataset ({self.kept} files); nothing to upload"]
+            return [f"{self.url}: already holds this dataset ({self.kept} files); nothing to upload{removed}"]
         return [f"{self.url}: uploaded {self.uploaded} files ({self.sent_bytes / 1e6:.1f} MB), kept {self.kept} "
                 f"already there{removed}; {MANIFEST_NAME} last"]
 
@@ -113,9 +113,12 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
     old_names: set[str] = set(journal.old)
     if MANIFEST_NAME in present:
         remote = objects.read_bytes(f"{url}/{MANIFEST_NAME}", len(text) + 1)
-        if remote == text:  # landed whole before (a kill after it at most left the journal)
+        if remote == text:  # landed whole before: a kill after it left the journal, and old objects to remove
+            removed = [n for n in journal.old if n not in ours and n in present]
+            for name in removed:
+                objects.delete(f"{url}/{name}")
             journal.finish()
-            return PushReport(url, 0, len(files) + 1, 0, 0)
+            return PushReport(url, 0, len(files) + 1, len(removed), 0)
         if not overwrite:
             raise ValueError(f"{url}: holds another dataset (got a {MANIFEST_NAME} that differs from {out}'s); pass "
                              "--overwrite to replace it (only the objects its manifest lists are removed), or choose "

@@ -412,6 +412,26 @@ def test_an_overwrite_killed_after_the_old_manifest_went_finishes_with_the_same_
         finished.output, finished.output
     assert _objects(stores, url) == _local_files(runs) | {"notes.txt"}
     assert readers.info(url).manifest == readers.info(runs).manifest
+    # stopped while removing the old objects, once the new manifest landed: the same command removes the rest
+    from tfshard.ingest.push import push
+
+    removing = objects.delete
+    calls = []
+
+    def stopped(target):
+        calls.append(target)
+        if len(calls) == 3:  # the old manifest, one old object, then Ctrl-C
+            raise KeyboardInterrupt
+        removing(target)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(objects, "delete", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            push(photos, url, overwrite=True)
+    assert readers.info(url).manifest == readers.info(photos).manifest
+    finished = cli("push", photos, url, "--overwrite")
+    assert finished.exit_code == 0 and "already holds this dataset (5 files); nothing to upload, removed 1 objects " \
+        "of the old dataset" in finished.output, finished.output
+    assert _objects(stores, url) == _local_files(photos) | {"notes.txt"}
 
 
 def test_a_folder_holding_other_objects_is_refused(stores, cli, tmp_path, no_secret):
