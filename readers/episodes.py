@@ -22,6 +22,7 @@ from . import files as files_lib
 from .arguments import DEFAULT_READ_BUFFER_BYTES, check_reading, check_resume
 from .episode_decode import decode_episode, feature_schema, join_chunks, manifest_lookup, repair_hint, select_features
 from .epoch_guard import EpochGuard
+from .graph_ready import without_autograph
 from .guard import ShardGuard, checkpointable
 from .indexed.episodes import indexed_episodes
 from .indexed.request import episode_request
@@ -33,6 +34,7 @@ __all__ = ["episodes", "feature_schema", "repair_hint", "select_features", "stre
 AUTOTUNE = tf.data.AUTOTUNE
 
 
+@without_autograph
 def episodes(
     path: str | Sequence[str],
     split: str = "train",

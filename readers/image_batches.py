@@ -6,6 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from . import augment as augment_lib
+from .graph_ready import as_map_converts
 from .image_ops import seed_stream
 from .image_recipe import AUGMENTATIONS, Recipe
 from .input_position import InputPosition, skipped
@@ -42,6 +43,8 @@ def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | In
         return ds.map(lambda images_, labels, *_: (finish(images_), labels), num_parallel_calls=AUTOTUNE,
                       deterministic=deterministic)
     augment, crop_to = recipe.augment, recipe.crop_after_cache
+    if callable(augment):  # the reader is traced without AutoGraph; a user's function is converted, as map would
+        augment = as_map_converts(augment)
 
     def augment_batch(batch, seed_):
         images_, labels = batch[:2]  # uint8: crop and flip stay uint8; a cast to float, if any, comes last

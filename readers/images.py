@@ -46,6 +46,7 @@ from .arguments import (
     check_reading,
 )
 from .epoch_guard import EpochGuard
+from .graph_ready import without_autograph
 from .image_batches import augmented, batched
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
@@ -66,6 +67,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 DEFAULT_SHUFFLE_BUFFER = 1024
 
 
+@without_autograph
 def images(
     path: str | Sequence[str],
     split: str = "train",

@@ -27,6 +27,7 @@ from .. import service as service_lib
 from ..arguments import DEFAULT_READ_BUFFER_BYTES
 from ..episodes import feature_schema, select_features
 from ..epoch_guard import EpochGuard
+from ..graph_ready import without_autograph
 from ..indexed.request import StreamRequest, stream_request
 from ..shard_cache.pipeline import ShardCacheArg
 from ..windowing.targets import TargetsArg
@@ -129,6 +130,7 @@ def _streamed_mixture(stream: StreamRequest, split: str, features, targets: Targ
         lambda ctx: streamed_mixture(planned, stream, split, request, shard_cache=cache, context=ctx))
 
 
+@without_autograph
 def windows(
     path: str | Sequence[str],
     split: str = "train",

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from ...format.objects import use_storage_options
 from ..arguments import DEFAULT_READ_BUFFER_BYTES, check_not_empty, per_replica_text
+from ..graph_ready import without_autograph
 from ..indexed.request import stream_request
 from ..indexed.stream import Position
 from ..input_position import InputPosition, attach
@@ -156,6 +157,7 @@ def _variables(data: Concatenated, strategy: tf.distribute.Strategy | None, devi
         return resident_variables(data)
 
 
+@without_autograph
 def model_windows(
     path: str | Sequence[str],
     split: str = "train",

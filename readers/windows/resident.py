@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from ..arguments import check_not_empty, per_replica_text
 from ..epoch_guard import Stamp
+from ..graph_ready import without_autograph
 from ..input_position import InputPosition, attach
 from ..windowing.starts import row_steps_of, start_rows
 from ..windowing.targets import TargetsArg
@@ -241,6 +242,7 @@ def with_arrays(dataset, arrays: list[dict[str, tf.Variable]], start: int | Inpu
     return attach(dataset, start if isinstance(start, InputPosition) else None)
 
 
+@without_autograph
 def resident_windows(
     episodes: Mapping[str, Sequence[np.ndarray]],
     *,
