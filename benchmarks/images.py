@@ -17,6 +17,17 @@ On one generated set of 500x375 photo-like JPEGs (``benchmarks/ingest.py``'s
   6. unless ``--no-fit``: a small conv net's ``model.fit`` on the default reader, for the
      gaps between epochs and the input overhead against the same batch repeated.
 
+Evaluation is also set against its own floor: the reader's fused centre-crop decode to float32 over the same
+bytes in RAM, with fixed parallelism (one decode per core, autotune off, as the readers run) and with autotune
+(which made it bimodal on 2 cores, issue 35): img/s and CPU per image as ratios (targets >= 0.95x, <= 1.05x).
+
+First batch (unless ``--first-batch-rounds 0``): each reader in a fresh process (``--first-batch-child``),
+imports done and TensorFlow's eager context up, timed from the call that builds it to its first batch:
+keras' ``image_dataset_from_directory``, ``readers.images`` training and evaluation, and ``readers.windows``,
+``readers.model_windows(...).starts`` and ``readers.episodes`` on ``--episodes`` generated episodes
+(``benchmarks/ingest.py``'s ``episode_set``: observation [T, 64], action [T, 8], reward [T]); the rounds are
+interleaved, the best of each is shown, as ratios to keras' (targets: <= 0.3 s and <= keras').
+
 Each pass is ``time.perf_counter`` from creating the iterator to its end of data
 (a batch is only counted, not touched further); building the dataset is not timed.
 Passes are repeated and interleaved; the table shows the best and worst, the CPU time
@@ -43,6 +54,9 @@ import os
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports TensorFlow
 
 import argparse
+import json
+import subprocess
+import sys
 import tempfile
 import time
 import typing
@@ -132,6 +146,60 @@ def fit_figures(make_reader, batch_size: int, images: int, epochs: int = 3) -> d
             "reader_s": reader_s, "repeated_s": repeated_s, "overhead": reader_s / repeated_s - 1}
 
 
+FIRST_BATCH = ("keras image_dataset_from_directory", "readers.images (training)", "readers.images (evaluation)",
+               "readers.windows", "readers.model_windows .starts", "readers.episodes")
+
+
+def first_batch_child(name: str, src: str, images_out: str, episodes_out: str, batch_size: int) -> None:
+    """In a fresh process: imports and the eager context first, then the seconds from building ``name``'s loader
+    to its first batch, printed as JSON (``{"build": s, "first": s}``)."""
+    import keras
+    import tensorflow as tf
+    from tfshard import readers
+
+    tf.constant(0)  # the eager context, which any first op of a process starts
+    window = {"length": 64, "shift": 16, "batch_size": batch_size, "features": "observation", "seed": 0}
+    make = {
+        FIRST_BATCH[0]: lambda: keras.utils.image_dataset_from_directory(
+            src, batch_size=batch_size, image_size=SIZE, verbose=False).prefetch(tf.data.AUTOTUNE),
+        FIRST_BATCH[1]: lambda: readers.images(images_out, batch_size=batch_size, image_size=SIZE, seed=0),
+        FIRST_BATCH[2]: lambda: readers.images(images_out, batch_size=batch_size, image_size=SIZE, training=False),
+        FIRST_BATCH[3]: lambda: readers.windows(episodes_out, **window),
+        FIRST_BATCH[4]: lambda: readers.model_windows(episodes_out, **window).starts,
+        FIRST_BATCH[5]: lambda: readers.episodes(episodes_out),
+    }[name]
+    start = time.perf_counter()
+    dataset = make()
+    built = time.perf_counter()
+    next(iter(dataset))
+    print(json.dumps({"build": built - start, "first": time.perf_counter() - start}))
+
+
+def first_batches(rounds: int, src: str, images_out: str, episodes_out: str, batch_size: int) -> dict:
+    """Name -> the seconds to the first batch of each round (``first_batch_child`` in a fresh process each)."""
+    times = {name: [] for name in FIRST_BATCH}
+    for _ in range(rounds):  # interleaved: drift on the machine hits every loader alike
+        for name in FIRST_BATCH:
+            out = subprocess.run([sys.executable, __file__, "--first-batch-child", name, "--src", src,
+                                  "--images-out", images_out, "--episodes-out", episodes_out,
+                                  "--batch-size", str(batch_size)], capture_output=True, text=True, check=True)
+            times[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return times
+
+
+def print_first_batches(times: dict) -> None:
+    best = {name: min(runs, key=lambda run: run["first"]) for name, runs in times.items()}
+    keras_s = best[FIRST_BATCH[0]]["first"]
+    print(f"\nfirst batch, from building the loader to its first batch (fresh process each, imports done; best of "
+          f"{len(next(iter(times.values())))} interleaved rounds):")
+    print(f"{'loader':<36} {'build s':>7} {'first s':>7} {'worst s':>7} {'/ keras':>7}  target <= 0.3 s and <= keras")
+    for name, run in best.items():
+        ratio = run["first"] / keras_s
+        met = "" if name == FIRST_BATCH[0] else ("met" if run["first"] <= 0.3 and ratio <= 1.0 else "MISSED")
+        print(f"{name:<36} {run['build']:7.3f} {run['first']:7.3f} {max(r['first'] for r in times[name]):7.3f} "
+              f"{ratio:6.2f}x  {met}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=1000, help="generated JPEGs (default 1000)")
@@ -139,12 +207,21 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
     parser.add_argument("--repeats", type=int, default=3, help="passes per method; the best is reported")
     parser.add_argument("--no-fit", dest="fit", action="store_false", help="skip the model.fit measurements")
+    parser.add_argument("--episodes", type=int, default=64, help="generated episodes for the first batches")
+    parser.add_argument("--first-batch-rounds", type=int, default=3, help="rounds of first batches (0: none)")
+    parser.add_argument("--first-batch-child", help=argparse.SUPPRESS)
+    parser.add_argument("--src", help=argparse.SUPPRESS)
+    parser.add_argument("--images-out", help=argparse.SUPPRESS)
+    parser.add_argument("--episodes-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.first_batch_child:
+        first_batch_child(args.first_batch_child, args.src, args.images_out, args.episodes_out, args.batch_size)
+        return
     if args.images < args.batch_size or args.batch_size < 1 or args.repeats < 1:
         parser.error("--batch-size and --repeats must be at least 1, --images at least --batch-size")
 
     import tensorflow as tf  # imported before timing, so no method pays for it
-    from tfshard.ingest import ConvertOptions, convert_images
+    from tfshard.ingest import ConvertOptions, convert_episodes, convert_images
     from tfshard.readers.images import images as read_images  # readers.images; this spelling never yields the module
     from tfshard.tools import bench
 
@@ -160,6 +237,12 @@ def main() -> None:
               f"batch {args.batch_size}, {SIZE[0]}x{SIZE[1]}; best of {args.repeats} interleaved passes\n")
         for shard in tf.io.gfile.glob(os.path.join(out, "*")):  # warm the shards too
             tf.io.gfile.GFile(shard, "rb").read()
+        first = None
+        if args.first_batch_rounds > 0:
+            episodes_out = os.path.join(tmp, "episodes")
+            convert_episodes(bench_ingest.episode_set(args.data_dir, args.episodes), episodes_out, workers=0,
+                             progress=False)
+            first = first_batches(args.first_batch_rounds, src, out, episodes_out, args.batch_size)
 
         def tfshard(**kwargs):
             # A shuffle buffer smaller than the epoch, as in any real dataset: one as large as these 1,000 images
@@ -195,6 +278,12 @@ def main() -> None:
     print()
     for label, value, target in bench.ratios(rate):
         print(f"{label:<40} {value:5.2f}x  (target >= {target:.1f}x: {'met' if value >= target else 'MISSED'})")
+    cpu_per = {name: run.cpu / run.images for name, run in best.items()}
+    for floor in (bench.FLOOR_EVAL, bench.FLOOR_EVAL_AUTOTUNE):
+        value = cpu_per[bench.EVAL] / cpu_per[floor]
+        print(f"{'eval CPU per image / ' + floor[7:]:<40} {value:5.2f}x  (target <= 1.05x: "
+              f"{'met' if value <= 1.05 else 'MISSED'})")
+    print(f"{'eval / ' + bench.FLOOR_EVAL_AUTOTUNE[7:]:<40} {rate[bench.EVAL] / rate[bench.FLOOR_EVAL_AUTOTUNE]:5.2f}x")
     print(f"{'training uint8 / training float32':<40} {rate[bench.UINT8] / rate[bench.DEFAULT]:5.2f}x")
     print(f"{'augment=color / default':<40} {rate[bench.COLOR] / rate[bench.DEFAULT]:5.2f}x")
     if fit is not None:
@@ -204,6 +293,8 @@ def main() -> None:
         print(f"  input overhead, fit(reader) / fit(the same batch repeated) - 1: {fit['overhead']:+.1%} "
               f"({fit['reader_s']:.2f} s vs {fit['repeated_s']:.2f} s per epoch; target <= 10% where the model "
               "step is slower than the pipeline)")
+    if first is not None:
+        print_first_batches(first)
     print("\nMB/s: JPEG bytes of the images yielded per second. CPU ms/img: CPU time of this process per image.\n"
           "busy / other load: share of the CPUs that this process / other processes took during the best pass\n"
           "(other load over ~10% means the img/s figures are low).")
