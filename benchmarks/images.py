@@ -277,7 +277,7 @@ def main() -> None:
 
     print()
     for label, value, target in bench.ratios(rate):
-        print(f"{label:<40} {value:5.2f}x  (target >= {target:.1f}x: {'met' if value >= target else 'MISSED'})")
+        print(f"{label:<40} {value:5.2f}x  (target >= {target:g}x: {'met' if value >= target else 'MISSED'})")
     cpu_per = {name: run.cpu / run.images for name, run in best.items()}
     for floor in (bench.FLOOR_EVAL, bench.FLOOR_EVAL_AUTOTUNE):
         value = cpu_per[bench.EVAL] / cpu_per[floor]
