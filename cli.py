@@ -16,8 +16,6 @@ from typing import Annotated
 import typer
 from typer import Argument, Option
 
-from .ingest.holdout import Holdout
-from .ingest.options import EpisodeOptions, ImageOptions
 from .tools import console, conversion
 from .tools.console import EXIT_CODES, echo_lines, global_flags_first  # noqa: F401  (the command's API)
 from .tools.report import describe_lines, window_of
@@ -138,17 +136,12 @@ def images(
     storage_option: StorageOption = None,
 ) -> None:
     """Convert image class folders into sharded TFRecords plus dataset.json."""
+    flags = conversion.keywords(locals())  # convert_images takes each flag under its own name
     with _command(out, resumable=True):
         console.storage_options(storage_option, out)
         from .ingest.convert import convert_images
 
-        image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate,
-                             labels_file=labels, label_kind=label_kind and label_kind.value)
-        options = conversion.convert_options(
-            shard_size, num_shards, min_shards, compression.value, seed, shuffle, on_error.value, index,
-            Holdout(val_fraction, test_fraction, split_seed, stratify), image=image, dedupe=dedupe)
-        conversion.convert_and_report(convert_images, src, out, options, typer.echo, quiet, workers=workers,
-                                      overwrite=overwrite, tfds=tfds, append=append,
+        conversion.convert_and_report(convert_images, src, out, typer.echo, quiet, **flags,
                                       runner=conversion.runner(runner.value, beam_options, _state["debug"]))
 
 
@@ -192,18 +185,12 @@ def episodes(
     storage_option: StorageOption = None,
 ) -> None:
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
+    flags = conversion.keywords(locals())  # convert_episodes takes each flag under its own name
     with _command(out, resumable=True):
         console.storage_options(storage_option, out)
         from .ingest.convert import convert_episodes
 
-        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
-                                 max_episode_bytes=max_episode_bytes, labels_file=labels, class_folders=class_folders,
-                                 label_kind=label_kind and label_kind.value)
-        options = conversion.convert_options(
-            shard_size, num_shards, min_shards, compression.value, seed, shuffle, on_error.value, index,
-            Holdout(val_fraction, test_fraction, split_seed, stratify), episode=episode)
-        conversion.convert_and_report(convert_episodes, src, out, options, typer.echo, quiet, workers=workers,
-                                      overwrite=overwrite, tfds=tfds, append=append,
+        conversion.convert_and_report(convert_episodes, src, out, typer.echo, quiet, **flags,
                                       runner=conversion.runner(runner.value, beam_options, _state["debug"]))
 
 
@@ -333,10 +320,11 @@ def tfds_metadata(out: Annotated[str, Argument(help="A dataset folder (uncompres
     """Write TFDS metadata next to dataset.json, so tfds.builder_from_directory(OUT) opens the dataset."""
     with _command():
         from .format.dataset import load_manifest
+        from .ingest.summary import tfds_written
         from .tools.tfds import write_tfds_metadata
 
         written = write_tfds_metadata(out)
-        typer.echo(conversion.tfds_written(out, ", ".join(written), load_manifest(out)))
+        typer.echo(tfds_written(out, ", ".join(written), load_manifest(out)))
 
 
 @app.command()

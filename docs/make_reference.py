@@ -19,9 +19,9 @@ PAGES = {"cli": os.path.join(HERE, "reference", "cli.md"), "api": os.path.join(H
 
 # The public Python API, by module, in the order a reader meets it.
 API = {
-    "tfshard.ingest": ["convert_images", "convert_episodes", "ConvertOptions", "ImageOptions", "EpisodeOptions",
-                       "parse_size", "load_manifest", "Manifest", "InputError", "OutputExistsError",
-                       "TfdsMetadataError"],
+    "tfshard.ingest": ["convert_images", "convert_episodes", "ConversionResult", "ConvertOptions", "ImageOptions",
+                       "EpisodeOptions", "parse_size", "load_manifest", "Manifest", "InputError", "OptionError",
+                       "OutputExistsError", "TfdsMetadataError"],
     "tfshard.readers": ["images", "info", "DatasetInfo", "class_weights", "normalization", "episodes", "windows",
                         "resident_windows", "model_windows", "ModelWindows", "WindowGather", "BackupAndRestore"],
     "tfshard.readers.windows.request": ["WindowRequest"],
