@@ -51,12 +51,13 @@ class VerifyError(ValueError):
         self.problems = problems
 
 
-class OptionError(InputError):
-    """A bad conversion option, named as the caller spelled it: the argument (``val_fraction``) from Python, the
-    flag (``--val-fraction``) for a CLI run, which prints ``spelled(flags)``.
+class Spelled(Exception):
+    """An error naming options as the caller spelled them: the argument (``val_fraction``) from Python, the flag
+    (``--val-fraction``) for a CLI run, which prints ``spelled(flags)``.
 
     ``template`` is a ``str.format`` template whose fields are the options it names (``{val_fraction}``) and the
-    ``values`` (``{got!r}``); a value is never parsed as a template.
+    ``values`` (``{got!r}``); a value is never parsed as a template. ``{append:set}`` is a switch turned on:
+    ``append=True`` from Python, ``--append`` from the CLI.
 
         e = OptionError("{val_fraction}: must be in [0, 1) (got {got!r})", got=1.5)
         str(e), e.spelled({"val_fraction": "--val-fraction"})
@@ -70,7 +71,26 @@ class OptionError(InputError):
 
     def spelled(self, flags: dict[str, str]) -> str:
         """The message with each option named by ``flags`` (argument name -> flag), else by its argument name."""
-        return self.template.format(**{name: flags.get(name, name) for name in self.names}, **self.values)
+        return self.template.format(**{name: _Name(flags.get(name, name)) for name in self.names}, **self.values)
 
     def __reduce__(self):
         return functools.partial(type(self), **self.values), (self.template,)
+
+
+class _Name(str):
+    """An option's name in a ``Spelled`` message; ``:set`` spells it turned on (``append=True``, ``--append``)."""
+
+    def __format__(self, spec: str) -> str:
+        if spec == "set":
+            return str(self) if self.startswith("-") else f"{self}=True"
+        return format(str(self), spec)
+
+
+class OptionError(Spelled, InputError):
+    """A bad conversion option, named as the caller spelled it (``Spelled``): ``val_fraction`` from Python,
+    ``--val-fraction`` from the CLI."""
+
+
+class InputsGrownError(Spelled, OutputExistsError):
+    """OUT holds a dataset of the same options whose inputs SRC has grown past: an append adds the new ones, which
+    the message says as the caller spells it (``append=True`` is ``--append``)."""

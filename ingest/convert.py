@@ -153,8 +153,10 @@ def convert_images(
         opens it. Needs the ``tfds`` extra and uncompressed shards (checked before any work); what TFDS could not
         open is refused before any shard is written.
       append: convert only the images not yet in the dataset in ``out`` into new shards of its next generation,
-        leaving every existing shard as it is (``ingest/append.py``); with the dataset's own options, and not with
-        ``overwrite``. With ``tfds`` the TFDS metadata is rewritten after it (each appended generation is a TFDS
+        leaving every existing shard as it is (``ingest/append.py``), and not with ``overwrite``. The dataset's own
+        options are remembered: each option left at its default takes the dataset's value (shard size, seed,
+        image options, held-out rule, labels kind), so pass only SRC and a labels file of the new images; another
+        value than the dataset's is refused, naming it. With ``tfds`` the TFDS metadata is rewritten after it (each appended generation is a TFDS
         split of its own: ``train_g0001``). ``on_status`` then gets ``RunStatus.append``; nothing new is
         ``complete``. Into a store, the append starts from the dataset there (no old shard is downloaded), and
         only the new files are uploaded, then ``dataset.json`` over the old one.

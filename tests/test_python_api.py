@@ -1,6 +1,6 @@
 """The Python API does what the CLI does: the flags as keyword arguments of the same names, a result whose summary
 is what the CLI prints, errors naming the argument from Python and the flag from the CLI; and every snippet of
-docs/guide/python.md, run as written."""
+docs/guide/from-python.md, run as written."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from tfshard.ingest import (
 )
 from tfshard.ingest.holdout import Holdout
 
-PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "guide" / "python.md"
+PAGE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "guide" / "from-python.md"
 RATE = re.compile(r" in [\d.]+ s \([^)]*\)")  # how long a run took: the one part of a summary that varies
 
 
@@ -130,7 +130,7 @@ def test_the_summary_is_what_the_cli_prints(tmp_path, cli):
         assert expected in text, expected
 
 
-# --- docs/guide/python.md, run as written ----------------------------------------------------------------------------
+# --- docs/guide/from-python.md, run as written ----------------------------------------------------------------------------
 
 
 def sections() -> dict[str, list[tuple[str, str | None]]]:

@@ -22,7 +22,7 @@ from typing import Any
 import typer
 
 from ..format import objects, stops
-from ..format.errors import OptionError
+from ..format.errors import Spelled
 from ..format.stops import HungUp, Terminated
 from ..format.storage import prefer_small_gcs_blocks
 from .report import short_tf_error
@@ -120,7 +120,7 @@ def reportable() -> tuple[type[BaseException], ...]:
 
 def flags_of_command() -> dict[str, str]:
     """The running command's flags by their parameters' names (``val_fraction`` -> ``--val-fraction``), which are
-    the library's argument names: so an ``OptionError`` names the flag a CLI user typed."""
+    the library's argument names: so a ``Spelled`` error (``OptionError``) names the flag a CLI user typed."""
     ctx = importlib.import_module(_click().__name__ + ".globals").get_current_context(silent=True)
     params = ctx.command.params if ctx is not None else []
     return {param.name: param.opts[0] for param in params if param.opts and param.opts[0].startswith("-")}
@@ -129,7 +129,7 @@ def flags_of_command() -> dict[str, str]:
 def one_line(error: BaseException) -> str:
     """``error: ...``: the error's message on one line (a TensorFlow op error without its graph-function noise; an
     option named by its flag)."""
-    message = error.spelled(flags_of_command()) if isinstance(error, OptionError) else str(error)
+    message = error.spelled(flags_of_command()) if isinstance(error, Spelled) else str(error)
     if "tensorflow" in sys.modules:
         import tensorflow as tf
 
