@@ -149,7 +149,8 @@ def sections() -> dict[str, list[tuple[str, str | None]]]:
 @pytest.fixture(scope="module")
 def guide_data(tmp_path_factory):
     """``photos/<class>/`` (cat and dog, one broken file, a stray text file), a Kaggle-style ``shop/`` with
-    ``train.csv`` (a row without its image, an image without its row), and two new photos in ``incoming/cat/``."""
+    ``train.csv`` (a row without its image, an image without its row), and in ``arrivals/`` three new items with
+    the labels file grown by their rows."""
     root = tmp_path_factory.mktemp("guide")
     make_tree(root / "photos", per_class=6)
     (root / "photos" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8 not really a JPEG")
@@ -157,8 +158,10 @@ def guide_data(tmp_path_factory):
     flat_jpegs(root / "shop", [f"item{i:02d}" for i in range(20)])
     rows = [f"item{i:02d},{['mug', 'pen', 'cap'][i % 3]}" for i in range(19)] + ["item99,pen"]
     write_text(root / "shop" / "train.csv", "id,label\n" + "\n".join(rows) + "\n")
-    for i in range(2):
-        write_jpeg(root / "incoming" / "cat" / f"new{i}.jpg", 100 + i)
+    for i in range(20, 23):
+        write_jpeg(root / "arrivals" / f"item{i:02d}.jpg", 100 + i)
+    rows += [f"item{i:02d},{['mug', 'pen', 'cap'][i % 3]}" for i in range(20, 23)]
+    write_text(root / "arrivals" / "train.csv", "id,label\n" + "\n".join(rows) + "\n")
     return root
 
 
@@ -167,8 +170,8 @@ EXPECTED = {  # what each section's names hold afterwards
     and len(ns["result"].manifest.rejected) == 1,
     "A labels file and held-out splits": lambda ns: ns["result"].manifest.labels == "class"
     and set(ns["result"].manifest.splits) == {"train", "val", "test"},
-    "Adding new images": lambda ns: ns["more"].status.append.new_inputs == 2
-    and ns["more"].manifest.splits["train"].records == 14,
+    "Adding new images": lambda ns: ns["more"].status.append.new_inputs == 3
+    and ns["more"].manifest.total_records == ns["result"].manifest.total_records + 3,
     "Errors name the argument": lambda ns: isinstance(ns["error"], OptionError),
 }
 
