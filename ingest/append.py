@@ -5,9 +5,10 @@ conversion, with the dataset's class names first so no label changes (new classe
 whose path is not listed (or was listed as rejected or dropped and has changed since) is new. A listed input
 that changed (size, mtime, ctime, label or split) or is gone from SRC is only reported: its record stays, since
 shards are never rewritten. The new inputs are planned with the dataset's own options, remembered from its
-manifest (``ingest/append_options.py``: an option given another value is an error naming it) into shards named for generation g (``train-g0001-...``), and
-written, committed and resumed by the engine (``ingest/engine.py commit_shards``) in the state folder, as a
-conversion is. Class counts are added and pixel statistics merged from the exact sums ``inputs.json`` keeps.
+manifest (``ingest/append_options.py``: an option given another value is an error naming it), into shards named
+for generation g (``train-g0001-...``), and written, committed and resumed by the engine
+(``ingest/engine.py commit_shards``) in the state folder, as a conversion is. Class counts are added and pixel
+statistics merged from the exact sums ``inputs.json`` keeps.
 
 Crash safety, under the output lock: ``append.json`` in the state folder records the base and target
 fingerprints before any shard is written; once every shard is committed, the new inputs file is staged in the

@@ -65,7 +65,7 @@ def remembered(out: str, base: manifest_lib.Manifest, options: ConvertOptions) -
     defaults = {field.name: field.default for field in dataclasses.fields(ConvertOptions)}
     if not options.shuffle and had.get("shuffle", False):
         raise OptionError("{out}: {shuffle} is False, but the dataset was shuffled with seed {seed!r}; an append "
-                          "({append}) takes the dataset's own options: drop {shuffle}, or convert into another "
+                          "({append:set}) takes the dataset's own options: drop {shuffle}, or convert into another "
                           "folder", out=out, seed=had["seed"])
     if not options.shuffle:  # the dataset's records are in sorted order too: nothing to take from it
         had = {name: value for name, value in had.items() if name not in ("seed", "shuffle")}
@@ -75,6 +75,6 @@ def remembered(out: str, base: manifest_lib.Manifest, options: ConvertOptions) -
             continue
         what = "not shuffled" if name == "seed" and value is None else "converted with {had!r}"
         raise OptionError("{out}: {" + name + "} is {asked!r}, but the dataset was " + what + "; an append "
-                          "({append}) takes the dataset's own options: drop {" + name + "}, or convert into another "
-                          "folder", out=out, asked=asked, had=value)
+                          "({append:set}) takes the dataset's own options: drop {" + name + "}, or convert into "
+                          "another folder", out=out, asked=asked, had=value)
     return dataclasses.replace(options, **had)

@@ -156,10 +156,10 @@ def convert_images(
         leaving every existing shard as it is (``ingest/append.py``), and not with ``overwrite``. The dataset's own
         options are remembered: each option left at its default takes the dataset's value (shard size, seed,
         image options, held-out rule, labels kind), so pass only SRC and a labels file of the new images; another
-        value than the dataset's is refused, naming it. With ``tfds`` the TFDS metadata is rewritten after it (each appended generation is a TFDS
-        split of its own: ``train_g0001``). ``on_status`` then gets ``RunStatus.append``; nothing new is
-        ``complete``. Into a store, the append starts from the dataset there (no old shard is downloaded), and
-        only the new files are uploaded, then ``dataset.json`` over the old one.
+        value than the dataset's is refused, naming it. With ``tfds`` the TFDS metadata is rewritten after it
+        (each appended generation is a TFDS split of its own: ``train_g0001``). ``on_status`` then gets
+        ``RunStatus.append``; nothing new is ``complete``. Into a store, the append starts from the dataset there
+        (no old shard is downloaded), and only the new files are uploaded, then ``dataset.json`` over the old one.
       storage_options: fsspec's options (``endpoint_url``, ``key``, ``secret``...) for an ``s3://``, ``az://`` or
         ``abfs://`` ``out`` and the objects under it only, in this process; refused with a local or ``gs://`` one.
       on_upload: with a store ``out``, called with the upload's ``ingest.push.PushReport`` (``.lines()``).

@@ -53,7 +53,8 @@ class ImageOptions:
                               got=self.label_kind)
         _label_kind_needs_labels(self.label_kind, self.labels_file)
         if not 1 <= self.quality <= 100:
-            raise OptionError("{quality}: must be in [1, 100] (got {got!r}); 95 keeps nearly all detail", got=self.quality)
+            raise OptionError("{quality}: must be in [1, 100] (got {got!r}); 95 keeps nearly all detail",
+                              got=self.quality)
         if self.max_side is not None and self.max_side < 1:
             raise OptionError("{max_side}: must be a positive number of pixels (got {got!r}); or leave it unset",
                               got=self.max_side)

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..format import objects
 from ..format.manifest import Manifest
+from .holdout import HELD_OUT
 
 
 def _mb(n: int) -> str:
@@ -54,7 +55,9 @@ def _split_rule(manifest) -> str | None:
     rule = manifest.split_rule
     if rule is None:
         return None
-    shares = ", ".join(f"{name} {fraction:.4g}" for name, fraction in rule["fractions"].items())
+    fractions = rule["fractions"]  # dataset.json sorts its keys: shown in the order they are taken, val first
+    ordered = [name for name in HELD_OUT if name in fractions] + sorted(set(fractions) - set(HELD_OUT))
+    shares = ", ".join(f"{name} {fractions[name]:.4g}" for name in ordered)
     how = "exact per-class counts" if rule["method"] == "stratified" else "a seeded hash of each path"
     return f"  held out: {shares} of {rule['from']} ({how}, seed {rule['seed']})"
 

@@ -84,8 +84,8 @@ def test_keywords_win_over_the_options_given(tmp_path):
     (dict(index=True, compression="gzip"), ["--index", "--compression", "gzip"],
      "index: DALI index files need uncompressed shards (got compression='gzip'); drop index or compression",
      "--index: DALI index files need uncompressed shards (got --compression='gzip'); drop --index or --compression"),
-    (dict(num_shards=30), ["--num-shards", "30"], "(got num_shards=30, min_shards=1) but only 4 image inputs",
-     "(got --num-shards=30, --min-shards=1) but only 4 image inputs"),
+    (dict(num_shards=30), ["--num-shards", "30"], "(got num_shards=30, min_shards=1) but only 4 img inputs",
+     "(got --num-shards=30, --min-shards=1) but only 4 img inputs"),
 ], ids=["val-fraction", "shard-size", "label-kind", "index", "num-shards"])
 def test_an_error_names_the_argument_from_python_and_the_flag_from_the_cli(tmp_path, cli, arguments, flags,
                                                                           argument, flag):
@@ -130,7 +130,7 @@ def test_the_summary_is_what_the_cli_prints(tmp_path, cli):
         assert expected in text, expected
 
 
-# --- docs/guide/from-python.md, run as written ----------------------------------------------------------------------------
+# --- docs/guide/from-python.md, run as written ------------------------------------------------------------------------
 
 
 def sections() -> dict[str, list[tuple[str, str | None]]]:
@@ -155,12 +155,12 @@ def guide_data(tmp_path_factory):
     make_tree(root / "photos", per_class=6)
     (root / "photos" / "dog" / "broken.jpg").write_bytes(b"\xff\xd8 not really a JPEG")
     (root / "photos" / "README.txt").write_text("photos from the garden")
-    flat_jpegs(root / "shop", [f"item{i:02d}" for i in range(20)])
-    rows = [f"item{i:02d},{['mug', 'pen', 'cap'][i % 3]}" for i in range(19)] + ["item99,pen"]
+    flat_jpegs(root / "shop", [f"item{i:02d}" for i in range(30)])
+    rows = [f"item{i:02d},{['mug', 'pen', 'cap'][i % 3]}" for i in range(29)] + ["item99,pen"]
     write_text(root / "shop" / "train.csv", "id,label\n" + "\n".join(rows) + "\n")
-    for i in range(20, 23):
+    for i in range(30, 33):
         write_jpeg(root / "arrivals" / f"item{i:02d}.jpg", 100 + i)
-    rows += [f"item{i:02d},{['mug', 'pen', 'cap'][i % 3]}" for i in range(20, 23)]
+    rows += [f"item{i:02d},{['mug', 'pen', 'cap'][i % 3]}" for i in range(30, 33)]
     write_text(root / "arrivals" / "train.csv", "id,label\n" + "\n".join(rows) + "\n")
     return root
 
