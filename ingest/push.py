@@ -68,7 +68,7 @@ class PushReport:
         """One line for the command to print."""
         removed = f", removed {self.removed} objects of the old dataset" if self.removed else ""
         if not self.uploaded:
-            return [f"{self.url}: already holds this dataset ({self.kept} files); nothing to upload"]
+            return [f"{self.url}: already holds this dataset ({self.kept} files); nothing to upload{removed}"]
         return [f"{self.url}: uploaded {self.uploaded} files ({self.sent_bytes / 1e6:.1f} MB), kept {self.kept} "
                 f"already there{removed}; {MANIFEST_NAME} last"]
 
@@ -101,7 +101,7 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
                          f"{objects.scheme_of(url)!r}); pass one of those (gs://: convert into it directly)")
     if uploads < 1:
         raise ValueError(f"uploads: at least 1 object at a time (got {uploads!r}); pass 1 or more")
-    objects.check_scheme(url)
+    check_folder_url(url)
     url = url.rstrip("/")
     manifest = load_manifest(out)
     text = read_small_file(os.path.join(out, MANIFEST_NAME), "manifest")
@@ -113,9 +113,12 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
     old_names: set[str] = set(journal.old)
     if MANIFEST_NAME in present:
         remote = objects.read_bytes(f"{url}/{MANIFEST_NAME}", len(text) + 1)
-        if remote == text:  # landed whole before (a kill after it at most left the journal)
+        if remote == text:  # landed whole before: a kill after it left the journal, and old objects to remove
+            removed = [n for n in journal.old if n not in ours and n in present]
+            for name in removed:
+                objects.delete(f"{url}/{name}")
             journal.finish()
-            return PushReport(url, 0, len(files) + 1, 0, 0)
+            return PushReport(url, 0, len(files) + 1, len(removed), 0)
         if not overwrite:
             raise ValueError(f"{url}: holds another dataset (got a {MANIFEST_NAME} that differs from {out}'s); pass "
                              "--overwrite to replace it (only the objects its manifest lists are removed), or choose "
@@ -156,6 +159,10 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
         with concurrent.futures.ThreadPoolExecutor(min(uploads, max(1, len(todo)))) as pool:
             for done in pool.map(lambda f: _send(out, url, f, journal, budget), todo):
                 landed(done)
+    if _there(f"{url}/{MANIFEST_NAME}"):  # another writer's landed while this push sent: never replaced unseen
+        raise ValueError(f"{url}: another {MANIFEST_NAME} landed there while this push ran (got one it did not "
+                         "write); it was not replaced: make sure no one else writes to this URL, then run the same "
+                         "command again (with --overwrite to replace that dataset)")
     _put(f"{url}/{MANIFEST_NAME}", text)
     removed = [n for n in journal.old if n not in ours]
     for name in removed:
@@ -164,6 +171,24 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
     log.info("%s: %d files uploaded, %d kept, %d old objects removed", url, len(todo), len(files) - len(todo),
              len(removed))
     return PushReport(url, len(todo) + 1, len(files) - len(todo), len(removed), sent + len(text))
+
+
+def check_folder_url(url: str) -> None:
+    """A store folder tfshard writes to: its scheme's library installed, no query (the store would take it as part
+    of the objects' names, and a SAS token there would be shown), no empty, ``.`` or ``..`` part (kept literally in
+    the objects' names by S3, where other tools read them as another folder).
+
+    Raises:
+      ValueError: the first problem, the URL shown without its query.
+    """
+    objects.check_scheme(url)
+    parts = url.split("://", 1)[1].rstrip("/").split("/")
+    odd = [p for p in parts[1:] if p in ("", ".", "..")]
+    if "?" in url or odd:
+        got = "a query: ?***" if "?" in url else f"a {odd[0]!r} part" if odd[0] else "an empty part: //"
+        raise ValueError(f"{objects.redact(url.split('?', 1)[0])}: not a folder URL tfshard writes to (got {got}); "
+                         "pass the folder's plain URL (s3://bucket/folder/name), credentials in --storage-option or "
+                         "the environment")
 
 
 def _files(out: str, manifest: Manifest) -> list[_File]:
@@ -179,8 +204,31 @@ def _files(out: str, manifest: Manifest) -> list[_File]:
         if not os.path.isfile(os.path.join(out, name.name)):
             raise FileNotFoundError(f"{os.path.join(out, name.name)}: listed in {MANIFEST_NAME} but missing (got no "
                                     "file); convert again (rerun the conversion) before pushing")
-    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.isfile(os.path.join(out, n))]
+    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.lexists(os.path.join(out, n))]
+    _no_links(out, found)
     return found
+
+
+def _no_links(out: str, files: list[_File]) -> None:
+    """Every file to upload is a regular file in ``out``, not a symlink: ``inputs.json`` and TFDS metadata are sent
+    unhashed, so a link planted under their name would upload whatever it points to (a credentials file).
+
+    Raises:
+      ValueError: the first that is a symlink or not a regular file; nothing was sent.
+    """
+    for file in files:
+        path = os.path.join(out, file.name)
+        if os.path.islink(path) or not os.path.isfile(path):
+            got = "a symlink" if os.path.islink(path) else "not a regular file"
+            raise ValueError(f"{path}: not a file tfshard wrote (got {got}); nothing was uploaded: remove it and "
+                             "convert again (tfshard writes regular files)")
+
+
+def _there(url: str) -> bool:
+    try:
+        return objects.stat(url) is not None
+    except FileNotFoundError:
+        return False
 
 
 def _listed(manifest: Manifest) -> set[str]:

@@ -26,7 +26,7 @@ from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import InputError
 from ..format.manifest import MANIFEST_NAME, Manifest
 from ..format.names import INPUTS_NAME, TFDS_FILES
-from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _File, _Journal, _put, _send
+from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _File, _Journal, _no_links, _put, _send, _there
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,11 @@ def push_append(out: str, url: str, uploads: int = UPLOADS, on_file: Callable[[s
                 sent += size
                 if on_file is not None:
                     on_file(name)
+    now = store_manifest(url)  # another append or push may have landed while this one sent: never replaced unseen
+    if now is None or now[0] != remote:
+        raise InputError(f"{url}: --append: its dataset changed while this append was uploading (got "
+                         f"{'no' if now is None else 'another'} {MANIFEST_NAME} there: another append or push landed); "
+                         "it was not replaced: run the same command again: it starts from the dataset in the store")
     _put(f"{url}/{MANIFEST_NAME}", text)  # over the old one: one PUT, never a moment without a manifest
     journal.finish()
     log.info("%s: appended: %d files uploaded, %d kept", url, len(todo), len(new) - len(todo))
@@ -132,14 +137,9 @@ def _new_files(out: str, manifest: Manifest, base: Manifest) -> list[_File]:
         if not os.path.isfile(os.path.join(out, file.name)):
             raise FileNotFoundError(f"{os.path.join(out, file.name)}: listed in {MANIFEST_NAME} but missing (got no "
                                     "file); run the same command again to convert it")
-    return found + [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.isfile(os.path.join(out, n))]
-
-
-def _there(url: str) -> bool:
-    try:
-        return objects.stat(url) is not None
-    except FileNotFoundError:
-        return False
+    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.lexists(os.path.join(out, n))]
+    _no_links(out, found)
+    return found
 
 
 def _check_old(url: str, base: Manifest, uploads: int) -> None:

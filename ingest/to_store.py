@@ -32,7 +32,7 @@ from ..format.manifest import MANIFEST_NAME
 from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, TFDS_FILES
 from ..format.storage import default_cache_folder, write_atomic
 from .lock import output_lock
-from .push import JOURNAL, PushReport, push
+from .push import JOURNAL, PushReport, check_folder_url, push
 from .push_append import extends, push_append, store_manifest
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def convert_to_store(convert: Callable, src: str, url: str, options, *, append: 
         raise ValueError(f"{shown}: --runner beam writes local and gs:// folders only (got an "
                          f"{objects.scheme_of(url)}:// OUT); use --runner local, or convert locally and "
                          "`tfshard push OUT URL`")
-    objects.check_scheme(url)
+    check_folder_url(url)
     url = url.rstrip("/")
     staging = staging_folder(url)
     log.info("%s: staging the conversion in %s", shown, staging)

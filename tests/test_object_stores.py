@@ -460,6 +460,16 @@ def test_a_local_file_that_does_not_match_its_manifest_is_never_uploaded(stores,
         r"\d+ bytes; the manifest says [0-9a-f]{12}\.\.\.\); nothing of it was uploaded", refused.output), \
         refused.output
     assert shard not in _objects(stores, url) and "dataset.json" not in _objects(stores, url)
+    # inputs.json is sent unhashed: a symlink planted under its name would upload what it points to
+    linked, secret = str(tmp_path / "linked"), tmp_path / "credentials"
+    shutil.copytree(stores["local"]["photos"], linked)
+    secret.write_text(SECRET)
+    os.remove(os.path.join(linked, "inputs.json"))
+    os.symlink(secret, os.path.join(linked, "inputs.json"))
+    refused = cli("push", linked, url)
+    assert refused.exit_code != 0 and f"{linked}/inputs.json: not a file tfshard wrote (got a symlink); nothing was " \
+        "uploaded" in refused.output, refused.output
+    assert _objects(stores, url) == set()
 
 
 def test_overwrite_removes_only_what_the_old_manifest_lists(stores, cli, tmp_path, no_secret):
@@ -492,6 +502,26 @@ def test_an_overwrite_killed_after_the_old_manifest_went_finishes_with_the_same_
         finished.output, finished.output
     assert _objects(stores, url) == _local_files(runs) | {"notes.txt"}
     assert readers.info(url).manifest == readers.info(runs).manifest
+    # stopped while removing the old objects, once the new manifest landed: the same command removes the rest
+    from tfshard.ingest.push import push
+
+    removing = objects.delete
+    calls = []
+
+    def stopped(target):
+        calls.append(target)
+        if len(calls) == 3:  # the old manifest, one old object, then Ctrl-C
+            raise KeyboardInterrupt
+        removing(target)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(objects, "delete", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            push(photos, url, overwrite=True)
+    assert readers.info(url).manifest == readers.info(photos).manifest
+    finished = cli("push", photos, url, "--overwrite")
+    assert finished.exit_code == 0 and "already holds this dataset (5 files); nothing to upload, removed 1 objects " \
+        "of the old dataset" in finished.output, finished.output
+    assert _objects(stores, url) == _local_files(photos) | {"notes.txt"}
 
 
 def test_a_folder_holding_other_objects_is_refused(stores, cli, tmp_path, no_secret):
@@ -505,6 +535,15 @@ def test_a_folder_holding_other_objects_is_refused(stores, cli, tmp_path, no_sec
     assert refused.exit_code != 0 and "no manifest there lists under names this dataset writes" in refused.output
     assert _objects(stores, url) == {"train-00000-of-00003.tfrecord"}
     assert s3.cat(f"{BUCKET}/taken/train-00000-of-00003.tfrecord") == b"not ours"
+    # S3 would keep a query or a '..' in the objects' names (and a SAS token in a query would be shown)
+    for odd, got in ((f"{url}?sig={SECRET}", "a query: ?***"), (f"{url}/../x", "a '..' part"),
+                     (f"s3://{BUCKET}//x", "an empty part: //")):
+        for args in (["push", photos, odd], ["images", stores["root"] / "src", odd]):
+            refused = cli(*args)
+            assert refused.exit_code != 0 and f"{odd.split('?')[0]}: not a folder URL tfshard writes to (got " \
+                f"{got}); pass the folder's plain URL" in refused.output, refused.output
+            assert SECRET not in refused.output
+    assert not [n for n in objects.list_objects(f"s3://{BUCKET}") if "?" in n or "/../" in n or n.startswith("/")]
 
 
 def test_converting_into_s3_stages_locally_then_pushes(stores, cli, tmp_path, no_secret):
@@ -632,6 +671,24 @@ def test_an_append_never_replaces_one_that_landed_after_it_started(stores, tmp_p
                                                    "from it (got a dataset.json that ")):
         push_append(mine, url)
     assert readers.info(url).manifest == readers.info(theirs).manifest
+    # another writer's manifest landing while files go up is never replaced, by an append or a push
+    other, theirs_url = str(tmp_path / "other"), f"{url}-overwritten"
+    convert_image_tree(src, other, num_shards=2)
+    push(str(base), theirs_url)
+    pushed = f"{url}-pushed"
+    for target, run, message in (
+            (theirs_url, lambda hook: push_append(theirs, theirs_url, uploads=1, on_file=hook),
+             "--append: its dataset changed while this append was uploading (got another dataset.json there"),
+            (pushed, lambda hook: push(str(base), pushed, uploads=1, on_file=hook),
+             "another dataset.json landed there while this push ran (got one it did not write)")):
+        landed = []
+
+        def hook(name, target=target, landed=landed):
+            if not landed:  # once the first file landed, another writer replaces the dataset there
+                landed.append(push(other, target, overwrite=True))
+        with pytest.raises((InputError, ValueError), match=re.escape(f"{target}: {message}")):
+            run(hook)
+        assert readers.info(target).manifest == readers.info(other).manifest
 
 
 def test_an_append_onto_a_store_missing_an_old_shard_is_refused(stores, cli, tmp_path, no_secret):
