@@ -33,8 +33,8 @@ from .windows.in_model import ModelWindows, WindowGather, model_windows
 from .windows.resident import resident_windows
 
 __all__ = ["BackupAndRestore", "DatasetInfo", "ModelWindows", "NumpyBatches", "Targets", "WindowGather", "as_numpy",
-           "class_weights", "episodes", "images", "info", "model_windows", "normalization", "preview", "resident_windows",
-           "windows"]
+           "class_weights", "episodes", "images", "info", "model_windows", "normalization", "preview",
+           "resident_windows", "windows"]
 
 
 def __getattr__(name):

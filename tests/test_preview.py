@@ -739,12 +739,16 @@ def test_a_long_multichannel_series_draws_every_channel_and_readable_windows(yea
 
 
 def test_the_envelope_keeps_the_range_of_every_day(year):
-    """Each channel swings by ±(k + 1) around 100·k every day: drawn on 900 columns, the envelope of 8,760 steps
-    holds the whole swing in every column (a line drawn point by point holds it too, but as a solid block)."""
+    """Each channel swings by ±(k + 1) around 100·k every day: on columns of a day or more, the envelope of 8,760
+    steps holds the whole daily swing in every column (a line drawn point by point holds it too, but as a solid
+    block); on columns of a few hours, the part of the swing those hours hold."""
     values = readers.info(year).manifest  # the stats the title shows come from here
     assert values.splits["train"].feature_mean["obs"][5] == pytest.approx(500, abs=0.1)
-    low, high, _ = series.envelope(np.sin(2 * np.pi * np.arange(8760) / 24), 900)
-    assert np.all(high - low > 1.5)
+    daily = np.sin(2 * np.pi * np.arange(8760) / 24)
+    low, high, first = series.envelope(daily, 365)
+    assert np.allclose(low, -1) and np.allclose(high, 1) and np.array_equal(first, np.arange(0, 8760, 24))
+    low, high, first = series.envelope(daily, 2190)  # 4 hours a column: 0, 1, 2, 3 o'clock, then 4 to 7...
+    assert np.array_equal(high, np.maximum.reduceat(daily, first)) and np.all(high - low > 0.13)  # 1 - cos 30°: a peak
 
 
 @pytest.mark.parametrize("bad, message", [

@@ -104,7 +104,11 @@ def _draw_series(ax, values: np.ndarray, lo: int, kind: str, color: str, name: s
 
 
 def _draw_heat(ax, shown: list, lo_of: list, names_of: list, name: str, channel: int) -> None:
-    """A heat strip: a row per episode, each cell the share of True over the steps under one pixel column."""
+    """A heat strip: a row per episode, each cell the share of True over the steps under one pixel column. The
+    shade is the share's square root: a rare event (one step in ten under a column) still shows as mid grey."""
+    from matplotlib.colors import PowerNorm
+
+    norm = PowerNorm(0.5, vmin=0, vmax=1)
     for row, episode in enumerate(shown):
         values = episode[name].reshape(len(episode[name]), -1)[:, channel]
         if not len(values):
@@ -112,7 +116,7 @@ def _draw_heat(ax, shown: list, lo_of: list, names_of: list, name: str, channel:
         means, first = series.column_means(values, COLUMNS)
         lo = lo_of[row]
         edges = lo + np.append(first, len(values))
-        ax.pcolormesh(edges, [row, row + 1], means[None, :], cmap="Greys", vmin=0, vmax=1, shading="flat")
+        ax.pcolormesh(edges, [row, row + 1], means[None, :], cmap="Greys", norm=norm, shading="flat")
     ax.set_ylim(len(shown), 0)
     ax.set_yticks(np.arange(len(shown)) + 0.5, [n.split(" (")[0] for n in names_of], fontsize=6)
 
@@ -136,7 +140,7 @@ def _feature_panel(axes, name: str, dtype, shape, channels: list[int], hidden: i
     what = f"{np.dtype(dtype).name} {list(shape)}" if shape else np.dtype(dtype).name
     if hidden:
         what += f", {len(channels)} of {len(channels) + hidden} channels (--channel for others)"
-    draw = {"heat": ", share of True", "steps": ", steps"}.get(kind, "")
+    draw = {"heat": ", share of True: darker is more", "steps": ", steps"}.get(kind, "")
     axes[0].set_title(f"{name} ({what}{draw}): {_stats_text(info.feature_mean.get(name), info.feature_std.get(name))}",
                       fontsize=9, loc="left")
     if kind != "heat":
@@ -249,7 +253,7 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
     count = spec.episode_windows(first_steps)[1]
     lo, hi = spec.bounds(first_steps)
     span = f"steps {lo}–{hi} of {first_steps}" if (lo, hi) != (0, first_steps) else f"{first_steps} steps"
-    hidden = f"; {more} more features not shown (--feature)" if more else ""
+    hidden = f"; {more} more feature{'s' if more > 1 else ''} not shown (--feature)" if more else ""
     shown_count = f", {max_windows} shown" if count > max_windows else ""
     title = (f"windows of {names_of[0]} ({span}): length {length}, shift {shift}, {count} windows{shown_count}{hidden}"
              if count else f"{names_of[0]} has {hi - lo} steps, fewer than the window's {length}: it yields no "

@@ -22,7 +22,6 @@ import itertools
 import os
 from collections.abc import Sequence
 
-import numpy as np
 import tensorflow as tf
 from PIL import Image, ImageDraw
 
@@ -126,7 +125,7 @@ def _recorded_sources(path: str, dataset: files_lib.DatasetInfo) -> dict[str, st
     if inputs is None:
         raise ValueError(f"{path}: changed=True needs the dataset's inputs.json, the record of what each input was "
                          "(got none: written before it existed, or episodes); convert the images again to see them")
-    return {entry.path: entry.sha256 for entry in inputs.inputs.values() if entry.state == "written"}
+    return {entry.path: entry.sha256 for entry in inputs.inputs if entry.state == "written" and entry.sha256}
 
 
 def _first_values(dataset: files_lib.DatasetInfo, split: str, rows: int, per_class: int) -> dict:
