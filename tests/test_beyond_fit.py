@@ -161,7 +161,8 @@ def test_as_numpy_is_a_new_pass_each_time_with_the_readers_length(photos):
     ds = readers.images(path, batch_size=5, image_size=16, training=False, drop_remainder=False)
     batches = readers.as_numpy(ds)
     first, second = list(batches), list(batches)
-    assert len(batches) == len(first) == len(second) == 4 == readers.info(path).steps_per_epoch("train", 5)
+    steps = readers.info(path).steps_per_epoch("train", 5, drop_remainder=False)
+    assert len(batches) == len(first) == len(second) == 4 == steps
     expected = [(x.numpy(), y.numpy()) for x, y in ds]
     for got in (first, second):
         assert all(np.array_equal(a, b) and np.array_equal(c, d) for (a, c), (b, d) in zip(got, expected))
@@ -170,8 +171,11 @@ def test_as_numpy_is_a_new_pass_each_time_with_the_readers_length(photos):
 
 
 def test_len_of_a_dataset_of_no_known_length_says_why(photos):
-    endless = readers.as_numpy(readers.images(str(photos / "photos-tfr"), batch_size=4, image_size=16, seed=0,
-                                              repeat=True))
+    repeated = readers.as_numpy(readers.images(str(photos / "photos-tfr"), batch_size=4, image_size=16, seed=0,
+                                               repeat=True))
+    with pytest.raises(TypeError, match=r"as_numpy: this dataset's length is .*; len\(\) needs a reader of one pass"):
+        len(repeated)
+    endless = readers.as_numpy(tf.data.Dataset.range(3).repeat())
     with pytest.raises(TypeError, match=r"as_numpy: this dataset's length is endless \(got cardinality -1\); len\(\)"):
         len(endless)
     unknown = readers.as_numpy(tf.data.Dataset.range(5).filter(lambda x: x > 2))

@@ -786,7 +786,7 @@ def test_series_options_on_an_images_dataset_are_refused(photos, tmp_path, cli, 
 
 def test_discrete_features_draw_as_steps_and_heat_strips(tmp_path):
     rng = np.random.default_rng(1)
-    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, 30 + i), 100), "flag": rng.random(3000 + i) < .1}
+    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, 30 + i), 100), "flag": rng.random((30 + i) * 100) < .1}
              for i in range(3)}
     save_episodes(tmp_path / "src", files)
     convert_episode_tree(tmp_path / "src", tmp_path / "out")
