@@ -253,7 +253,7 @@ def test_tfds_that_tfds_could_not_open_is_refused_before_any_shard_is_written(tm
     make_tree(str(src), per_class=2)
     result = cli("images", src, tmp_path / "gz", "--compression", "gzip", "--tfds")
     assert result.exit_code == 1
-    assert "error: tfds: TFDS opens TFRecord files uncompressed only (got compression='gzip')" in result.output
+    assert "error: --tfds: TFDS opens TFRecord files uncompressed only (got --compression='gzip')" in result.output
     assert not os.path.exists(tmp_path / "gz")  # refused before any work
 
 
