@@ -39,9 +39,10 @@ Compression = _choices("Compression", "none", "gzip")
 OnNan = _choices("OnNan", "fail", "skip", "keep")
 
 
-def _command(stop: str | None = None, resumable: bool = False):
-    """A command's body: TensorFlow loaded, errors as one line, a stop as one line naming ``stop`` (console.py)."""
-    return console.command(_state["debug"], stop, resumable)
+def _command(stop: str | None = None, resumable: bool = False, tensorflow: bool = True):
+    """A command's body: TensorFlow loaded (unless ``tensorflow`` is False), errors as one line, a stop as one line
+    naming ``stop`` (console.py)."""
+    return console.command(_state["debug"], stop, resumable, tensorflow)
 
 
 def _print_version(value: bool) -> None:
@@ -225,7 +226,8 @@ def info(
     storage_option: StorageOption = None,
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
-    with _command():
+    # No TensorFlow (~3 s to import) but for a gs:// OUT, or --length (its window arithmetic sits in the readers).
+    with _command(tensorflow=length is not None or console.reads_through_tensorflow(out)):
         console.storage_options(storage_option, out)
         from .format.dataset import load_manifest
         from .format.manifest import to_json
