@@ -1,8 +1,9 @@
 """``tfshard``: a thin typer layer. Each command parses its flags, calls one library function and prints.
 
 Library errors become one line on stderr and a non-zero exit (``EXIT_CODES``); ``--debug`` shows the traceback.
-TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``), before any module that imports
-it: the converter's engine, the readers and the tools are imported inside the commands, the pure modules at the top.
+TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``; ``info`` needs none but for a
+gs:// OUT or --length), before any module that imports it: the converter's engine, the readers and the tools are
+imported inside the commands, the pure modules at the top.
 Longer than ~350 lines only by its ~80 flags and their help, which docs/reference/cli.md is made from; what is not
 parsing is in ``tools/console.py`` (what every command shares), ``tools/conversion.py`` and ``tools/service.py``.
 """
