@@ -356,17 +356,26 @@ def preview(
     length: Annotated[int | None, Option(
         help="Episodes: window length drawn (default: a quarter, at most 64).")] = None,
     shift: Annotated[int | None, Option(help="Episodes: steps between window starts (default: length / 2).")] = None,
+    changed: Annotated[bool, Option(
+        "--changed", help="Images: only the inputs the converter re-encoded to JPEG (PNG, CMYK, rotated...).")] = False,
+    feature: Annotated[list[str] | None, Option(
+        help="Episodes: a feature to draw (repeat for several; default: the first 6 by name).")] = None,
+    channel: Annotated[list[int] | None, Option(
+        help="Episodes: a channel (element of a step, from 0) of each feature (repeat; default: all).")] = None,
+    time_range: Annotated[str | None, Option(
+        help="Episodes: the steps drawn, START:STOP (100:500) or fractions (0.5:1.0), as readers.windows.")] = None,
     storage_option: StorageOption = None,
 ) -> None:
     """Draw a dataset: a contact sheet (a row per class) or episodes over time with their windows."""
     with _command():
         console.storage_options(storage_option, out)
         from .tools.preview import preview as draw
-        from .tools.preview import save_picture
+        from .tools.preview import save_picture, time_range_of
 
         # None is "not given", so an option of the other kind of dataset is refused rather than ignored.
-        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile, length=length,
-                     shift=shift)
+        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile,
+                     changed=True if changed else None, length=length, shift=shift, feature=feature or None,
+                     channel=channel or None, time_range=None if time_range is None else time_range_of(time_range))
         save_picture(image, output)
         typer.echo(f"{output}: {image.width}x{image.height} preview of {out} [{split}]")
 
