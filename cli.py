@@ -1,8 +1,9 @@
 """``tfshard``: a thin typer layer. Each command parses its flags, calls one library function and prints.
 
 Library errors become one line on stderr and a non-zero exit (``EXIT_CODES``); ``--debug`` shows the traceback.
-TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``), before any module that imports
-it: the converter's engine, the readers and the tools are imported inside the commands, the pure modules at the top.
+TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``; ``info`` needs none but for a
+gs:// OUT or --length), before any module that imports it: the converter's engine, the readers and the tools are
+imported inside the commands, the pure modules at the top.
 Longer than ~350 lines only by its ~80 flags and their help, which docs/reference/cli.md is made from; what is not
 parsing is in ``tools/console.py`` (what every command shares), ``tools/conversion.py`` and ``tools/service.py``.
 """
@@ -37,9 +38,10 @@ Compression = _choices("Compression", "none", "gzip")
 OnNan = _choices("OnNan", "fail", "skip", "keep")
 
 
-def _command(stop: str | None = None, resumable: bool = False):
-    """A command's body: TensorFlow loaded, errors as one line, a stop as one line naming ``stop`` (console.py)."""
-    return console.command(_state["debug"], stop, resumable)
+def _command(stop: str | None = None, resumable: bool = False, tensorflow: bool = True):
+    """A command's body: TensorFlow loaded (unless ``tensorflow`` is False), errors as one line, a stop as one line
+    naming ``stop`` (console.py)."""
+    return console.command(_state["debug"], stop, resumable, tensorflow)
 
 
 def _print_version(value: bool) -> None:
@@ -212,7 +214,8 @@ def info(
     storage_option: StorageOption = None,
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
-    with _command():
+    # No TensorFlow (~3 s to import) but for a gs:// OUT, or --length (its window arithmetic sits in the readers).
+    with _command(tensorflow=length is not None or console.reads_through_tensorflow(out)):
         console.storage_options(storage_option, out)
         from .format.dataset import load_manifest
         from .format.manifest import to_json
