@@ -141,7 +141,8 @@ def imports(name: str) -> None:
     # The Python loaders never import TensorFlow: their workers fork, and a process whose TensorFlow threads
     # hold locks must not fork.
     modules = {"tfshard": ["tfshard.readers.images"], "tfshard-eval": ["tfshard.readers.images"],
-               "keras": ["keras", "tensorflow"], "tfds": ["tensorflow_datasets", "tensorflow"], "grain": ["grain", "PIL.Image"],
+               "keras": ["keras", "tensorflow"], "tfds": ["tensorflow_datasets", "tensorflow"],
+               "grain": ["grain", "PIL.Image"],
                "webdataset": ["webdataset", "torch", "PIL.Image"],
                "streaming": ["streaming", "torch", "PIL.Image"], "dali": ["nvidia.dali.fn", "nvidia.dali.tfrecord"]}
     import importlib
@@ -199,7 +200,7 @@ def _tfds(data: dict, batch_size: int):
 
     builder = tfds.builder_from_directory(data["tfr"])
     ds = builder.as_dataset(split="train", as_supervised=True, shuffle_files=True,
-                            decoders={"image": tfds.decode.SkipDecoding()},
+                            decoders={"image/encoded": tfds.decode.SkipDecoding()},
                             read_config=tfds.ReadConfig(try_autocache=False, shuffle_seed=SEED))
     ds = ds.repeat().shuffle(SHUFFLE_BUFFER, seed=SEED).map(_tf_crop_flip, num_parallel_calls=tf.data.AUTOTUNE)
     return iter(ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE))

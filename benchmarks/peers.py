@@ -46,8 +46,9 @@ import tempfile
 import time
 import typing
 
-import ingest as bench_ingest  # benchmarks/ingest.py: the images, the page-cache warmer, CPU of a process tree
 import peer_loaders as peers
+
+import ingest as bench_ingest  # benchmarks/ingest.py: the images, the page-cache warmer, CPU of a process tree
 
 _PR_SET_CHILD_SUBREAPER = 36  # prctl(2): orphaned grandchildren (a loader's workers) are reparented to us
 
@@ -90,21 +91,26 @@ def run_once(name: str, data_file: str, args) -> Result:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     command = [sys.executable, os.path.abspath(__file__), "--child", name, "--data", data_file,
                "--batch-size", str(args.batch_size), "--batches", str(args.batches)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = proc.communicate()
-    reap_orphans()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise SystemExit(f"{name}: the loader's process failed (exit {proc.returncode}):\n{err.decode()[-3000:]}")
-    measured = json.loads(out.decode().strip().splitlines()[-1])
+    # Files, not pipes: a loader's orphaned workers inherit its stdout and would hold a pipe open.
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        returncode = subprocess.call(command, stdout=out_file, stderr=err_file)
+        reap_orphans()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read().decode(errors="replace"), err_file.read().decode(errors="replace")
+    if returncode != 0:
+        raise SystemExit(f"{name}: the loader's process failed (exit {returncode}):\n{err[-3000:]}")
+    measured = json.loads(out.strip().splitlines()[-1])
     process_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return Result(measured["first_batch"], measured["rate"], measured["cpu_per_image"], process_cpu)
 
 
-def reap_orphans(grace: float = 30.0) -> None:
+def reap_orphans(grace: float = 2.0) -> None:
     """Waits for the loader's orphaned workers (reparented to us), so RUSAGE_CHILDREN holds the whole tree.
 
-    A worker still running after ``grace`` seconds is sent SIGKILL by its PID (all of them are this run's).
+    A worker still running ``grace`` seconds after its loader's process ended (grain's do not stop by themselves)
+    is sent SIGKILL by its PID; all of them are this run's.
     """
     deadline = time.monotonic() + grace
     while True:
