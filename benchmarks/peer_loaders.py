@@ -113,19 +113,23 @@ def files_and_labels(src: str) -> list[tuple[str, int]]:
 
 
 def write_tars(src: str, out: str, shards: int) -> None:
-    """The JPEGs as webdataset tar shards (``<key>.jpg``, ``<key>.cls``)."""
-    import webdataset as wds
+    """The JPEGs as webdataset tar shards (``<key>.jpg``, ``<key>.cls``), written with ``tarfile`` alone."""
+    import tarfile
 
     os.makedirs(out, exist_ok=True)
     items = files_and_labels(src)
     for s in range(shards):
-        with wds.TarWriter(os.path.join(out, f"shard-{s:05d}.tar")) as sink:
+        with tarfile.open(os.path.join(out, f"shard-{s:05d}.tar"), "w") as sink:
             for i, (path, label) in enumerate(items[s::shards]):
-                sink.write({"__key__": f"{s:05d}-{i:06d}", "jpg": _read(path), "cls": str(label).encode()})
+                for suffix, payload in (("jpg", _read(path)), ("cls", str(label).encode())):
+                    member = tarfile.TarInfo(f"{s:05d}-{i:06d}.{suffix}")
+                    member.size = len(payload)
+                    sink.addfile(member, io.BytesIO(payload))
 
 
 def write_mds(src: str, out: str) -> None:
-    """The JPEGs as MosaicML Streaming MDS shards (the raw bytes and the label)."""
+    """The JPEGs as MosaicML Streaming MDS shards (the raw bytes and the label). Imports torch: run it in a process
+    that has not imported TensorFlow (the two in one process can crash it)."""
     from streaming import MDSWriter
 
     with MDSWriter(out=out, columns={"image": "bytes", "label": "int"}, size_limit="16mb") as sink:

@@ -140,7 +140,7 @@ def prepare(tmp: str, args, available: list[str]) -> dict:
         peers.write_tars(src, data["tars"], shards=8)
     if "streaming" in available:
         data["mds"] = os.path.join(tmp, "mds")
-        peers.write_mds(src, data["mds"])
+        subprocess.check_call([sys.executable, os.path.abspath(__file__), "--write-mds", src, data["mds"]])
     for root, _, files in os.walk(tmp):  # warm the page cache for every form
         for name in files:
             bench_ingest._read(os.path.join(root, name))
@@ -154,6 +154,8 @@ def table(results: dict[str, list[Result]], absent: dict[str, list[str]], args) 
     lines = [f"{'loader':<14} {'first batch s':>13} {'img/s':>6} {'CPU ms/img':>10} {'process CPU-s':>13} "
              f"{'img/s vs tfshard':>16} {'first batch vs tfshard':>22}"]
     for name in peers.LOADERS:
+        if name not in med and name not in absent:  # left out by --only
+            continue
         if name in absent:
             lines.append(f"{name:<14} not installed (pip install {' '.join(absent[name])})")
             continue
@@ -179,7 +181,10 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=peers.LOADERS, help="these loaders only (default all)")
     parser.add_argument("--child", choices=peers.LOADERS, help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--write-mds", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.write_mds:
+        return peers.write_mds(*args.write_mds)
     if args.child:
         with open(args.data, encoding="utf-8") as f:
             return child(args.child, json.load(f), args.batch_size, args.batches)
