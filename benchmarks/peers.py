@@ -15,7 +15,9 @@ Each loader runs in a fresh process, once per round; rounds are interleaved and 
   CPU ms/img   CPU time of the loader's whole process tree (its worker processes included) over those batches,
                per image, read from /proc at both ends;
   process CPU  CPU-seconds of the whole process tree from start to exit, imports included
-               (``os.wait4`` of the child and, as this process is their subreaper, of its orphaned workers).
+               (``os.wait4`` of the child and, as this process is their subreaper, of its orphaned workers);
+  other load   the share of the CPUs that other processes took during the timed batches: over ~10%, the
+               machine was not idle and the img/s figures are low.
 
 The table shows the median over rounds (first batch, img/s, CPU) and the ratios to tfshard's training reader.
 The inputs are made once and not timed: the class folders (keras, grain), tfshard's shards with TFDS metadata and
@@ -58,6 +60,7 @@ class Result(typing.NamedTuple):
     rate: float  # images per second over the timed batches
     cpu_per_image: float  # CPU-seconds of the process tree per image, over the timed batches
     process_cpu: float  # CPU-seconds of the whole process tree, start to exit
+    other: float  # share of the CPUs that other processes took during the timed batches (noise on a shared machine)
 
 
 def child(name: str, data: dict, batch_size: int, batches: int) -> None:
@@ -68,13 +71,15 @@ def child(name: str, data: dict, batch_size: int, batches: int) -> None:
     images, labels = next(iterator)
     first = time.perf_counter() - started
     check(name, images, labels, batch_size)
-    (_, cpu), started, count = bench_ingest.cpu_seconds(), time.perf_counter(), 0
+    (machine, cpu), started, count = bench_ingest.cpu_seconds(), time.perf_counter(), 0
     for _ in range(batches):
         images, labels = next(iterator)
         count += len(labels)
     seconds = time.perf_counter() - started
-    cpu = bench_ingest.cpu_seconds()[1] - cpu
-    print(json.dumps({"first_batch": first, "rate": count / seconds, "cpu_per_image": cpu / count}), flush=True)
+    machine, cpu = (a - b for a, b in zip(bench_ingest.cpu_seconds(), (machine, cpu)))
+    other = max(machine - cpu, 0) / seconds / len(os.sched_getaffinity(0))
+    print(json.dumps({"first_batch": first, "rate": count / seconds, "cpu_per_image": cpu / count, "other": other}),
+          flush=True)
     os._exit(0)  # some loaders' iterators hang on in finalizers; the parent reaps what is left
 
 
@@ -103,7 +108,8 @@ def run_once(name: str, data_file: str, args) -> Result:
         raise SystemExit(f"{name}: the loader's process failed (exit {returncode}):\n{err[-3000:]}")
     measured = json.loads(out.strip().splitlines()[-1])
     process_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Result(measured["first_batch"], measured["rate"], measured["cpu_per_image"], process_cpu)
+    return Result(measured["first_batch"], measured["rate"], measured["cpu_per_image"], process_cpu,
+                  measured["other"])
 
 
 def reap_orphans(grace: float = 2.0) -> None:
@@ -152,7 +158,7 @@ def table(results: dict[str, list[Result]], absent: dict[str, list[str]], args) 
     med = {name: Result(*(statistics.median(field) for field in zip(*runs))) for name, runs in results.items()}
     base = med.get("tfshard")
     lines = [f"{'loader':<14} {'first batch s':>13} {'img/s':>6} {'CPU ms/img':>10} {'process CPU-s':>13} "
-             f"{'img/s vs tfshard':>16} {'first batch vs tfshard':>22}"]
+             f"{'other load':>10} {'img/s vs tfshard':>16} {'first batch vs tfshard':>22}"]
     for name in peers.LOADERS:
         if name not in med and name not in absent:  # left out by --only
             continue
@@ -163,7 +169,7 @@ def table(results: dict[str, list[Result]], absent: dict[str, list[str]], args) 
         ratio = f"{r.rate / base.rate:15.2f}x" if base else f"{'':>16}"
         first = f"{r.first_batch / base.first_batch:21.2f}x" if base else ""
         lines.append(f"{name:<14} {r.first_batch:13.2f} {r.rate:6.0f} {r.cpu_per_image * 1e3:10.2f} "
-                     f"{r.process_cpu:13.1f} {ratio} {first}")
+                     f"{r.process_cpu:13.1f} {r.other:10.0%} {ratio} {first}")
     spread = {name: (min(r.rate for r in runs), max(r.rate for r in runs)) for name, runs in results.items()}
     lines.append("")
     lines.append("img/s range over rounds: " + ", ".join(f"{n} {lo:.0f}-{hi:.0f}" for n, (lo, hi) in spread.items()))
@@ -215,11 +221,13 @@ def main() -> None:
                 result = run_once(name, data_file, args)
                 results[name].append(result)
                 print(f"  round {round_ + 1}: {name:<14} first batch {result.first_batch:5.2f} s, "
-                      f"{result.rate:6.0f} img/s, {result.cpu_per_image * 1e3:5.2f} CPU ms/img", flush=True)
+                      f"{result.rate:6.0f} img/s, {result.cpu_per_image * 1e3:5.2f} CPU ms/img, "
+                      f"other load {result.other:.0%}", flush=True)
     print()
     print("\n".join(table(results, absent, args)))
     print("\nfirst batch: building the loader (imports done) to its first batch. CPU ms/img: the loader's whole\n"
-          "process tree over the timed batches. process CPU-s: the whole tree from start to exit, imports included.")
+          "process tree over the timed batches. process CPU-s: the whole tree from start to exit, imports included.\n"
+          "other load: share of the CPUs that other processes took during the timed batches (over ~10%: img/s low).")
 
 
 if __name__ == "__main__":
