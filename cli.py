@@ -1,8 +1,9 @@
 """``tfshard``: a thin typer layer. Each command parses its flags, calls one library function and prints.
 
 Library errors become one line on stderr and a non-zero exit (``EXIT_CODES``); ``--debug`` shows the traceback.
-TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``), before any module that imports
-it: the converter's engine, the readers and the tools are imported inside the commands, the pure modules at the top.
+TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``; ``info`` needs none but for a
+gs:// OUT or --length), before any module that imports it: the converter's engine, the readers and the tools are
+imported inside the commands, the pure modules at the top.
 Longer than ~350 lines only by its ~80 flags and their help, which docs/reference/cli.md is made from; what is not
 parsing is in ``tools/console.py`` (what every command shares), ``tools/conversion.py`` and ``tools/service.py``.
 """
@@ -39,9 +40,10 @@ Compression = _choices("Compression", "none", "gzip")
 OnNan = _choices("OnNan", "fail", "skip", "keep")
 
 
-def _command(stop: str | None = None, resumable: bool = False):
-    """A command's body: TensorFlow loaded, errors as one line, a stop as one line naming ``stop`` (console.py)."""
-    return console.command(_state["debug"], stop, resumable)
+def _command(stop: str | None = None, resumable: bool = False, tensorflow: bool = True):
+    """A command's body: TensorFlow loaded (unless ``tensorflow`` is False), errors as one line, a stop as one line
+    naming ``stop`` (console.py)."""
+    return console.command(_state["debug"], stop, resumable, tensorflow)
 
 
 def _print_version(value: bool) -> None:
@@ -225,7 +227,8 @@ def info(
     storage_option: StorageOption = None,
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
-    with _command():
+    # No TensorFlow (~3 s to import) but for a gs:// OUT, or --length (its window arithmetic sits in the readers).
+    with _command(tensorflow=length is not None or console.reads_through_tensorflow(out)):
         console.storage_options(storage_option, out)
         from .format.dataset import load_manifest
         from .format.manifest import to_json
@@ -353,17 +356,26 @@ def preview(
     length: Annotated[int | None, Option(
         help="Episodes: window length drawn (default: a quarter, at most 64).")] = None,
     shift: Annotated[int | None, Option(help="Episodes: steps between window starts (default: length / 2).")] = None,
+    changed: Annotated[bool, Option(
+        "--changed", help="Images: only the inputs the converter re-encoded to JPEG (PNG, CMYK, rotated...).")] = False,
+    feature: Annotated[list[str] | None, Option(
+        help="Episodes: a feature to draw (repeat for several; default: the first 6 by name).")] = None,
+    channel: Annotated[list[int] | None, Option(
+        help="Episodes: a channel (element of a step, from 0) of each feature (repeat; default: all).")] = None,
+    time_range: Annotated[str | None, Option(
+        help="Episodes: the steps drawn, START:STOP (100:500) or fractions (0.5:1.0), as readers.windows.")] = None,
     storage_option: StorageOption = None,
 ) -> None:
     """Draw a dataset: a contact sheet (a row per class) or episodes over time with their windows."""
     with _command():
         console.storage_options(storage_option, out)
         from .tools.preview import preview as draw
-        from .tools.preview import save_picture
+        from .tools.preview import save_picture, time_range_of
 
         # None is "not given", so an option of the other kind of dataset is refused rather than ignored.
-        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile, length=length,
-                     shift=shift)
+        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile,
+                     changed=True if changed else None, length=length, shift=shift, feature=feature or None,
+                     channel=channel or None, time_range=None if time_range is None else time_range_of(time_range))
         save_picture(image, output)
         typer.echo(f"{output}: {image.width}x{image.height} preview of {out} [{split}]")
 

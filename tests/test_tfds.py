@@ -334,6 +334,25 @@ def test_episode_dtypes_are_refused_with_a_reason_or_read_back_exactly(tmp_path)
         assert element["data/x"].dtype == values.dtype and np.array_equal(element["data/x"], values), dtype
 
 
+def test_episode_metadata_never_reads_the_deprecated_feature_dtype(tmp_path, monkeypatch):
+    """Writing an episodes dataset's TFDS metadata checks each feature's decode without TFDS's ``decode_example``,
+    which reads ``FeatureConnector.dtype`` and so logged "`FeatureConnector.dtype` is deprecated" during ``--tfds``.
+    Its logging is once per process, so the reads themselves are counted here, not the log lines."""
+    save_episodes(tmp_path / "src", {"e.npz": {"x": np.ones((4, 2), np.float32), "n": np.arange(4, dtype=np.uint64)}})
+    out = str(tmp_path / "out")
+    convert_episode_tree(tmp_path / "src", out)
+    reads = []
+    deprecated = tfds.features.FeatureConnector.dtype
+
+    def counted(feature):
+        reads.append(type(feature).__name__)
+        return deprecated.fget(feature)
+
+    monkeypatch.setattr(tfds.features.FeatureConnector, "dtype", property(counted))
+    written = write_tfds_metadata(out)
+    assert "features.json" in written and reads == []
+
+
 def test_tfds_metadata_with_an_empty_split_opens_in_tfds(tmp_path):
     save_episodes(tmp_path / "e", {"train/a.npy": np.ones((4, 2), np.float32),
                                    "val/b.npy": np.full((4, 2), np.nan, np.float32)})

@@ -23,7 +23,7 @@ import typer
 
 from ..format import objects, stops
 from ..format.stops import HungUp, Terminated
-from ..format.storage import prefer_small_gcs_blocks
+from ..format.storage import is_url, prefer_small_gcs_blocks
 from .report import short_tf_error
 
 EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
@@ -138,15 +138,25 @@ def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tup
     return f"{what}: {_STOPPED[first]}{tail}", 128 + first
 
 
+def reads_through_tensorflow(*paths: str | None) -> bool:
+    """Whether any of ``paths`` is a URL only ``tf.io.gfile`` reads (``gs://``): a command that otherwise needs no
+    TensorFlow loads it, quietly, for such a path (``s3://``, ``az://``, ``https://`` and local paths need none)."""
+    return any(path is not None and is_url(path) and not objects.uses_fsspec(path) for path in paths)
+
+
 @contextlib.contextmanager
-def command(debug: bool, stop: str | None = None, resumable: bool = False) -> Iterator[None]:
-    """A command's body: TensorFlow loaded quietly first, a ``reportable`` error as one line on stderr and exit 1.
+def command(debug: bool, stop: str | None = None, resumable: bool = False,
+            tensorflow: bool = True) -> Iterator[None]:
+    """A command's body: TensorFlow loaded quietly first (unless ``tensorflow`` is False: a command that needs none
+    then answers in a fraction of a second, not the ~3 s TensorFlow takes to import), a ``reportable`` error as one
+    line on stderr and exit 1.
 
     With ``stop`` (what the line names), Ctrl-C or SIGTERM is one line too (``stopped``) and exit 130 or 143;
     without it, ``run`` reports the stop. ``debug`` lets both through, with their tracebacks.
     """
     try:
-        load_tensorflow(debug)
+        if tensorflow:
+            load_tensorflow(debug)
         yield
     except reportable() as e:  # called once an error arrives: TensorFlow's op errors count once it is loaded
         if debug:
