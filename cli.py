@@ -1,8 +1,9 @@
 """``tfshard``: a thin typer layer. Each command parses its flags, calls one library function and prints.
 
 Library errors become one line on stderr and a non-zero exit (``EXIT_CODES``); ``--debug`` shows the traceback.
-TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``), before any module that imports
-it: the converter's engine, the readers and the tools are imported inside the commands, the pure modules at the top.
+TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``; ``info`` needs none but for a
+gs:// OUT or --length), before any module that imports it: the converter's engine, the readers and the tools are
+imported inside the commands, the pure modules at the top.
 Longer than ~350 lines only by its ~80 flags and their help, which docs/reference/cli.md is made from; what is not
 parsing is in ``tools/console.py`` (what every command shares), ``tools/conversion.py`` and ``tools/service.py``.
 """
@@ -16,8 +17,6 @@ from typing import Annotated
 import typer
 from typer import Argument, Option
 
-from .ingest.holdout import Holdout
-from .ingest.options import EpisodeOptions, ImageOptions
 from .tools import console, conversion
 from .tools.console import EXIT_CODES, echo_lines, global_flags_first  # noqa: F401  (the command's API)
 from .tools.report import describe_lines, window_of
@@ -39,9 +38,10 @@ Compression = _choices("Compression", "none", "gzip")
 OnNan = _choices("OnNan", "fail", "skip", "keep")
 
 
-def _command(stop: str | None = None, resumable: bool = False):
-    """A command's body: TensorFlow loaded, errors as one line, a stop as one line naming ``stop`` (console.py)."""
-    return console.command(_state["debug"], stop, resumable)
+def _command(stop: str | None = None, resumable: bool = False, tensorflow: bool = True):
+    """A command's body: TensorFlow loaded (unless ``tensorflow`` is False), errors as one line, a stop as one line
+    naming ``stop`` (console.py)."""
+    return console.command(_state["debug"], stop, resumable, tensorflow)
 
 
 def _print_version(value: bool) -> None:
@@ -138,17 +138,12 @@ def images(
     storage_option: StorageOption = None,
 ) -> None:
     """Convert image class folders into sharded TFRecords plus dataset.json."""
+    flags = conversion.keywords(locals())  # convert_images takes each flag under its own name
     with _command(out, resumable=True):
         console.storage_options(storage_option, out)
         from .ingest.convert import convert_images
 
-        image = ImageOptions(quality=quality, rgb=rgb, max_side=max_side, max_pixels=max_pixels, validate=validate,
-                             labels_file=labels, label_kind=label_kind and label_kind.value)
-        options = conversion.convert_options(
-            shard_size, num_shards, min_shards, compression.value, seed, shuffle, on_error.value, index,
-            Holdout(val_fraction, test_fraction, split_seed, stratify), image=image, dedupe=dedupe)
-        conversion.convert_and_report(convert_images, src, out, options, typer.echo, quiet, workers=workers,
-                                      overwrite=overwrite, tfds=tfds, append=append,
+        conversion.convert_and_report(convert_images, src, out, typer.echo, quiet, **flags,
                                       runner=conversion.runner(runner.value, beam_options, _state["debug"]))
 
 
@@ -192,18 +187,12 @@ def episodes(
     storage_option: StorageOption = None,
 ) -> None:
     """Convert numpy episodes (.npy, or .npz with named arrays) into sharded TFRecords plus dataset.json."""
+    flags = conversion.keywords(locals())  # convert_episodes takes each flag under its own name
     with _command(out, resumable=True):
         console.storage_options(storage_option, out)
         from .ingest.convert import convert_episodes
 
-        episode = EpisodeOptions(on_nan=on_nan.value, max_record_bytes=max_record_bytes,
-                                 max_episode_bytes=max_episode_bytes, labels_file=labels, class_folders=class_folders,
-                                 label_kind=label_kind and label_kind.value)
-        options = conversion.convert_options(
-            shard_size, num_shards, min_shards, compression.value, seed, shuffle, on_error.value, index,
-            Holdout(val_fraction, test_fraction, split_seed, stratify), episode=episode)
-        conversion.convert_and_report(convert_episodes, src, out, options, typer.echo, quiet, workers=workers,
-                                      overwrite=overwrite, tfds=tfds, append=append,
+        conversion.convert_and_report(convert_episodes, src, out, typer.echo, quiet, **flags,
                                       runner=conversion.runner(runner.value, beam_options, _state["debug"]))
 
 
@@ -225,7 +214,8 @@ def info(
     storage_option: StorageOption = None,
 ) -> None:
     """Counts, sizes, options and rejected files, from the manifest alone (no data pass)."""
-    with _command():
+    # No TensorFlow (~3 s to import) but for a gs:// OUT, or --length (its window arithmetic sits in the readers).
+    with _command(tensorflow=length is not None or console.reads_through_tensorflow(out)):
         console.storage_options(storage_option, out)
         from .format.dataset import load_manifest
         from .format.manifest import to_json
@@ -333,10 +323,11 @@ def tfds_metadata(out: Annotated[str, Argument(help="A dataset folder (uncompres
     """Write TFDS metadata next to dataset.json, so tfds.builder_from_directory(OUT) opens the dataset."""
     with _command():
         from .format.dataset import load_manifest
+        from .ingest.summary import tfds_written
         from .tools.tfds import write_tfds_metadata
 
         written = write_tfds_metadata(out)
-        typer.echo(conversion.tfds_written(out, ", ".join(written), load_manifest(out)))
+        typer.echo(tfds_written(out, ", ".join(written), load_manifest(out)))
 
 
 @app.command()
@@ -353,17 +344,26 @@ def preview(
     length: Annotated[int | None, Option(
         help="Episodes: window length drawn (default: a quarter, at most 64).")] = None,
     shift: Annotated[int | None, Option(help="Episodes: steps between window starts (default: length / 2).")] = None,
+    changed: Annotated[bool, Option(
+        "--changed", help="Images: only the inputs the converter re-encoded to JPEG (PNG, CMYK, rotated...).")] = False,
+    feature: Annotated[list[str] | None, Option(
+        help="Episodes: a feature to draw (repeat for several; default: the first 6 by name).")] = None,
+    channel: Annotated[list[int] | None, Option(
+        help="Episodes: a channel (element of a step, from 0) of each feature (repeat; default: all).")] = None,
+    time_range: Annotated[str | None, Option(
+        help="Episodes: the steps drawn, START:STOP (100:500) or fractions (0.5:1.0), as readers.windows.")] = None,
     storage_option: StorageOption = None,
 ) -> None:
     """Draw a dataset: a contact sheet (a row per class) or episodes over time with their windows."""
     with _command():
         console.storage_options(storage_option, out)
         from .tools.preview import preview as draw
-        from .tools.preview import save_picture
+        from .tools.preview import save_picture, time_range_of
 
         # None is "not given", so an option of the other kind of dataset is refused rather than ignored.
-        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile, length=length,
-                     shift=shift)
+        image = draw(out, split, n, augmented=True if augmented else None, seed=seed, tile=tile,
+                     changed=True if changed else None, length=length, shift=shift, feature=feature or None,
+                     channel=channel or None, time_range=None if time_range is None else time_range_of(time_range))
         save_picture(image, output)
         typer.echo(f"{output}: {image.width}x{image.height} preview of {out} [{split}]")
 

@@ -19,11 +19,12 @@ PAGES = {"cli": os.path.join(HERE, "reference", "cli.md"), "api": os.path.join(H
 
 # The public Python API, by module, in the order a reader meets it.
 API = {
-    "tfshard.ingest": ["convert_images", "convert_episodes", "ConvertOptions", "ImageOptions", "EpisodeOptions",
-                       "parse_size", "load_manifest", "Manifest", "InputError", "OutputExistsError",
-                       "TfdsMetadataError"],
+    "tfshard.ingest": ["convert_images", "convert_episodes", "ConversionResult", "ConvertOptions", "ImageOptions",
+                       "EpisodeOptions", "parse_size", "load_manifest", "Manifest", "InputError", "OptionError",
+                       "OutputExistsError", "TfdsMetadataError"],
     "tfshard.readers": ["images", "info", "DatasetInfo", "class_weights", "normalization", "episodes", "windows",
-                        "resident_windows", "model_windows", "ModelWindows", "WindowGather", "BackupAndRestore"],
+                        "resident_windows", "model_windows", "ModelWindows", "WindowGather", "BackupAndRestore",
+                        "as_numpy", "NumpyBatches"],
     "tfshard.readers.windows.request": ["WindowRequest"],
     "tfshard.readers.service": ["start_dispatcher", "start_worker", "bound_port"],
     "tfshard.format.objects": ["set_storage_options", "storage_options", "UnsupportedSchemeError"],

@@ -15,6 +15,9 @@ the shard cache's folder errors are the readers' own (``readers/shard_cache/``);
 
 from __future__ import annotations
 
+import functools
+import string
+
 
 class ManifestError(ValueError):
     """A manifest or state file that is not what tfshard wrote: the message names the file and the field."""
@@ -46,3 +49,48 @@ class VerifyError(ValueError):
     def __init__(self, message: str, problems: list[str]):
         super().__init__(message)
         self.problems = problems
+
+
+class Spelled(Exception):
+    """An error naming options as the caller spelled them: the argument (``val_fraction``) from Python, the flag
+    (``--val-fraction``) for a CLI run, which prints ``spelled(flags)``.
+
+    ``template`` is a ``str.format`` template whose fields are the options it names (``{val_fraction}``) and the
+    ``values`` (``{got!r}``); a value is never parsed as a template. ``{append:set}`` is a switch turned on:
+    ``append=True`` from Python, ``--append`` from the CLI.
+
+        e = OptionError("{val_fraction}: must be in [0, 1) (got {got!r})", got=1.5)
+        str(e), e.spelled({"val_fraction": "--val-fraction"})
+        # ("val_fraction: must be in [0, 1) (got 1.5)", "--val-fraction: must be in [0, 1) (got 1.5)")
+    """
+
+    def __init__(self, template: str, **values):
+        self.template, self.values = template, values
+        self.names = [field for _, field, _, _ in string.Formatter().parse(template) if field and field not in values]
+        super().__init__(self.spelled({}))
+
+    def spelled(self, flags: dict[str, str]) -> str:
+        """The message with each option named by ``flags`` (argument name -> flag), else by its argument name."""
+        return self.template.format(**{name: _Name(flags.get(name, name)) for name in self.names}, **self.values)
+
+    def __reduce__(self):
+        return functools.partial(type(self), **self.values), (self.template,)
+
+
+class _Name(str):
+    """An option's name in a ``Spelled`` message; ``:set`` spells it turned on (``append=True``, ``--append``)."""
+
+    def __format__(self, spec: str) -> str:
+        if spec == "set":
+            return str(self) if self.startswith("-") else f"{self}=True"
+        return format(str(self), spec)
+
+
+class OptionError(Spelled, InputError):
+    """A bad conversion option, named as the caller spelled it (``Spelled``): ``val_fraction`` from Python,
+    ``--val-fraction`` from the CLI."""
+
+
+class InputsGrownError(Spelled, OutputExistsError):
+    """OUT holds a dataset of the same options whose inputs SRC has grown past: an append adds the new ones, which
+    the message says as the caller spells it (``append=True`` is ``--append``)."""

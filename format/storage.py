@@ -65,11 +65,15 @@ def _fsspec(path: str) -> bool:
 
 def exists(path: str) -> bool:
     """Whether a file or folder is at ``path`` (local, or any URL; over HTTP only a file is seen)."""
+    if not is_url(path):  # as tf.io.gfile answers it, without loading TensorFlow (`tfshard info` needs none)
+        return os.path.exists(path)
     return objects.exists(path) if _fsspec(path) else gfile().exists(path)
 
 
 def isdir(path: str) -> bool:
     """Whether ``path`` is a folder (on an object store: a prefix holding objects; never over HTTP)."""
+    if not is_url(path):
+        return os.path.isdir(path)
     return objects.isdir(path) if _fsspec(path) else gfile().isdir(path)
 
 
@@ -84,6 +88,8 @@ def listdir(path: str) -> list[str]:
     Raises:
       ValueError: an HTTP URL (``can_list`` says so first).
     """
+    if not is_url(path):
+        return os.listdir(path)
     if _fsspec(path):
         return objects.listdir(path)
     return [name.rstrip("/") for name in gfile().listdir(path)]

@@ -4,13 +4,14 @@ The public names are loaded on first use, so ``import tfshard.ingest.plan`` (the
 pure core) never pulls in TensorFlow and importing the package changes nothing.
 The exceptions are bound at once: they live in ``tfshard.format.errors``, which loads nothing.
 
-    from tfshard.ingest import ConvertOptions, convert_images, verify
-    manifest = convert_images("photos/", "photos-tfr/", ConvertOptions(num_shards=8))
+    from tfshard.ingest import convert_images, verify
+    result = convert_images("photos/", "photos-tfr/", num_shards=8, val_fraction=0.1)
+    print(result.summary())  # what `tfshard images photos/ photos-tfr/ --num-shards 8 --val-fraction 0.1` prints
 """
 
 import importlib
 
-from ..format.errors import InputError, OutputExistsError, TfdsMetadataError, VerifyError
+from ..format.errors import InputError, OptionError, OutputExistsError, TfdsMetadataError, VerifyError
 
 # The converter's own names and the manifest's, each imported from its module on first use.
 _EXPORTS = {
@@ -18,15 +19,16 @@ _EXPORTS = {
     "convert_episodes": ".convert",
     "EpisodeOptions": ".options",
     "ConvertOptions": ".options",
+    "ConversionResult": ".summary",
     "ImageOptions": ".options",
     "parse_size": ".plan",
     "load_manifest": "..format.dataset",
     "Manifest": "..format.manifest",
 }
 
-__all__ = ["ConvertOptions", "EpisodeOptions", "ImageOptions", "InputError", "Manifest", "OutputExistsError",
-           "TfdsMetadataError", "VerifyError", "convert_episodes", "convert_images", "load_manifest", "parse_size",
-           "verify"]
+__all__ = ["ConversionResult", "ConvertOptions", "EpisodeOptions", "ImageOptions", "InputError", "Manifest",
+           "OptionError", "OutputExistsError", "TfdsMetadataError", "VerifyError", "convert_episodes", "convert_images",
+           "load_manifest", "parse_size", "verify"]
 
 
 def __getattr__(name):

@@ -4,10 +4,11 @@ The dataset's ``inputs.json`` (``format/inputs.py``) says what it has read. SRC 
 conversion, with the dataset's class names first so no label changes (new classes follow, sorted); an input
 whose path is not listed (or was listed as rejected or dropped and has changed since) is new. A listed input
 that changed (size, mtime, ctime, label or split) or is gone from SRC is only reported: its record stays, since
-shards are never rewritten. The new inputs are planned with the dataset's own options (any other
-output-affecting option is an error naming it) into shards named for generation g (``train-g0001-...``), and
-written, committed and resumed by the engine (``ingest/engine.py commit_shards``) in the state folder, as a
-conversion is. Class counts are added and pixel statistics merged from the exact sums ``inputs.json`` keeps.
+shards are never rewritten. The new inputs are planned with the dataset's own options, remembered from its
+manifest (``ingest/append_options.py``: an option given another value is an error naming it), into shards named
+for generation g (``train-g0001-...``), and written, committed and resumed by the engine
+(``ingest/engine.py commit_shards``) in the state folder, as a conversion is. Class counts are added and pixel
+statistics merged from the exact sums ``inputs.json`` keeps.
 
 Crash safety, under the output lock: ``append.json`` in the state folder records the base and target
 fingerprints before any shard is written; once every shard is committed, the new inputs file is staged in the
@@ -41,6 +42,7 @@ from ..format.errors import InputError, OutputExistsError
 from ..format.names import INPUTS_NAME, MAX_GENERATION, STATE_DIR, TFDS_FILES, shard_generation
 from ..format.storage import join
 from .append_checks import RECONVERT, base_dataset, check_job, check_options
+from .append_options import remembered
 from .engine import commit_shards
 from .images import PixelSums
 from .job_plan import JobPlan, plan_job
@@ -209,6 +211,7 @@ def append_images(src: str, out: str, options: ConvertOptions, *, workers: int |
     with output_lock(out):
         unfinished = _settle_state(out)
         base = base_dataset(out)
+        options = remembered(out, base, options)  # what the caller left out, the dataset's own
         check_options(out, base, options)
         tfds_files = [n for n in TFDS_FILES if tf.io.gfile.exists(join(out, n))]
         if tfds_files and not tfds:
@@ -301,7 +304,8 @@ def _append_locked(out, base, inputs, job, options, plan: JobPlan, found, retrie
     converted_images = base.options.get("converted_images", 0) + sum(r.stats.converted for r in done.results.values())
     manifest = dataclasses.replace(
         base, fingerprint=target, class_names=job.class_names, splits=splits,
-        options={**options.identity("images"), **job.summary([]), "converted_images": converted_images},
+        options={**options.identity("images"), **job.summary([]), **_label_rule(base),
+                 "converted_images": converted_images},
         rejected=sorted(rejected.values(), key=lambda r: r["path"]), rejected_unlisted=job.rejected_unlisted,
         ignored=job.ignored,
         ignored_files=job.ignored_files, duplicates=done.duplicates, appends=[*base.appends, record])
@@ -309,3 +313,8 @@ def _append_locked(out, base, inputs, job, options, plan: JobPlan, found, retrie
     records.update({r.path: r for r in done.read})
     text = inputs_lib.to_json(inputs_lib.Inputs(target, sums, list(records.values())))
     return dataclasses.replace(manifest, inputs_sha256=inputs_lib.text_sha256(text)), text
+
+
+def _label_rule(base: manifest_lib.Manifest) -> dict:
+    """How the dataset's labels' kind was decided, kept: an append takes that kind (``--label-kind``) as it was."""
+    return {"label_rule": base.options["label_rule"]} if "label_rule" in base.options else {}

@@ -6,9 +6,11 @@ Every refusal is an ``InputError`` naming the option (and its flag) and the fix.
 
 from __future__ import annotations
 
+from ..format import inputs as inputs_lib
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
 from ..format.errors import InputError
+from .append_options import remembered
 from .kinds.images import ImageJob
 from .options import ConvertOptions
 
@@ -98,3 +100,23 @@ def check_job(out: str, base: manifest_lib.Manifest, job: ImageJob) -> None:
         raise InputError(f"{out}: --append: held-out split option {key} ({_HOLDOUT_FLAGS[key]}) is "
                          f"{rule.get(key)!r}, but the dataset's split_rule has {had.get(key)!r}; pass the dataset's "
                          "--val-fraction, --test-fraction and --split-seed")
+
+
+def new_inputs(out: str, old: manifest_lib.Manifest, job, options: ConvertOptions) -> int:
+    """How many inputs of a conversion's scanned ``job`` the dataset ``old`` in ``out`` has not read, when an
+    ``--append`` would take them (an image dataset with its ``inputs.json``, hash held-out splits, the same labels
+    source, options the append could remember); else 0. What a plain rerun on grown inputs says it could do.
+    """
+    if job.kind != "images" or old.kind != "images" or (job.labels is None) != (old.labels is None):
+        return 0
+    if old.split_rule is not None and old.split_rule["method"] == "stratified":
+        return 0
+    try:
+        remembered(out, old, options)
+        inputs = inputs_lib.load_inputs(out, old)
+    except ValueError:  # options an append refuses, or an inputs file it cannot read: no append to suggest
+        return 0
+    if inputs is None:
+        return 0
+    known = {record.path for record in inputs.inputs}
+    return sum(item.relpath not in known for files in job.items.values() for item in files)

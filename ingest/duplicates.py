@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..format.duplicates import SHA256, summarize
-from ..format.errors import InputError
+from ..format.errors import OptionError
 from .plan import ShardSpec
 from .scan import Rejection
 
@@ -54,12 +54,12 @@ def check_dedupe(kind: str, dedupe: bool, runner: Callable | None) -> None:
     if not dedupe:
         return
     if kind != "images":
-        raise InputError(f"--dedupe: drops identical images; episodes are never deduplicated (got a {kind} "
-                         "conversion); drop --dedupe")
+        raise OptionError("{dedupe}: drops identical images; episodes are never deduplicated (got a {kind} "
+                          "conversion); drop {dedupe}", kind=kind)
     if runner is not None:
-        raise InputError("--dedupe: the Beam runner writes shards in parallel workers, so which copy is kept would "
-                         "depend on timing (got --runner beam); convert with the local runner (drop --runner beam), "
-                         "or drop --dedupe to only report the duplicates")
+        raise OptionError("{dedupe}: the Beam runner writes shards in parallel workers, so which copy is kept would "
+                          "depend on timing (got {runner} beam); convert with the local runner (drop {runner} beam), "
+                          "or drop {dedupe} to only report the duplicates")
 
 
 def check_hashes(entries: Any, what: str) -> list[list[str]]:

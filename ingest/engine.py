@@ -36,6 +36,7 @@ from ..format.names import INPUTS_NAME, TEMP_PREFIX
 from ..format.storage import check_bucket, is_url, join
 from ..format.tfrecord import SLOW_CRC32C
 from . import duplicates
+from .append_checks import new_inputs
 from .job_plan import JobPlan, plan_job
 from .kinds.protocol import Kind
 from .lock import output_lock
@@ -213,7 +214,8 @@ def _no_space(out: str) -> OSError:
 
 def _run_locked(job: Kind, out, options, plan: JobPlan, *, workers, overwrite, progress, runner, on_status):
     fingerprint = plan.fingerprint
-    existing = prepare_output(out, fingerprint, overwrite, plan.planned + [manifest_lib.MANIFEST_NAME])
+    existing = prepare_output(out, fingerprint, overwrite, plan.planned + [manifest_lib.MANIFEST_NAME],
+                              functools.partial(new_inputs, out, job=job, options=options))
     if existing is not None:
         return _already_complete(out, existing, on_status)
     done = commit_shards(job, out, options, plan, workers=workers, progress=progress, runner=runner,

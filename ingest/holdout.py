@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ..format.errors import InputError
+from ..format.errors import InputError, OptionError
 
 HELD_OUT = ("val", "test")  # the splits made, in the order their fractions are taken from [0, 1)
 _SOURCE = "train"
@@ -45,12 +45,13 @@ class Holdout:
         for name in ("val_fraction", "test_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-                raise ValueError(f"{name}: must be a fraction in [0, 1) (got {value!r}); e.g. 0.1 holds out 10%")
+                raise OptionError("{" + name + "}: must be a fraction in [0, 1) (got {got!r}); e.g. 0.1 holds out 10%",
+                                  got=value)
         if self.val_fraction + self.test_fraction >= 1:
-            raise ValueError(f"val_fraction + test_fraction: must leave some of train (got {self.val_fraction!r} + "
-                             f"{self.test_fraction!r}); hold out less")
+            raise OptionError("{val_fraction} + {test_fraction}: must leave some of train (got {val!r} + {test!r}); "
+                              "hold out less", val=self.val_fraction, test=self.test_fraction)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ValueError(f"split seed: must be a non-negative int64 (got {self.seed!r})")
+            raise OptionError("{split_seed}: must be a non-negative int64 (got {got!r})", got=self.seed)
 
     @property
     def fractions(self) -> dict[str, float]:

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 
 from ..format import manifest as manifest_lib
-from ..format.errors import InputError
+from ..format.errors import InputError, OptionError
 from ..format.names import INPUTS_NAME, index_file_name
 from . import duplicates
 from .kinds.protocol import Kind
@@ -85,11 +85,11 @@ def _plan_split(job: Kind, split: str, ordered: list, options: ConvertOptions, g
         found, asked = len(ordered), max(options.num_shards or 0, options.min_shards)
         if asked <= found:
             raise InputError(f"{job.src}: split {split!r}: {e}") from e
-        raise InputError(
-            f"{job.src}: split {split!r}: {asked} shards asked for (got num_shards={options.num_shards!r}, "
-            f"min_shards={options.min_shards!r}) but only {found} {job.unit} inputs were found, counted before "
-            f"validation (the scan rejected {len(job.rejected)} in all); ask for at most {found} shards, fewer "
-            "if some inputs are rejected"
+        raise OptionError(
+            "{src}: split {split!r}: {asked} shards asked for (got {num_shards}={n!r}, {min_shards}={m!r}) but only "
+            "{found} {unit} inputs were found, counted before validation (the scan rejected {rejected} in all); ask "
+            "for at most {found} shards, fewer if some inputs are rejected", src=job.src, split=split, asked=asked,
+            n=options.num_shards, m=options.min_shards, found=found, unit=job.unit, rejected=len(job.rejected)
         ) from e
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import tensorflow as tf
 
 from ..format import manifest as manifest_lib
 from ..format.dataset import load_manifest
-from ..format.errors import OutputExistsError
+from ..format.errors import InputsGrownError, OutputExistsError
 from ..format.json_checks import REWRITE
 from ..format.names import INPUTS_NAME, LOCK_NAME, STATE_DIR, index_file_name, is_shard_name
 from ..format.storage import NotRegularFileError, join, stat_regular
@@ -113,14 +114,17 @@ def complete_dataset(out: str, fingerprint: str) -> manifest_lib.Manifest | None
     return manifest if manifest.fingerprint == fingerprint and not damaged_files(out, manifest) else None
 
 
-def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[str]) -> manifest_lib.Manifest | None:
+def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[str],
+                   new_inputs: Callable[[manifest_lib.Manifest], int] | None = None) -> manifest_lib.Manifest | None:
     """Checks OUT (which exists, and is locked) against this run; returns the existing manifest when the work is done.
 
     ``--overwrite`` removes only the files of a tfshard dataset and of an unfinished run there that tfshard can
     prove it wrote (``ingest/proof.py``: those its manifest or its commit records list with the size and sha256
     they still have, the manifest, the inputs file and TFDS metadata written for it), and never removes or replaces
     anything else: a file there that its record does not prove, or a ``planned`` output name that no record
-    proves, is refused with or without ``--overwrite``, before anything is removed.
+    proves, is refused with or without ``--overwrite``, before anything is removed. ``new_inputs``: how many inputs
+    of this run a dataset in OUT of other inputs has not read, when ``--append`` could add them (said in the
+    refusal).
     """
     manifest_path = join(out, manifest_lib.MANIFEST_NAME)
     check_state_folder(out)
@@ -147,6 +151,13 @@ def prepare_output(out: str, fingerprint: str, overwrite: bool, planned: list[st
             _replace(out, old, planned, tfds=False)  # the same dataset again: its TFDS metadata stays true
             return None
         if not overwrite:
+            grown = new_inputs(old) if new_inputs is not None else 0
+            if grown:
+                raise InputsGrownError(
+                    "{out}: output folder holds a dataset made from other inputs; SRC has {grown:,} it has not read: "
+                    "pass {append:set} to add them as new shards (every shard written is kept, the dataset's options "
+                    "remembered), {overwrite:set} to rebuild it from SRC as it is now, or choose another folder",
+                    out=out, grown=grown)
             raise OutputExistsError(f"{out}: output folder holds a dataset made from other inputs or options; pass "
                                     "--overwrite to replace it, or choose another folder")
         _replace(out, old, planned)

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 from ..format import json_checks
 from ..format.dataset import load_manifest, read_small_file
-from ..format.errors import InputError, TfdsMetadataError
+from ..format.errors import InputError, OptionError, TfdsMetadataError
 from ..format.manifest import SPLIT_TYPES, ShardInfo
 from ..format.names import TEMP_PREFIX, TFDS_FILES, is_tfds_name
 from ..format.storage import is_url, join
@@ -73,8 +73,8 @@ def check_tfds_request(compression: str | None) -> None:
       ImportError: tensorflow-datasets is not installed (the message says how to install it).
     """
     if compression is not None:
-        raise ValueError(f"tfds: TFDS opens TFRecord files uncompressed only (got compression={compression!r}); "
-                         "drop --tfds or --compression")
+        raise OptionError("{tfds}: TFDS opens TFRecord files uncompressed only (got {compression}={got!r}); "
+                          "drop {tfds} or {compression}", got=compression)
     tfds_module()
 
 

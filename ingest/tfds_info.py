@@ -82,12 +82,15 @@ def unlabelled_class(out: str, class_names: list[str], theirs: list[str] | None,
 
 
 def _raw_bytes_problem(feature, dtype: np.dtype, shape: tuple[int, ...]) -> str | None:
-    """Why TFDS's raw-bytes ``Tensor`` feature cannot read one of our episode features, or None: its own decode
-    (``tf.io.decode_raw``, a reshape to ``[-1, *shape]``) is run on an empty value."""
+    """Why TFDS's raw-bytes ``Tensor`` feature cannot read one of our episode features, or None: the ops of its
+    decode (``Tensor.decode_example``: ``tf.io.decode_raw`` in its ``tf_dtype``, int64 for uint64, then a reshape
+    to ``[-1, *shape]``) are run on an empty value. Not through ``decode_example`` itself: it reads the deprecated
+    ``FeatureConnector.dtype``, which logged a deprecation warning during every ``--tfds`` of episodes."""
     if 0 in shape:
         return f"no elements per step (shape {list(shape)}): the reshape cannot infer the steps"
+    raw = tf.int64 if feature.tf_dtype == tf.uint64 else feature.tf_dtype
     try:
-        feature.decode_example(tf.constant(b""))
+        tf.reshape(tf.io.decode_raw(tf.constant(b""), raw), [-1, *shape])
     except (TypeError, ValueError, tf.errors.InvalidArgumentError):
         return f"{dtype.name} values (tf.io.decode_raw does not read {dtype.name})"
     return None

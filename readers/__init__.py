@@ -8,6 +8,7 @@
     mw = readers.model_windows("runs-tfr", length=256, shift=16, batch_size=64)  # gathered in the model's step
     readers.preview("photos-tfr").save("sheet.png")             # a contact sheet (tfshard.tools.preview)
     backup = readers.BackupAndRestore("bk", save_freq=500)      # model.fit resumes mid-epoch, input position too
+    for x, y in readers.as_numpy(ds): ...                       # numpy batches, len() kept (PyTorch, JAX loops)
 
 Readers are tf.data pipelines, so importing this package imports TensorFlow; it
 changes no TensorFlow setting. The functions are bound eagerly so that
@@ -25,13 +26,15 @@ from .episodes import episodes
 from .files import DatasetInfo, class_weights, info
 from .images import images
 from .normalize import normalization
+from .numpy_batches import NumpyBatches, as_numpy
 from .windowing.targets import Targets
 from .windows.dataset import windows
 from .windows.in_model import ModelWindows, WindowGather, model_windows
 from .windows.resident import resident_windows
 
-__all__ = ["BackupAndRestore", "DatasetInfo", "ModelWindows", "Targets", "WindowGather", "class_weights", "episodes",
-           "images", "info", "model_windows", "normalization", "preview", "resident_windows", "windows"]
+__all__ = ["BackupAndRestore", "DatasetInfo", "ModelWindows", "NumpyBatches", "Targets", "WindowGather", "as_numpy",
+           "class_weights", "episodes", "images", "info", "model_windows", "normalization", "preview",
+           "resident_windows", "windows"]
 
 
 def __getattr__(name):

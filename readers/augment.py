@@ -38,6 +38,15 @@ def _image_uniforms(seeds: tf.Tensor, count: int) -> list[tf.Tensor]:
     return tf.unstack(draws, count, axis=1)
 
 
+def _batch_size(images: tf.Tensor):
+    """The batch's size: the static one when the batch's shape has it (``drop_remainder``), else a tensor.
+
+    Grappler's cost model re-infers the shapes inside a tf.data function and sees ``[tf.shape(images)[0]]`` as an
+    unknown size, so a ``crop_and_resize`` given boxes drawn in that shape logged "Error in PredictCost() for the
+    op ... CropAndResize" (a multi-KB line) each time an iterator was made: every epoch of a cached reader."""
+    return images.shape[0] if images.shape[0] is not None else tf.shape(images)[0]
+
+
 def _between(u: tf.Tensor, low, high) -> tf.Tensor:
     """``u`` in [0, 1) scaled to [low, high) as ``stateless_uniform(minval=low, maxval=high)`` scales its draws."""
     low, high = tf.cast(low, tf.float32), tf.cast(high, tf.float32)
@@ -55,7 +64,7 @@ def random_resized_crop_batch(
     """
     if per_image(seed):
         return _resized_crop(images, size, _image_uniforms(seed, 4), scale, ratio)
-    batch = tf.shape(images)[0]
+    batch = _batch_size(images)
     area_seed, ratio_seed, y_seed, x_seed = tf.unstack(_split(seed, 4))
     area = tf.random.stateless_uniform([batch], area_seed, scale[0], scale[1])
     log_ratio = tf.random.stateless_uniform(
@@ -74,7 +83,7 @@ def _resized_crop(images: tf.Tensor, size, u: list[tf.Tensor], scale=(0.08, 1.0)
 
 
 def _crop_boxes(images, size, area, log_ratio, y, x) -> tf.Tensor:
-    batch = tf.shape(images)[0]
+    batch = _batch_size(images)
     aspect = tf.exp(log_ratio)
     height = tf.minimum(tf.sqrt(area / aspect), 1.0)  # fractions of the cached image's side
     width = tf.minimum(tf.sqrt(area * aspect), 1.0)

@@ -15,11 +15,13 @@ import pytest
 from helpers import (
     assert_same_tree,
     convert_image_tree,
+    flat_jpegs,
     image_features,
     make_tree,
     read_manifest,
     snapshot,
     write_jpeg,
+    write_text,
 )
 from stop_point import kill_group, start_held
 from tfshard import readers
@@ -30,6 +32,7 @@ from tfshard.ingest import (
     ConvertOptions,
     ImageOptions,
     InputError,
+    OptionError,
     OutputExistsError,
     convert_episodes,
     convert_images,
@@ -317,8 +320,10 @@ def test_value_labels_append_with_the_same_columns_only(tmp_path):
         _append(src, out, image=ImageOptions(labels_file=str(other)))
     classes = tmp_path / "classes.csv"
     classes.write_text("path,label\n" + "".join(f"{i}.jpg,cat\n" for i in range(5)))
-    with pytest.raises(InputError, match=r"SRC gives 'class' labels but the dataset has 'value' labels"):
-        _append(src, out, image=ImageOptions(labels_file=str(classes)))
+    with pytest.raises(InputError, match=r"columns are \['label'\] but the dataset's are \['x', 'y'\]"):
+        _append(src, out, image=ImageOptions(labels_file=str(classes)))  # read as values, the dataset's kind
+    with pytest.raises(OptionError, match=r"label_kind is 'class', but the dataset was converted with 'value'"):
+        _append(src, out, image=ImageOptions(labels_file=str(classes), label_kind="class"))
 
 
 def test_dedupe_drops_a_new_train_copy_and_reports_a_new_val_copy_of_an_old_train_image(tmp_path):
@@ -340,12 +345,79 @@ def test_hash_held_out_splits_take_new_inputs_by_the_same_rule(tmp_path):
     make_tree(src, per_class=6)
     convert_image_tree(src, out, holdout=Holdout(val_fraction=0.3, seed=3))
     make_tree(src, classes=("emu",), per_class=6, seed=100)
-    manifest, _ = _append(src, out, holdout=Holdout(val_fraction=0.3, seed=3))
+    manifest, _ = _append(src, out, holdout=Holdout(val_fraction=0.3, seed=3))  # the dataset's own, passed again
     full = convert_image_tree(src, tmp_path / "full", holdout=Holdout(val_fraction=0.3, seed=3))
     assert {s: [r[:2] for r in rows] for s, rows in _records(out, manifest).items()} == {
         s: [r[:2] for r in rows] for s, rows in _records(tmp_path / "full", full).items()}
-    with pytest.raises(InputError, match=r"held-out split option seed \(--split-seed\) is 4"):
+    with pytest.raises(OptionError, match=r"split_seed is 4, but the dataset was converted with 3; an append "):
         _append(src, out, holdout=Holdout(val_fraction=0.3, seed=4))
+
+
+def test_an_append_remembers_the_datasets_options_held_out_rule_and_shuffle(tmp_path, cli):
+    """Only SRC is passed: the shard counts, image options, held-out rule and write order are the dataset's, so the
+    splits are those of a full conversion of the union with the first command's options."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, per_class=6)
+    first = ["--num-shards", "2", "--quality", "80", "--val-fraction", "0.3", "--split-seed", "3", "--no-shuffle",
+             "--index"]
+    assert cli("images", src, out, "--workers", "0", *first).exit_code == 0
+    before = load_manifest(str(out))
+    make_tree(src, classes=("emu",), per_class=6, seed=100)
+    result = cli("images", src, out, "--append", "--workers", "0")
+    assert result.exit_code == 0, result.output
+    assert "appended: 6 new images as generation 1 (new classes: emu)" in result.stdout
+    manifest = load_manifest(str(out))
+    assert manifest.options == before.options and manifest.split_rule == before.split_rule
+    full = convert_images(str(src), str(tmp_path / "full"), num_shards=2, quality=80, val_fraction=0.3, split_seed=3,
+                          shuffle=False, index=True, workers=0, progress=False)
+    assert {s: [r[:2] for r in rows] for s, rows in _records(out, manifest).items()} == {
+        s: [r[:2] for r in rows] for s, rows in _records(tmp_path / "full", full.manifest).items()}
+    assert verify(str(out)).splits["train"].records == manifest.splits["train"].records
+
+
+def test_an_append_takes_the_labels_kind_the_dataset_has(tmp_path):
+    """Integer labels read as values by the first conversion (``label_kind="value"``) stay values: the labels file
+    of the append, which alone would read as classes, needs no ``label_kind``."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    flat_jpegs(src, ["a", "b", "c"])
+    labels = write_text(tmp_path / "labels.csv", "path,age\na.jpg,3\nb.jpg,7\nc.jpg,3\n")
+    convert_images(str(src), str(out), labels=labels, label_kind="value", workers=0, progress=False)
+    write_jpeg(src / "d.jpg", 9)
+    write_text(tmp_path / "labels.csv", "path,age\na.jpg,3\nb.jpg,7\nc.jpg,3\nd.jpg,12\n")
+    result = convert_images(str(src), str(out), labels=labels, append=True, workers=0, progress=False)
+    assert result.manifest.labels == "value" and result.manifest.splits["train"].records == 4
+    assert {r.path: r.label for r in load_inputs(str(out), result.manifest).inputs}["d.jpg"] == [12.0]
+    with pytest.raises(OptionError, match=r"label_kind is 'class', but the dataset was converted with 'value'"):
+        convert_images(str(src), str(out), labels=labels, label_kind="class", append=True, workers=0, progress=False)
+
+
+def test_an_append_given_another_value_than_the_datasets_is_refused_naming_it_both_ways(grown, cli):
+    src, out, old = grown
+    with pytest.raises(OptionError, match=r"out: num_shards is 3, but the dataset was converted with 2; an append "
+                                          r"\(append=True\) takes the dataset's own options: drop num_shards, or"):
+        _append(src, out, num_shards=3)
+    result = cli("images", src, out, "--append", "--num-shards", "3", "--workers", "0")
+    assert result.exit_code == 1
+    assert ("out: --num-shards is 3, but the dataset was converted with 2; an append (--append) takes the dataset's "
+            "own options: drop --num-shards, or convert into another folder") in result.stderr
+    with pytest.raises(OptionError, match=r"shuffle is False, but the dataset was shuffled with seed 0"):
+        _append(src, out, shuffle=False)
+    assert _shards(out) == old
+
+
+def test_a_plain_rerun_on_grown_inputs_says_that_append_adds_them(grown, cli):
+    src, out, old = grown
+    with pytest.raises(OutputExistsError, match=r"SRC has 5 it has not read: pass append=True to add them as new "
+                                                r"shards .*, overwrite=True to rebuild it from SRC as it is now"):
+        convert_images(str(src), str(out), workers=0, progress=False)
+    result = cli("images", src, out, "--workers", "0")
+    assert result.exit_code != 0
+    assert "SRC has 5 it has not read: pass --append to add them as new shards" in result.stderr
+    assert "--overwrite to rebuild it from SRC as it is now" in result.stderr
+    with pytest.raises(OutputExistsError, match=r"other inputs or options; pass --overwrite") as raised:
+        convert_images(str(src), str(out), num_shards=3, workers=0, progress=False)  # which an append refuses
+    assert "append" not in str(raised.value)
+    assert _shards(out) == old
 
 
 def test_a_cached_reader_serves_the_appended_records(grown, tmp_path):
@@ -376,10 +448,10 @@ def test_append_without_a_dataset_or_its_inputs_file_is_refused_with_the_fix(gro
 
 
 @pytest.mark.parametrize("options, problem", [
-    (dict(num_shards=3), r"option num_shards \(--num-shards\) is 3, but the dataset was converted with 2"),
-    (dict(num_shards=2, image=ImageOptions(quality=80)), r"option image.quality \(--quality\) is 80"),
-    (dict(num_shards=2, compression="gzip"), r"option compression \(--compression\) is 'gzip'"),
-    (dict(num_shards=2, dedupe=True), r"option dedupe \(--dedupe\) is True"),
+    (dict(num_shards=3), r"num_shards is 3, but the dataset was converted with 2"),
+    (dict(num_shards=2, image=ImageOptions(quality=80)), r"quality is 80, but the dataset was converted with 95"),
+    (dict(compression="gzip"), r"compression is 'gzip', but the dataset was converted with None"),
+    (dict(dedupe=True), r"dedupe is True, but the dataset was converted with False"),
 ])
 def test_append_with_other_output_options_is_refused_naming_the_option(grown, options, problem):
     src, out, old = grown
@@ -531,7 +603,7 @@ def test_a_refused_append_leaves_out_exactly_as_it_found_it(base_and_clean, refu
         with pytest.raises(InputError, match="zzz.jpg"):
             _append(src, out, on_error="fail", **options)
         options["num_shards"] = 3
-        problem = r"option num_shards \(--num-shards\) is 3"
+        problem = r"num_shards is 3, but the dataset was converted with 2"
     before = snapshot(out)
     with pytest.raises(InputError, match=problem):
         _append(src, out, **options)

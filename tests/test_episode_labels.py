@@ -538,7 +538,7 @@ def test_cli_label_kind_reads_integers_as_values_and_the_summary_says_why(tmp_pa
         "pass --label-kind value to read the labels as numbers)" in decided.output
     assert forced.exit_code == 0 and "label kind: value (--label-kind value)" in forced.output
     assert labels_of(load_manifest(str(tmp_path / "values"))) == {"ep0.npy": 1.0, "ep1.npy": 2.0, "ep3.npy": 3.0}
-    assert multi.exit_code == 1 and "label_kind: must be 'class', 'value' or None for episodes" in multi.output
+    assert multi.exit_code == 1 and "--label-kind: must be 'class', 'value' or None for episodes" in multi.output
 
 
 def test_cli_no_class_folders(tmp_path, cli):

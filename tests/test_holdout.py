@@ -50,7 +50,7 @@ def test_stratified_counts_are_exact_per_class():
     (dict(val_fraction=1.0), r"val_fraction: must be a fraction in \[0, 1\)"),
     (dict(val_fraction=-0.1), "val_fraction"),
     (dict(val_fraction=0.6, test_fraction=0.4), "must leave some of train"),
-    (dict(val_fraction=0.1, seed=-1), "split seed"),
+    (dict(val_fraction=0.1, seed=-1), "split_seed"),
 ])
 def test_bad_fractions_are_refused_naming_them(holdout, match):
     with pytest.raises(ValueError, match=match):
@@ -98,4 +98,4 @@ def test_episodes_hold_out_too_and_the_cli_says_the_rule(tmp_path, cli):
     assert result.exit_code == 0, result.output
     assert "held out: val 0.2 of train (a seeded hash of each path, seed 4)" in result.output
     bad = cli("images", images, tmp_path / "bad", "--val-fraction", "1.5")
-    assert bad.exit_code != 0 and "val_fraction: must be a fraction in [0, 1)" in bad.output
+    assert bad.exit_code != 0 and "--val-fraction: must be a fraction in [0, 1)" in bad.output

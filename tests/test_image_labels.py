@@ -958,7 +958,7 @@ def test_a_split_column_meets_held_out_fractions(flat_six, tmp_path):
 
 def test_label_kind_without_labels_is_one_line(flat_six, tmp_path, cli):
     result = cli("images", flat_six, tmp_path / "out", "--label-kind", "multi")
-    assert result.exit_code != 0 and "label_kind: only with a labels file" in result.output
+    assert result.exit_code != 0 and "--label-kind: only with a labels file" in result.output
     assert not os.path.exists(tmp_path / "out")
 
 

@@ -120,3 +120,17 @@ def test_the_command_line_starts_without_tensorflow():
     code = "import sys, tfshard.cli; print('tensorflow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "False"
+
+
+def test_commands_that_need_no_tensorflow_never_import_it(converted_images):
+    """``tfshard info OUT`` (and ``--json``), ``--version`` and ``--help`` read no data: they run without importing
+    TensorFlow (~3 s of a ~3.7 s ``info`` before), checked in the process that ran them (a structural check)."""
+    code = ("import sys\nfrom tfshard.cli import main\n"
+            f"for args in (['info', {converted_images.out!r}], ['info', '--json', {converted_images.out!r}], "
+            "['--version'], ['--help']):\n"
+            "    try:\n        main(args)\n    except SystemExit as e:\n        assert not e.code, (args, e.code)\n"
+            "print('tensorflow loaded:', 'tensorflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"{converted_images.out}: images" in done.stdout  # info ran and printed the dataset
+    assert done.stdout.strip().endswith("tensorflow loaded: False")

@@ -409,7 +409,7 @@ def test_options_take_sizes_as_the_cli_does():
     assert ConvertOptions(shard_bytes="64MiB").shard_bytes == 64 * 2**20
     episode = EpisodeOptions(max_record_bytes="1MB", max_episode_bytes="2GiB")
     assert (episode.max_record_bytes, episode.max_episode_bytes) == (10**6, 2 * 2**30)
-    with pytest.raises(ValueError, match=r"shard_bytes: not a size \(got '64 parsecs'\)"):
+    with pytest.raises(ValueError, match=r"shard_size: not a size \(got '64 parsecs'\)"):
         ConvertOptions(shard_bytes="64 parsecs")
     with pytest.raises(TypeError, match=r"max_record_bytes: a byte count or a size"):
         EpisodeOptions(max_record_bytes=1.5)

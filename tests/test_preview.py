@@ -31,7 +31,8 @@ from PIL import Image, ImageDraw
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
 from tfshard.readers.image_ops import decode_center_crop
-from tfshard.tools import fonts
+from tfshard.tools import fonts, series
+from tfshard.tools.episode_plot import picture_size
 from tfshard.tools.preview import (
     GAP,
     LABEL_WIDTH,
@@ -136,13 +137,13 @@ def episode_dataset(tmp_path_factory):
 
 def test_episode_plot_has_a_panel_per_feature_and_the_windows(episode_dataset, tmp_path, cli):
     picture = readers.preview(episode_dataset, n=2, length=16, shift=4)
-    assert picture.size == (1000, 660)  # 10 x 2.2 inches per panel at 100 dpi: act, obs, windows
+    assert picture.size == picture_size([1, 3]) == (1000, 680)  # act, obs's 3 channels a strip each, the windows
     assert len(picture.getcolors(2**24)) > 100  # lines, spans, text: not a blank canvas
     path = tmp_path / "episodes.png"
     result = cli("preview", episode_dataset, "-o", path, "--length", "16", "--shift", "4")
     assert result.exit_code == 0, result.output
     with Image.open(path) as written:
-        assert written.format == "PNG" and written.size == (1000, 660)
+        assert written.format == "PNG" and written.size == (1000, 680)
 
 
 def test_episode_plot_without_matplotlib_says_how_to_install_it(episode_dataset, monkeypatch, cli, tmp_path):
@@ -282,10 +283,15 @@ def test_n_up_to_the_limit_draws_the_episodes_there_are(runs):
     assert readers.preview(runs, n=MAX_EPISODES).size == (1000, 440)  # two episodes, one feature, the windows
 
 
-def test_features_past_the_panel_limit_are_left_out_not_stacked_on(tmp_path):
+def test_a_handful_of_features_by_default_and_at_most_the_panel_limit_chosen(tmp_path):
     save_episodes(tmp_path / "eps", {"e.npz": {f"f{i:02d}": np.arange(10.0) * i for i in range(MAX_PANELS + 2)}})
     convert_episode_tree(tmp_path / "eps", tmp_path / "out")
-    assert readers.preview(str(tmp_path / "out")).size == (1000, 220 * (MAX_PANELS + 1))  # and the windows panel
+    out = str(tmp_path / "out")
+    assert readers.preview(out).size == (1000, 220 * (series.DEFAULT_FEATURES + 1))  # and the windows panel
+    every = [f"f{i:02d}" for i in range(MAX_PANELS + 2)]
+    assert readers.preview(out, feature=every[:MAX_PANELS]).size == (1000, 220 * (MAX_PANELS + 1))
+    with pytest.raises(ValueError, match=re.escape(f"{out}: choose 1 to {MAX_PANELS} features to draw (got feature=")):
+        readers.preview(out, feature=every)
 
 
 # --------------------------------------------------------------------------------------------- the reader's refusals
@@ -588,7 +594,10 @@ def test_episode_plot_of_odd_features_and_short_episodes(odd_episodes):
     assert "mean n/a" in _stats_text(info.feature_mean.get("z"), None)
     for options in ({}, {"length": 1, "shift": 1}, {"length": 3}, {"n": 10}):  # episode 0 has 1 step: no windows
         picture = readers.preview(odd_episodes, **options)
-        assert picture.size == (1000, 220 * 7) and len(picture.getcolors(2**24)) > 50, options
+        # b, i, n, u, z one strip each; m's 24 channels ([2, 3, 4] a step) the first 16 of them
+        assert picture.size == picture_size([1, 1, series.MAX_CHANNELS, 1, 1, 1]), options
+        assert len(picture.getcolors(2**24)) > 50, options
+    assert readers.preview(odd_episodes, feature="m", channel=[23, 0]).size == picture_size([2])
 
 
 @pytest.mark.parametrize("bad", [{"length": 0}, {"length": -3}, {"shift": 0}, {"shift": -1}, {"n": -2}, {"length": 50},
@@ -642,3 +651,210 @@ def test_cli_preview_does_not_write_through_a_planted_temporary_symlink(tree_out
     result = cli("preview", out, "-o", tmp_path / "shared" / "sheet.png", "--tile", "16")
     assert victim.read_bytes() == b"precious", result.output
     assert not os.path.islink(tmp_path / "shared" / "sheet.png")
+
+
+# ------------------------------------------------------------------- preview: which series, long ones, discrete ones
+
+
+def test_envelope_and_column_means_against_an_oracle():
+    rng = np.random.default_rng(0)
+    for steps, columns in itertools.product([1, 2, 5, 17, 100, 1801], [1, 2, 3, 7, 900, 5000]):
+        values = rng.standard_normal(steps)
+        values[rng.random(steps) < 0.1] = np.nan
+        low, high, first = series.envelope(values, columns)
+        runs = np.split(values, first[1:])  # the oracle: every step in exactly one run, in order
+        assert len(runs) == min(columns, steps) and sum(map(len, runs)) == steps
+        assert max(map(len, runs)) - min(map(len, runs)) <= 1  # as even as whole steps allow
+        for run, lo, hi in zip(runs, low, high):
+            finite = run[~np.isnan(run)]
+            assert (np.isnan(lo) and not len(finite)) or (lo == finite.min() and hi == finite.max())
+        flags = rng.random(steps) < 0.3
+        means, first = series.column_means(flags, columns)
+        assert np.allclose(means, [run.mean() for run in np.split(flags, first[1:])])
+
+
+def test_which_features_and_channels_are_chosen_and_refused():
+    schema = {"obs": (6,), "act": (), "img": (2, 3), **{f"x{i}": () for i in range(6)}}
+    assert series.choose_features("ds", schema, None) == (["act", "img", "obs", "x0", "x1", "x2"], 3)
+    assert series.choose_features("ds", schema, "obs") == (["obs"], 8)
+    assert series.choose_channels("ds", schema, ["img", "act"], None) == {"img": ([0, 1, 2, 3, 4, 5], 0),
+                                                                        "act": ([0], 0)}
+    assert series.choose_channels("ds", schema, ["obs"], [4, 1]) == {"obs": ([4, 1], 4)}
+    assert series.channel_name((2, 3), 4) == "ch 4 [1, 1]" and series.channel_name((6,), 4) == "ch 4"
+    refusals = [
+        (lambda: series.choose_features("ds", schema, ["obs", "nope"]),
+         "ds: no feature 'nope' to draw (got feature=['obs', 'nope']); the dataset has act, img, obs, x0"),
+        (lambda: series.choose_features("ds", schema, ["obs", "obs"]), "ds: a feature named twice"),
+        (lambda: series.choose_channels("ds", schema, ["obs", "act"], [2]),
+         "ds: feature 'act' has 1 channels, 0 to 0 (got channel=[2]); pass channels it has, or --feature"),
+        (lambda: series.choose_channels("ds", schema, ["obs"], [-1]), "ds: channels are distinct integers from 0"),
+        (lambda: series.choose_channels("ds", schema, ["obs"], [True]), "(got channel=[True])"),
+        (lambda: series.choose_channels("ds", schema, ["obs"], [1, 1]), "pass each --channel once"),
+        (lambda: series.time_range_of("100-500"), "--time-range: must be START:STOP, steps (100:500) or fractions"),
+    ]
+    for call, message in refusals:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            call()
+    assert series.time_range_of("100:500") == (100, 500) and series.time_range_of("0.5:1") == (0.5, 1.0)
+    assert [series.kind_of(np.dtype(d)) for d in ("bool", "uint8", "int64", "float16", "complex64")] == [
+        "heat", "steps", "steps", "line", "line"]
+
+
+@pytest.fixture(scope="module")
+def year(tmp_path_factory):
+    """A year of hourly steps (8,760): 6 float channels, the hour of day (int) and whether it rained (bool)."""
+    root = tmp_path_factory.mktemp("year")
+    steps = np.arange(8760)
+    obs = np.stack([np.sin(2 * np.pi * steps / 24 + k) * (k + 1) + k * 100 for k in range(6)], 1).astype(np.float32)
+    save_episodes(root / "src", {"year.npz": {"obs": obs, "hour": (steps % 24).astype(np.int32),
+                                              "rain": steps % 97 < 5}})
+    convert_episode_tree(root / "src", root / "out")
+    return str(root / "out")
+
+
+def _bar_widths(picture: Image.Image, color=(31, 119, 180)) -> list[int]:
+    """Widths in pixels of the runs of a window's colour (matplotlib's C0) in the windows panel, the picture's last
+    WINDOWS_PANEL inches."""
+    pixels = np.asarray(picture)[-200:]
+    widths = []
+    for row in np.all(pixels == color, axis=-1):
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], row.astype(int), [0]])))
+        widths += list(edges[1::2] - edges[::2])
+    return widths
+
+
+def test_a_long_multichannel_series_draws_every_channel_and_readable_windows(year, tmp_path, cli):
+    picture = readers.preview(year, length=64, shift=24)
+    assert picture.size == picture_size([1, 6, 1])  # hour, obs's 6 channels, rain
+    assert max(_bar_widths(picture)) > 40  # window #0 of 64 steps: not a sliver of 8,760 (it was 6 pixels)
+    chosen = readers.preview(year, feature=["obs"], channel=[0, 5], time_range=(0, 24 * 14))
+    assert chosen.size == picture_size([2])
+    result = cli("preview", year, "-o", tmp_path / "y.png", "--feature", "obs", "--channel", "0", "--channel", "5",
+                 "--time-range", "0:336")
+    assert result.exit_code == 0, result.output
+    with Image.open(tmp_path / "y.png") as written:
+        assert np.array_equal(np.asarray(written), np.asarray(chosen))
+    fraction = cli("preview", year, "-o", tmp_path / "f.png", "--feature", "rain", "--time-range", "0.5:1.0")
+    assert fraction.exit_code == 0, fraction.output
+
+
+def test_the_envelope_keeps_the_range_of_every_day(year):
+    """Each channel swings by ±(k + 1) around 100·k every day: on columns of a day or more, the envelope of 8,760
+    steps holds the whole daily swing in every column (a line drawn point by point holds it too, but as a solid
+    block); on columns of a few hours, the part of the swing those hours hold."""
+    values = readers.info(year).manifest  # the stats the title shows come from here
+    assert values.splits["train"].feature_mean["obs"][5] == pytest.approx(500, abs=0.1)
+    daily = np.sin(2 * np.pi * np.arange(8760) / 24)
+    low, high, first = series.envelope(daily, 365)
+    assert np.allclose(low, -1) and np.allclose(high, 1) and np.array_equal(first, np.arange(0, 8760, 24))
+    low, high, first = series.envelope(daily, 2190)  # 4 hours a column: 0, 1, 2, 3 o'clock, then 4 to 7...
+    assert np.array_equal(high, np.maximum.reduceat(daily, first)) and np.all(high - low > 0.13)  # 1 - cos 30°: a peak
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"feature": "nope"}, "no feature 'nope' to draw (got feature=['nope']); the dataset has hour, obs, rain"),
+    ({"channel": 6, "feature": "obs"}, "feature 'obs' has 6 channels, 0 to 5 (got channel=[6])"),
+    ({"channel": 1}, "feature 'hour' has 1 channels, 0 to 0 (got channel=[1]); pass channels it has, or --feature"),
+    ({"time_range": (100, 50)}, "time_range: steps must be 0 <= a < b (got time_range=(100, 50))"),
+    ({"time_range": (0, 40), "length": 64}, "has no episode of at least 64 steps"),
+])
+def test_bad_series_choices_are_refused_naming_the_dataset(year, bad, message):
+    with pytest.raises(ValueError, match=re.escape(message)) as caught:
+        readers.preview(year, **bad)
+    assert str(caught.value).startswith(f"{year}: ")
+
+
+def test_bad_series_choices_on_the_command_line(year, tmp_path, cli):
+    result = cli("preview", year, "-o", tmp_path / "x.png", "--time-range", "1:2:3")
+    assert result.exit_code == 1 and "--time-range: must be START:STOP" in result.output
+    result = cli("preview", year, "-o", tmp_path / "x.png", "--feature", "nope")
+    assert result.exit_code == 1 and "no feature 'nope' to draw" in result.output
+    assert not os.path.exists(tmp_path / "x.png")
+
+
+@pytest.mark.parametrize("option, value, flags", [("feature", "obs", ["--feature", "obs"]),
+                                                  ("channel", [0], ["--channel", "0"]),
+                                                  ("time_range", (0, 5), ["--time-range", "0:5"])])
+def test_series_options_on_an_images_dataset_are_refused(photos, tmp_path, cli, option, value, flags):
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(ValueError, match=re.escape(f"{photos}: {option} ({flag}) applies to episode datasets, and "
+                                                   f"this one holds images (got {option}={value!r}); drop it")):
+        readers.preview(photos, **{option: value})
+    result = cli("preview", photos, "-o", tmp_path / "x.png", *flags)
+    assert result.exit_code == 1 and f"({flag}) applies to episode datasets" in result.output
+
+
+def test_discrete_features_draw_as_steps_and_heat_strips(tmp_path):
+    rng = np.random.default_rng(1)
+    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, 30 + i), 100), "flag": rng.random((30 + i) * 100) < .1}
+             for i in range(3)}
+    save_episodes(tmp_path / "src", files)
+    convert_episode_tree(tmp_path / "src", tmp_path / "out")
+    out = str(tmp_path / "out")
+    heat = readers.preview(out, feature="flag")
+    pixels = np.asarray(heat)[:220]  # the flag panel: a heat strip of grey cells, a row per episode
+    greys = np.all((pixels[..., :1] == pixels) & (pixels > 20) & (pixels < 235), axis=-1)
+    assert greys.sum() > 5000
+    steps = readers.preview(out, feature="state", n=1, time_range=(0, 300))  # three flat steps, no ramps
+    assert steps.size == picture_size([1])
+
+
+# ------------------------------------------------------------------------------- preview: counts, changed inputs
+
+
+def test_each_row_shows_its_class_count_beside_its_name(tmp_path):
+    long_name = "a-very-long-class-name-" * 6
+    make_tree(str(tmp_path / "src"), classes=(long_name, "b"), per_class=3, size=(20, 20))
+    make_tree(str(tmp_path / "src"), classes=("c",), per_class=11, size=(20, 20), seed=50)
+    convert_image_tree(tmp_path / "src", tmp_path / "out")
+    out = str(tmp_path / "out")
+    assert readers.info(out).manifest.splits["train"].class_counts == {long_name: 3, "b": 3, "c": 11}
+    labels = _labels(readers.preview(out, n=1, tile=32), 3, 32)
+    for label in labels:
+        assert label[:, -12:].min() < 150  # the count's digits, right-aligned, even after a name cut to fit
+    assert not np.array_equal(labels[1][:, -30:], labels[2][:, -30:])  # "3" and "11"
+
+
+@pytest.fixture(scope="module")
+def changed_photos(tmp_path_factory):
+    """Class a: a JPEG, and PNG content named .jpg; class b: a CMYK JPEG, a JPEG, a gray PNG. Three are re-encoded."""
+    root = tmp_path_factory.mktemp("changed")
+    src = root / "src"
+    write_jpeg(str(src / "a" / "ok1.jpg"), 1, size=(24, 24))
+    rng = np.random.default_rng(2)
+    Image.fromarray(rng.integers(0, 256, (24, 30, 3), dtype=np.uint8)).save(src / "a" / "png.jpg", format="PNG")
+    os.makedirs(src / "b")
+    Image.new("CMYK", (24, 36), (10, 200, 30, 0)).save(src / "b" / "cmyk.jpg")
+    write_jpeg(str(src / "b" / "ok2.jpg"), 2, size=(24, 24))
+    Image.fromarray(rng.integers(0, 256, (30, 24), dtype=np.uint8)).save(src / "b" / "gray.png")
+    convert_image_tree(src, root / "out")
+    return str(root / "out")
+
+
+def test_changed_shows_only_the_inputs_the_converter_re_encoded(changed_photos, tmp_path, cli):
+    out = changed_photos
+    assert readers.info(out).manifest.options["converted_images"] == 3
+    sheet = readers.preview(out, n=3, tile=16, changed=True)
+    assert sheet.size == sheet_size(2, 3, 16)
+    re_encoded = {"a/png.jpg", "b/cmyk.jpg", "b/gray.png"}
+    for label in (0, 1):
+        expected = [r["image/encoded"] for r in _records(out) if r["image/class/label"] == label
+                    and r["image/filename"].decode() in re_encoded]
+        assert len(expected) == (1, 2)[label]
+        for column, encoded in enumerate(expected):
+            assert np.array_equal(_tile(sheet, label, column, 16), decode_center_crop(encoded, (16, 16)).numpy())
+        assert _tile(sheet, label, len(expected), 16).min() == WHITE  # passthrough JPEGs are not shown
+    result = cli("preview", out, "-o", tmp_path / "c.png", "--changed", "-n", "3", "--tile", "16")
+    assert result.exit_code == 0, result.output
+    with Image.open(tmp_path / "c.png") as written:
+        assert np.array_equal(np.asarray(written), np.asarray(sheet))
+
+
+def test_changed_is_refused_where_it_cannot_be_told(changed_photos, runs, tmp_path):
+    with pytest.raises(ValueError, match=re.escape(f"{runs}: changed (--changed) applies to image datasets")):
+        readers.preview(runs, changed=True)
+    out = str(shutil.copytree(changed_photos, tmp_path / "old"))
+    os.remove(os.path.join(out, "inputs.json"))
+    with pytest.raises(ValueError, match=re.escape(f"{out}: changed=True needs the dataset's inputs.json")):
+        readers.preview(out, changed=True)
+    assert readers.preview(out, n=1, tile=16).size == sheet_size(2, 1, 16)  # the plain sheet needs none

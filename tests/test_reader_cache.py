@@ -753,3 +753,25 @@ def test_an_append_keeps_a_cached_pipeline_reading_and_a_later_overwrite_fails_i
     _rewrite_from_other_pixels(out, tmp_path)
     with pytest.raises(tf.errors.InvalidArgumentError, match="its manifest no longer lists shard|another shard"):
         labels_of(ds)
+
+
+_QUIET_CHILD = r"""
+import sys
+from tfshard import readers
+
+ds = readers.images(sys.argv[1], cache=sys.argv[2], batch_size=4, image_size=8, seed=0)
+print("epochs", [sum(1 for _ in ds) for _ in range(2)], flush=True)
+"""
+
+
+def test_a_cached_training_reader_logs_no_tensorflow_cost_model_errors(converted_images, tmp_path):
+    """The random crop after a cache gives ``crop_and_resize`` boxes of the batch's static size: with boxes of an
+    unknown count, grappler's cost model logged "Error in PredictCost() for the op ... CropAndResize" (~2 KB) each
+    time an iterator was made, every epoch. TensorFlow reads its log level once per process and this suite runs at
+    TF_CPP_MIN_LOG_LEVEL=2, which hides warnings: hence a child at level 0, its C++ stderr captured."""
+    done = subprocess.run([sys.executable, "-c", _QUIET_CHILD, converted_images.out, str(tmp_path / "cache")],
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}, capture_output=True, text=True,
+                          timeout=300, check=True)
+    assert "epochs [3, 3]" in done.stdout  # two epochs ran, the first writing the cache, the second reading it
+    assert glob.glob(str(tmp_path / "cache" / "tfshard-*.index")), "the cache was not written"
+    assert "Error in PredictCost()" not in done.stderr, done.stderr[-3000:]

@@ -253,7 +253,7 @@ def test_tfds_that_tfds_could_not_open_is_refused_before_any_shard_is_written(tm
     make_tree(str(src), per_class=2)
     result = cli("images", src, tmp_path / "gz", "--compression", "gzip", "--tfds")
     assert result.exit_code == 1
-    assert "error: tfds: TFDS opens TFRecord files uncompressed only (got compression='gzip')" in result.output
+    assert "error: --tfds: TFDS opens TFRecord files uncompressed only (got --compression='gzip')" in result.output
     assert not os.path.exists(tmp_path / "gz")  # refused before any work
 
 
@@ -332,6 +332,25 @@ def test_episode_dtypes_are_refused_with_a_reason_or_read_back_exactly(tmp_path)
             continue
         (element,) = tfds.builder_from_directory(out).as_dataset(split="train").as_numpy_iterator()
         assert element["data/x"].dtype == values.dtype and np.array_equal(element["data/x"], values), dtype
+
+
+def test_episode_metadata_never_reads_the_deprecated_feature_dtype(tmp_path, monkeypatch):
+    """Writing an episodes dataset's TFDS metadata checks each feature's decode without TFDS's ``decode_example``,
+    which reads ``FeatureConnector.dtype`` and so logged "`FeatureConnector.dtype` is deprecated" during ``--tfds``.
+    Its logging is once per process, so the reads themselves are counted here, not the log lines."""
+    save_episodes(tmp_path / "src", {"e.npz": {"x": np.ones((4, 2), np.float32), "n": np.arange(4, dtype=np.uint64)}})
+    out = str(tmp_path / "out")
+    convert_episode_tree(tmp_path / "src", out)
+    reads = []
+    deprecated = tfds.features.FeatureConnector.dtype
+
+    def counted(feature):
+        reads.append(type(feature).__name__)
+        return deprecated.fget(feature)
+
+    monkeypatch.setattr(tfds.features.FeatureConnector, "dtype", property(counted))
+    written = write_tfds_metadata(out)
+    assert "features.json" in written and reads == []
 
 
 def test_tfds_metadata_with_an_empty_split_opens_in_tfds(tmp_path):

@@ -22,8 +22,9 @@ from typing import Any
 import typer
 
 from ..format import objects, stops
+from ..format.errors import Spelled
 from ..format.stops import HungUp, Terminated
-from ..format.storage import prefer_small_gcs_blocks
+from ..format.storage import is_url, prefer_small_gcs_blocks
 from .report import short_tf_error
 
 EXIT_CODES = {0: "success", 1: "an error (one line on stderr)", 2: "a usage error: a bad flag or argument",
@@ -117,9 +118,18 @@ def reportable() -> tuple[type[BaseException], ...]:
     return ValueError, OSError, ImportError
 
 
+def flags_of_command() -> dict[str, str]:
+    """The running command's flags by their parameters' names (``val_fraction`` -> ``--val-fraction``), which are
+    the library's argument names: so a ``Spelled`` error (``OptionError``) names the flag a CLI user typed."""
+    ctx = importlib.import_module(_click().__name__ + ".globals").get_current_context(silent=True)
+    params = ctx.command.params if ctx is not None else []
+    return {param.name: param.opts[0] for param in params if param.opts and param.opts[0].startswith("-")}
+
+
 def one_line(error: BaseException) -> str:
-    """``error: ...``: the error's message on one line (a TensorFlow op error without its graph-function noise)."""
-    message = str(error)
+    """``error: ...``: the error's message on one line (a TensorFlow op error without its graph-function noise; an
+    option named by its flag)."""
+    message = error.spelled(flags_of_command()) if isinstance(error, Spelled) else str(error)
     if "tensorflow" in sys.modules:
         import tensorflow as tf
 
@@ -138,15 +148,25 @@ def stopped(what: str, error: KeyboardInterrupt, resumable: bool = False) -> tup
     return f"{what}: {_STOPPED[first]}{tail}", 128 + first
 
 
+def reads_through_tensorflow(*paths: str | None) -> bool:
+    """Whether any of ``paths`` is a URL only ``tf.io.gfile`` reads (``gs://``): a command that otherwise needs no
+    TensorFlow loads it, quietly, for such a path (``s3://``, ``az://``, ``https://`` and local paths need none)."""
+    return any(path is not None and is_url(path) and not objects.uses_fsspec(path) for path in paths)
+
+
 @contextlib.contextmanager
-def command(debug: bool, stop: str | None = None, resumable: bool = False) -> Iterator[None]:
-    """A command's body: TensorFlow loaded quietly first, a ``reportable`` error as one line on stderr and exit 1.
+def command(debug: bool, stop: str | None = None, resumable: bool = False,
+            tensorflow: bool = True) -> Iterator[None]:
+    """A command's body: TensorFlow loaded quietly first (unless ``tensorflow`` is False: a command that needs none
+    then answers in a fraction of a second, not the ~3 s TensorFlow takes to import), a ``reportable`` error as one
+    line on stderr and exit 1.
 
     With ``stop`` (what the line names), Ctrl-C or SIGTERM is one line too (``stopped``) and exit 130 or 143;
     without it, ``run`` reports the stop. ``debug`` lets both through, with their tracebacks.
     """
     try:
-        load_tensorflow(debug)
+        if tensorflow:
+            load_tensorflow(debug)
         yield
     except reportable() as e:  # called once an error arrives: TensorFlow's op errors count once it is loaded
         if debug:

@@ -1,34 +1,34 @@
-"""A conversion as ``tfshard images`` and ``tfshard episodes`` run it: their flags as the converter's options and
-runner, a line when it resumes (before the progress bar), and once it finishes the summary, what an append found
-and where TFDS reads the dataset. The lines are ``tools/report.py``'s; the caller's ``say`` prints them (the library
-itself never prints). Loads no TensorFlow.
+"""A conversion as ``tfshard images`` and ``tfshard episodes`` run it: the runner of their flags, a line when it
+resumes (before the progress bar), and once it finishes the result's summary (``ingest/summary.py``), the caller's
+``say`` prints them (the library itself never prints). Their options go to the converter under the flags' own
+names. Loads no TensorFlow.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-import time
 from collections.abc import Callable
+from typing import Any
 
 from ..format import objects, stops
-from ..ingest.holdout import Holdout
-from ..ingest.options import ConvertOptions
-from .report import append_lines, summary_lines
 
 log = logging.getLogger(__name__)
 
 
-def convert_options(shard_size: str, num_shards: int | None, min_shards: int, compression: str, seed: int,
-                    shuffle: bool, on_error: str, index: bool, holdout: Holdout, **kind) -> ConvertOptions:
-    """The ConvertOptions of the flags both commands share (``compression`` ``"none"`` is None, no ``shuffle`` keeps
-    sorted order), plus the kind's own (``image=``, ``episode=``, ``dedupe=``).
+CLI_ONLY = ("src", "out", "quiet", "runner", "beam_options", "storage_option")  # what the CLI itself handles
+
+
+def keywords(flags: dict[str, Any]) -> dict[str, Any]:
+    """The converter's keyword arguments of a conversion command's flags (its parameters, by name): the same names
+    (so a flag the converter does not take fails at once), a choice as its value (``--compression none``: "none").
 
     Example:
-      convert_options("64MiB", None, 1, "gzip", 0, True, "skip", False, Holdout()).compression  # "gzip"
+      keywords({"src": "photos", "val_fraction": 0.1, "compression": Compression.none})
+      # {"val_fraction": 0.1, "compression": "none"}
     """
-    return ConvertOptions(shard_bytes=shard_size, num_shards=num_shards, min_shards=min_shards,
-                          compression=None if compression == "none" else compression,
-                          seed=seed if shuffle else None, on_error=on_error, index=index, holdout=holdout, **kind)
+    return {name: value.value if isinstance(value, enum.Enum) else value for name, value in flags.items()
+            if name not in CLI_ONLY}
 
 
 def runner(name: str, beam_options: str | None, debug: bool = False):
@@ -48,60 +48,29 @@ def runner(name: str, beam_options: str | None, debug: bool = False):
     return BeamRunner(beam_options or "--runner=DirectRunner", quiet_logs=quiet)
 
 
-def tfds_written(out: str, what: str, manifest) -> str:
-    """The line after TFDS metadata (``what``) is written beside ``manifest``: how to open it and, after an append,
-    how TFDS reads each whole split (each generation is a TFDS split of its own).
-
-    Example:
-      tfds_written("/data/out", "TFDS metadata", manifest)
-      # "/data/out: wrote TFDS metadata; open it with tfds.builder_from_directory('/data/out')"
-    """
-    from ..format.tfds import tfds_read_splits
-
-    whole = {split: names for split, names in tfds_read_splits(manifest).items() if "+" in names}
-    return (f"{out}: wrote {what}; open it with tfds.builder_from_directory({out!r})"
-            + "".join(f"; split={names!r} reads all of {split}" for split, names in whole.items()))
-
-
-def convert_and_report(convert: Callable, src: str, out: str, options, say: Callable[[str], None],
-                       quiet: bool = False, **run) -> None:
-    """Runs ``convert(src, out, options, **run)`` with a progress bar; ``say``s when it resumes and, once it
-    finishes, the summary lines (neither when ``quiet``). ``run["tfds"]``: it wrote TFDS metadata too.
+def convert_and_report(convert: Callable, src: str, out: str, say: Callable[[str], None], quiet: bool = False,
+                       **run) -> None:
+    """Runs ``convert(src, out, **run)`` with a progress bar; ``say``s when it resumes and, once it finishes, the
+    result's summary (``ConversionResult.lines``; neither when ``quiet``).
 
     The library tells what it found in OUT through ``on_status`` (a ``RunStatus``).
 
     Example:
-      convert_and_report(convert_images, "photos", "out", ConvertOptions(), print, workers=2)
-      # out: 1,200 records in 2 shards ... (summary_lines)
+      convert_and_report(convert_images, "photos", "out", print, workers=2, val_fraction=0.1)
+      # out: 1,200 records in 2 shards ... (the result's summary)
     """
-    shown, staging, uploads = objects.redact(out), None, []
-    if objects.uses_fsspec(out):  # converted in a local staging folder, then uploaded (ingest/to_store.py)
+    shown = objects.redact(out)
+    if objects.uses_fsspec(out) and not quiet:  # converted in a local staging folder, then uploaded
         from ..ingest.to_store import staging_folder
 
-        staging = staging_folder(out)
-        if not quiet:
-            say(f"{shown}: converting into the local staging folder {staging}, then uploading")
-        run["on_upload"] = uploads.append
-    found = []
+        say(f"{shown}: converting into the local staging folder {staging_folder(out)}, then uploading")
 
     def on_status(status) -> None:
-        found.append(status)
         if status.resumed and not quiet:
             say(f"{shown}: resumed: kept {status.kept_shards} of {status.total_shards} shards already committed")
 
-    started = time.monotonic()
-    manifest = convert(src, out, options, progress=not quiet, on_status=on_status, **run)
+    result = convert(src, out, progress=not quiet, on_status=on_status, **run)
     stops.check()  # no summary after a stop, even one swallowed on its way
-    if quiet:
-        return
-    status = found[0] if found else None
-    for line in summary_lines(shown, manifest, time.monotonic() - started, status):
-        say(line)
-    if status is not None and status.append is not None:
-        for line in append_lines(shown, status.append, status.complete):
-            say(line)
-    if run.get("tfds"):  # TFDS reads local and gs:// folders: a store's dataset through its staging copy
-        say(tfds_written(staging or out, "TFDS metadata", manifest))
-    for report in uploads:
-        for line in report.lines():
+    if not quiet:
+        for line in result.lines():
             say(line)

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 
 from .. import readers
-from ..ingest import ConvertOptions, EpisodeOptions, convert_episodes, convert_images
+from ..ingest import convert_episodes, convert_images
 from ..readers.windows.resident import default_device
 from .demo_data import make_episodes, make_image_folders
 from .preview import preview, save_picture
-from .report import summary_lines
 from .verify import verify
 
 
-def _converted(convert, src: str, out: str, options, workers: int | None) -> Iterator[str]:
+def _converted(convert, src: str, out: str, workers: int | None, **options) -> Iterator[str]:
     """Converts (replacing an earlier demo's dataset) and yields the conversion's summary lines."""
-    started = time.monotonic()
-    manifest = convert(src, out, options, workers=workers, overwrite=True)
-    yield from summary_lines(out, manifest, time.monotonic() - started)
+    yield from convert(src, out, workers=workers, overwrite=True, **options).lines()
 
 
 def run_demo(folder: str = "tfshard-demo", workers: int | None = None) -> Iterator[str]:
@@ -33,7 +29,7 @@ def run_demo(folder: str = "tfshard-demo", workers: int | None = None) -> Iterat
     src = make_image_folders(os.path.join(folder, "images"))
     out = os.path.join(folder, "images-tfrecord")
     yield f"demo: made {src}/{{train,val}}/<class>/*.jpg, including 6 odd or broken files"
-    yield from _converted(convert_images, src, out, ConvertOptions(min_shards=2), workers)
+    yield from _converted(convert_images, src, out, workers, min_shards=2)
     verify(out)
     yield f"{out}: verified, every record's CRC and every shard's sha256 match dataset.json"
     images, labels = next(iter(readers.images(out, batch_size=16, image_size=(64, 64), seed=0)))
@@ -44,8 +40,7 @@ def run_demo(folder: str = "tfshard-demo", workers: int | None = None) -> Iterat
     out_ep = os.path.join(folder, "episodes-tfrecord")
     yield (f"demo: made {src}/{{train,val}}/run-*.npz (obs float32 [T, 3], action int32 [T]), plus an empty "
            "episode and one with a NaN")
-    options = ConvertOptions(min_shards=2, episode=EpisodeOptions(on_nan="skip"))
-    yield from _converted(convert_episodes, src, out_ep, options, workers)
+    yield from _converted(convert_episodes, src, out_ep, workers, min_shards=2, on_nan="skip")
     verify(out_ep)
     yield f"{out_ep}: verified"
     x, y = next(iter(readers.windows(out_ep, length=128, shift=16, batch_size=32, features="obs", targets=8, seed=0)))

@@ -2,39 +2,38 @@
 
 ``preview(path)`` returns a ``PIL.Image`` (it shows inline in a notebook; ``.save("x.png")``
 writes it). Images are decoded by the reader's own functions: the evaluation
-centre crop, or with ``augmented=True`` the training crop and flip, seeded. Episode
-plots need matplotlib, an optional extra (``pip install 'tfshard[preview]'``).
+centre crop, or with ``augmented=True`` the training crop and flip, seeded; with ``changed=True`` only the inputs
+the converter re-encoded. Episode plots (``episode_plot.py``) need matplotlib, an optional extra
+(``pip install 'tfshard[preview]'``).
 
 Sizes are bounded before anything is read: tiles of 16 to ``MAX_TILE`` pixels, at most
 ``MAX_PER_CLASS`` per class, a sheet of at most ``MAX_SHEET_PIXELS``, at most ``MAX_EPISODES``
-episodes; labels are drawn by ``readers/fonts.py`` in any script a font on the machine has.
+episodes; labels are drawn by ``tools/fonts.py`` in any script a font on the machine has.
 
     readers.preview("photos-tfr").save("sheet.png")
-    readers.preview("runs-tfr", length=64, shift=16).save("episodes.png")
+    readers.preview("runs-tfr", length=64, shift=16, channel=[0, 1]).save("episodes.png")
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import itertools
 import os
 from collections.abc import Sequence
 
-import numpy as np
 import tensorflow as tf
 from PIL import Image, ImageDraw
 
+from ..format.inputs import load_inputs
 from ..format.records import MULTI_LABEL_KEY, VALUE_KEY, image_features_of, parse_spec
 from ..format.storage import write_atomic
 from ..readers import files as files_lib
 from ..readers.arguments import check_count
-from ..readers.episodes import episodes as read_episodes
-from ..readers.episodes import feature_schema
 from ..readers.image_ops import decode_center_crop, decode_random_crop
-from ..readers.windowing.starts import WindowSpec
-from ..readers.windows.dataset import resident_layout
-from ..readers.windows.layout import check_window_args
 from . import fonts as fonts_lib
+from .episode_plot import MAX_EPISODES, _label_text, _stats_text, check_episode_args, episode_plot  # noqa: F401
+from .series import MAX_PANELS, time_range_of  # noqa: F401
 
 LABEL_WIDTH = 150  # the class-name column of a contact sheet
 CAPTION_HEIGHT = 16  # the file name under each tile
@@ -45,11 +44,8 @@ MAX_PER_CLASS = 64
 # 64 megapixels (192 MB of RGB) stays under Pillow's decompression-bomb limit (~89.5 megapixels), so the PNG
 # reopens without a warning, and no sheet it allows is wider than JPEG's 65,535 pixels.
 MAX_SHEET_PIXELS = 64_000_000
-MAX_EPISODES = 10  # one line each in matplotlib's ten distinct colours; also bounds what is read into memory
-MAX_PANELS = 16  # features drawn (a panel of 220 pixels each); the plot says how many more there are
-BACKGROUND, INK = (255, 255, 255), (20, 20, 20)
+BACKGROUND, INK, COUNT_INK = (255, 255, 255), (20, 20, 20), (90, 90, 90)
 VALUE_ROWS = 4  # rows of a value-labelled sheet (the first images in shard order, captioned with their values)
-_INSTALL = "pip install 'tfshard[preview]' (from a clone: pip install -e '.[preview]')"
 
 
 def sheet_size(rows: int, per_class: int, tile: int) -> tuple[int, int]:
@@ -89,27 +85,47 @@ def _name(parsed) -> str:
     return parsed["image/filename"].numpy().decode("utf-8", "replace")
 
 
-def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[int], per_class: int) -> dict:
+def _first_per_class(dataset: files_lib.DatasetInfo, split: str, classes: list[int], per_class: int,
+                     changed: dict | None = None) -> dict:
     """``{label: [(encoded, caption), ...]}``: the first ``per_class`` records of each class, in shard order,
     captioned with their file name (multi-label: an image is in the row of each of its classes, captioned with
-    all of them)."""
+    all of them). ``changed``: only records whose bytes are not their source's (``_recorded_sources``)."""
     multi = dataset.manifest.labels == "multi"
     key = MULTI_LABEL_KEY if multi else "image/class/label"
     counts = files_lib.split_info(dataset, split).class_counts
     wanted = {label: min(per_class, counts.get(dataset.manifest.class_names[label], 0)) for label in classes}
     found: dict[int, list] = {label: [] for label in classes}
     missing = sum(wanted.values())  # stop as soon as every class has what the split holds of it: no full pass
-    keys = ("image/encoded", key, "image/filename", *(("image/class/text",) if multi else ()))
-    for parsed in _records_of(dataset, split, keys) if missing else ():
+    # How many re-encoded records the whole dataset holds: past them, no other can be found.
+    left = None if changed is None else dataset.manifest.options.get("converted_images", 0)
+    keys = ("image/encoded", key, "image/filename", "image/channels", *(("image/class/text",) if multi else ()))
+    for parsed in _records_of(dataset, split, keys) if missing and left != 0 else ():
         held = parsed[key].values.numpy().tolist() if multi else [int(parsed[key])]
         caption = parsed["image/class/text"].numpy().decode("utf-8", "replace") if multi else None
+        if changed is not None:
+            name = _name(parsed)
+            source = changed.get(name)
+            if source is None or source == hashlib.sha256(parsed["image/encoded"].numpy()).hexdigest():
+                continue  # passed through byte for byte (or not an input the file records)
+            gray = " (gray)" if int(parsed["image/channels"]) == 1 else ""
+            caption, left = f"{os.path.basename(name)} → JPEG{gray}", left - 1
         for label in held:
             if label in found and len(found[label]) < wanted[label]:
                 found[label].append((parsed["image/encoded"], caption or os.path.basename(_name(parsed))))
                 missing -= 1
-        if not missing:
+        if not missing or left == 0:
             break
     return found
+
+
+def _recorded_sources(path: str, dataset: files_lib.DatasetInfo) -> dict[str, str]:
+    """``{source path: sha256 of its bytes}`` of every input written, from ``inputs.json``: a record whose bytes hash
+    otherwise is one the converter re-encoded (PNG, CMYK, rotated...), since every other passes byte for byte."""
+    inputs = load_inputs(path, dataset.manifest)
+    if inputs is None:
+        raise ValueError(f"{path}: changed=True needs the dataset's inputs.json, the record of what each input was "
+                         "(got none: written before it existed, or episodes); convert the images again to see them")
+    return {entry.path: entry.sha256 for entry in inputs.inputs if entry.state == "written" and entry.sha256}
 
 
 def _first_values(dataset: files_lib.DatasetInfo, split: str, rows: int, per_class: int) -> dict:
@@ -128,10 +144,11 @@ def _first_values(dataset: files_lib.DatasetInfo, split: str, rows: int, per_cla
 
 
 def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: int = 128, augmented: bool = False,
-                seed: int = 0, fonts: Sequence[str] | None = None) -> Image.Image:
-    """A contact sheet: a row per class (the first ``MAX_ROWS``), the first ``per_class`` images of each, captioned
-    with their source file. Tiles are what ``readers.images`` yields at ``image_size=tile``: the evaluation
-    centre crop, or with ``augmented`` the training random-resized crop and flip, seeded by ``seed`` and the tile.
+                seed: int = 0, fonts: Sequence[str] | None = None, changed: bool = False) -> Image.Image:
+    """A contact sheet: a row per class (the first ``MAX_ROWS``) named with its count in the split, the first
+    ``per_class`` images of each, captioned with their source file. Tiles are what ``readers.images`` yields at
+    ``image_size=tile``: the evaluation centre crop, or with ``augmented`` the training random-resized crop and
+    flip, seeded by ``seed`` and the tile.
 
     Args:
       per_class: 1 to ``MAX_PER_CLASS`` (64) images per class.
@@ -140,6 +157,9 @@ def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: in
       fonts: font files (or names in the system's font folders) tried in turn for each character of the labels;
         default ``fonts.default_fonts()``: DejaVu Sans and Last Resort from matplotlib when it is installed, and
         common system fonts. See ``fonts.Labeller``.
+      changed: only the inputs the converter re-encoded to JPEG (not JPEG content, CMYK, EXIF rotation, 16-bit,
+        alpha, ``--max-side``...), captioned ``name → JPEG``: a record whose bytes are not its source's, as
+        ``inputs.json`` recorded them. Reads the split until every row is full (or every such record is found).
 
     Raises:
       ValueError: another kind of dataset, a split that does not exist, or sizes out of range (before any read).
@@ -155,20 +175,26 @@ def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: in
     names = [", ".join(manifest.label_columns)] * VALUE_ROWS if values else manifest.class_names
     classes = list(range(min(len(names), MAX_ROWS)))
     check_sheet(path, len(classes), per_class, tile)
-    if not isinstance(augmented, bool):
-        raise ValueError(f"{path}: augmented must be True or False (got augmented={augmented!r})")
+    for name, flag in (("augmented", augmented), ("changed", changed)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"{path}: {name} must be True or False (got {name}={flag!r})")
     check_count(seed, "seed", path, low=-(2**63), high=2**63 - 1, fix="pass a seed that fits in 64 bits")
     labeller = fonts_lib.Labeller(fonts_lib.default_fonts() if fonts is None else fonts)
+    counts = files_lib.split_info(dataset, split).class_counts
     if values:
+        if changed:
+            raise ValueError(f"{path}: changed=True draws a row per class, and this dataset has value labels (got "
+                             "changed=True); drop it")
         found = _first_values(dataset, split, len(classes), per_class)
         classes = [row for row in classes if found[row]] or classes[:1]
     else:
-        found = _first_per_class(dataset, split, classes, per_class)
+        found = _first_per_class(dataset, split, classes, per_class,
+                                 _recorded_sources(path, dataset) if changed else None)
     sheet = Image.new("RGB", sheet_size(len(classes), per_class, tile), BACKGROUND)
     draw = ImageDraw.Draw(sheet)
     for row, label in enumerate(classes):
         left, top, _, _ = tile_box(row, 0, tile)
-        labeller.draw(draw, (GAP, top + tile // 2 - 6), names[label], LABEL_WIDTH - 2 * GAP, INK)
+        _row_name(labeller, draw, top + tile // 2 - 6, names[label], None if values else counts.get(names[label], 0))
         for column, (encoded, caption) in enumerate(found[label]):
             if augmented:
                 pixels = decode_random_crop(encoded, tf.constant([seed, row * per_class + column], tf.int64),
@@ -179,148 +205,63 @@ def image_sheet(path: str, split: str = "train", per_class: int = 8, *, tile: in
             sheet.paste(Image.fromarray(pixels.numpy()), box[:2])
             labeller.draw(draw, (box[0], box[3] + 2), caption, tile, INK)
     footer = f"{path} · split {split} · {'augmented, seed ' + str(seed) if augmented else 'evaluation crop'}"
+    if changed:
+        footer += (f" · inputs re-encoded to JPEG ({manifest.options.get('converted_images', 0):,} in the dataset),"
+                   " row counts all images")
     if len(names) > len(classes) and not values:
         footer += f" · {len(names) - len(classes)} more classes not shown"
     labeller.draw(draw, (GAP, sheet.height - CAPTION_HEIGHT), footer, sheet.width - 2 * GAP, INK)
     return sheet
 
 
-def _stats_text(mean, std) -> str:
-    def show(values):
-        if values is None:
-            return "n/a"
-        shown = ", ".join("n/a" if v is None else f"{v:.3g}" for v in values[:3])
-        return f"[{shown}{', …' if len(values) > 3 else ''}]"
-
-    return f"mean {show(mean)}, std {show(std)}"
-
-
-def check_episode_args(path: str, split: str, episodes: int, length: int | None, shift: int | None,
-                       max_windows: int) -> tuple[int, int]:
-    """The window ``(length, shift)`` to draw, each defaulted from the first episode when None, after the checks
-    ``readers.windows(length=, shift=)`` makes, with its messages (a split with no episode that long too)."""
-    check_count(episodes, "n", path, high=MAX_EPISODES, fix="pass an -n (episodes drawn, a line each) in that range")
-    check_count(max_windows, "max_windows", path, low=4, high=64, fix="pass a count of spans in that range")
-    dataset = files_lib.info(path)
-    if dataset.manifest.kind != "episodes":
-        raise ValueError(f"{path}: not an episodes dataset (kind {dataset.manifest.kind!r}); use the image sheet "
-                         "for it")
-    lengths = files_lib.split_info(dataset, split).episode_lengths
-    if not lengths:
-        raise ValueError(f"{path}: split {split!r} holds no episodes to draw; pass another --split")
-    # The given values are checked before a default is derived from them (shift from length).
-    check_window_args(1 if length is None else length, 1 if shift is None else shift, 1, path)
-    length = max(1, min(64, lengths[0] // 4)) if length is None else int(length)
-    shift = max(1, length // 2) if shift is None else int(shift)
-    resident_layout(path, split, length=length, shift=shift)  # the reader's refusals (no window at all), its words
-    return length, shift
+def _row_name(labeller: fonts_lib.Labeller, draw: ImageDraw.ImageDraw, y: int, name: str, count: int | None) -> None:
+    """A row's name, cut to fit, and its count in the split right-aligned beside it: the count always shows."""
+    room = LABEL_WIDTH - 2 * GAP
+    if count is not None:
+        text = f"{count:,}"
+        width = labeller.length(text)
+        labeller.draw(draw, (int(LABEL_WIDTH - GAP - width), y), text, width + 1, COUNT_INK)
+        room -= int(width) + GAP
+    labeller.draw(draw, (GAP, y), name, room, INK)
 
 
-def _label_text(manifest, label) -> str:
-    """An episode's label as people read it: its class name, or its value."""
-    if manifest.labels == "class" and 0 <= int(label) < len(manifest.class_names):
-        return manifest.class_names[int(label)]
-    return f"{float(label):.4g}"
-
-
-def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: int | None = None,
-                 shift: int | None = None, max_windows: int = 12) -> Image.Image:
-    """One panel per feature (the first ``MAX_PANELS``, by name) with the first ``episodes`` episodes over time
-    (the first element of each step), titled with the manifest's mean and std, then one panel with the windows of
-    the first episode as spans: where ``readers.windows(length=, shift=)`` cuts it (never across its end; the
-    first windows and the last four when there are more than ``max_windows``). Needs matplotlib.
-
-    Args:
-      episodes: 1 to ``MAX_EPISODES`` (10); only those are read.
-      length, shift: the window; default a quarter of the first episode (at most 64) and half the length.
-        Refused exactly as ``readers.windows`` refuses them; a first episode shorter than the window (while
-        others are long enough) is drawn with a line saying so.
-
-    Example:
-      episode_plot("runs-tfr", length=64, shift=16).size  # (1000, 660) for two features
-    """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ImportError(f"episode previews need matplotlib ({e}); {_INSTALL}") from None
-    length, shift = check_episode_args(path, split, episodes, length, shift, max_windows)
-    dataset = files_lib.info(path)
-    info = files_lib.split_info(dataset, split)
-    every = sorted(feature_schema(dataset))
-    names = every[:MAX_PANELS]
-    read = read_episodes(path, split, features=names, with_keys=True).take(episodes)
-    shown, names_of = [], []  # each episode's values, and its name in the legend: its real id (and label)
-    for keys, episode in read:
-        values = {k: v.numpy() for k, v in episode.items()}
-        label = values.pop("label", None)
-        names_of.append(f"episode {int(keys['episode'])}" + ("" if label is None else
-                                                            f" ({_label_text(dataset.manifest, label)})"))
-        shown.append(values)
-    steps = len(shown[0][names[0]])  # the first episode read: the one whose windows are drawn
-    figure = Figure(figsize=(10, 2.2 * (len(names) + 1)), dpi=100, layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(len(names) + 1, 1)
-    for ax, name in zip(axes, names):
-        for index, episode in enumerate(shown):
-            values = np.asarray(episode[name]).reshape(len(episode[name]), -1)
-            if values.shape[1]:
-                ax.plot(values[:, 0].real.astype(np.float64), linewidth=0.8, label=names_of[index])
-        width = "" if shown[0][name].ndim == 1 else f"[0] of {list(shown[0][name].shape[1:])}"
-        ax.set_title(f"{name}{width}: {_stats_text(info.feature_mean.get(name), info.feature_std.get(name))}",
-                     fontsize=9, loc="left")
-        ax.legend(fontsize=7, loc="upper right")
-    ax = axes[-1]
-    count = WindowSpec(length, shift).count([steps])
-    shown_windows = list(range(count))
-    if count > max_windows:  # the first ones and the last few, so the end of the episode shows too
-        shown_windows = shown_windows[: max_windows - 4] + shown_windows[-4:]
-    if count:
-        ax.broken_barh([(0, steps)], (-1.2, 0.8), color="0.7")  # the episode, under its windows
-    else:  # not an error: the reader takes its windows from the longer episodes
-        ax.text(0.5, 0.5, f"{names_of[0]} has {steps} steps, fewer than the window's {length}: it yields no window",
-                transform=ax.transAxes, ha="center", va="center", fontsize=9)
-    for level, k in enumerate(shown_windows):  # window k of an episode starts at k * shift (windowing/starts.py)
-        ax.broken_barh([(k * shift, length)], (level, 0.8), color=f"C{k % 10}")
-        ax.text(k * shift + length + 2, level + 0.4, f"#{k}", fontsize=7, va="center")
-    ax.set_xlim(0, max(steps, 1))
-    ax.set_xlabel("time step")
-    ax.set_yticks([])
-    more = f", {len(shown_windows)} shown" if count > max_windows else ""
-    hidden = f"; {len(every) - len(names)} more features not shown" if len(every) > len(names) else ""
-    ax.set_title(f"windows of {names_of[0]} ({steps} steps): length {length}, shift {shift}, {count} windows{more}"
-                 f"{hidden}", fontsize=9, loc="left")
-    out = io.BytesIO()
-    figure.savefig(out, format="png")
-    return Image.open(io.BytesIO(out.getvalue())).convert("RGB")
+IMAGE_OPTIONS, EPISODE_OPTIONS = ("augmented", "seed", "tile", "changed"), ("length", "shift", "feature", "channel",
+                                                                          "time_range")
 
 
 def preview(path: str, split: str = "train", n: int | None = None, *, augmented: bool | None = None,
-            seed: int | None = None, tile: int | None = None, length: int | None = None,
-            shift: int | None = None) -> Image.Image:
+            seed: int | None = None, tile: int | None = None, changed: bool | None = None, length: int | None = None,
+            shift: int | None = None, feature: str | Sequence[str] | None = None,
+            channel: int | Sequence[int] | None = None, time_range: tuple | None = None) -> Image.Image:
     """A picture of a tfshard dataset, as a ``PIL.Image``: ``image_sheet`` for images (``n`` per class, default 8;
-    ``tile`` default 128, ``augmented`` default False, ``seed`` default 0), ``episode_plot`` for episodes (``n``
-    episodes, default 3; ``length``/``shift`` of the windows drawn). An option of the other kind of dataset is
-    refused, not ignored: None means not given.
+    ``tile`` default 128, ``augmented`` default False, ``seed`` default 0, ``changed`` default False),
+    ``episode_plot`` for episodes (``n`` episodes, default 3; ``length``/``shift`` of the windows drawn; the
+    ``feature``, ``channel`` and ``time_range`` drawn). An option of the other kind of dataset is refused, not
+    ignored: None means not given.
 
     Raises:
       ValueError: as ``image_sheet``/``episode_plot``, or an option that does not apply to this kind of dataset.
 
     Example:
       preview("photos-tfr", n=4, tile=64).save("sheet.png")
+      preview("weather-tfr", feature="obs", channel=[0, 2], time_range=(0, 720))  # a month of two channels
       preview("photos-tfr", length=16)  # ValueError: "...: length (--length) applies to episode datasets, ..."
     """
     kind = files_lib.info(path).manifest.kind
-    given = {"augmented": augmented, "seed": seed, "tile": tile, "length": length, "shift": shift}
-    other, applies = (("length", "shift"), "episode") if kind == "images" else (("augmented", "seed", "tile"), "image")
+    given = {"augmented": augmented, "seed": seed, "tile": tile, "changed": changed, "length": length,
+             "shift": shift, "feature": feature, "channel": channel, "time_range": time_range}
+    other, applies = (EPISODE_OPTIONS, "episode") if kind == "images" else (IMAGE_OPTIONS, "image")
     for name in other:
         if given[name] is not None:
-            raise ValueError(f"{path}: {name} (--{name}) applies to {applies} datasets, and this one holds {kind} "
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{path}: {name} ({flag}) applies to {applies} datasets, and this one holds {kind} "
                              f"(got {name}={given[name]!r}); drop it")
     if kind == "images":
         return image_sheet(path, split, 8 if n is None else n, tile=128 if tile is None else tile,
-                           augmented=False if augmented is None else augmented, seed=0 if seed is None else seed)
-    return episode_plot(path, split, 3 if n is None else n, length=length, shift=shift)
+                           augmented=False if augmented is None else augmented, seed=0 if seed is None else seed,
+                           changed=False if changed is None else changed)
+    return episode_plot(path, split, 3 if n is None else n, length=length, shift=shift, feature=feature,
+                        channel=channel, time_range=time_range)
 
 
 PICTURE_FORMATS = {".png": "PNG", ".jpg": "JPEG", ".jpeg": "JPEG"}

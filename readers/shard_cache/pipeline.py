@@ -45,7 +45,7 @@ from .store import CacheFolderError, Shard, ShardStore
 log = logging.getLogger(__name__)
 
 START, WAIT = "tfshard_shard_cache_start_v1", "tfshard_shard_cache_wait_v1"
-RELEASE = "tfshard_shard_cache_release_v1"
+RELEASE, HELD_HERE = "tfshard_shard_cache_release_v1", "tfshard_shard_cache_held_here_v1"
 FETCH_AHEAD = 2  # shards fetched beyond the files being read
 # The default folder's limit, for shards TensorFlow cannot read (s3://, https://...) with no shard_cache given: at
 # most this, and at most 90% of the disk's free space.
@@ -239,7 +239,11 @@ class CacheSession:
 
                 return tf.cond(tf.equal(position, 0), release, lambda: record)
 
-            return open_local(path).enumerate().map(released_at_first)
+            # Where this process built the pipeline, its session holds the pins and the release has nothing to do:
+            # the copy is read with no per-record stage (asked once per shard: a service worker answers False).
+            here = tf.raw_ops.EagerPyFunc(input=[key], token=HELD_HERE, Tout=[tf.bool])[0]
+            return tf.cond(tf.ensure_shape(here, []), lambda: open_local(path),
+                           lambda: open_local(path).enumerate().map(released_at_first))
 
         if self.local_only:
             return tf.cond(local, cached, lambda: _uncached(path, self.cache.directory, self.cache.limit))
@@ -344,10 +348,14 @@ def _release(key, directory, limit, sha):
     return b""
 
 
+def _held_here(key):
+    return np.bool_(_sessions.get(_text(key)) is not None)
+
+
 def _register() -> None:
     registry = script_ops._py_funcs  # noqa: SLF001 (the only way to give a Python op a name a shipped graph finds)
     for token, function, outputs in ((START, _start, [tf.int64]), (WAIT, _wait, [tf.string, tf.bool]),
-                                     (RELEASE, _release, [tf.string])):
+                                     (RELEASE, _release, [tf.string]), (HELD_HERE, _held_here, [tf.bool])):
         wrapped = script_ops.EagerFunc(function, outputs, False)
         _registered.append(wrapped)  # the registry holds its functions weakly
         registry._funcs[token] = wrapped  # noqa: SLF001

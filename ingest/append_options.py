@@ -1,0 +1,80 @@
+"""An append's options, remembered from the dataset (``ingest/append.py``): the user passes only what is new (SRC, a
+labels file), and each option left at its default takes the value the dataset was converted with: the shard size
+and counts, compression, the write-time seed, index files, ``dedupe``, the image options, the held-out rule
+(``val_fraction``, ``test_fraction``, ``split_seed``) and the labels' kind. An option given another value than the
+dataset's is refused in one line naming the value the dataset has. Pure: the manifest is already loaded.
+
+    remembered("photos-tfr", base, ConvertOptions(labels="new.csv")).val_fraction  # 0.1, as the dataset holds out
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..format import manifest as manifest_lib
+from ..format.errors import OptionError
+from .options import ConvertOptions
+
+_IMAGE = ("quality", "rgb", "max_side", "max_pixels", "validate")
+
+
+def dataset_options(base: manifest_lib.Manifest) -> dict[str, Any]:
+    """The ``ConvertOptions`` fields an image dataset was converted with, read back from its manifest (its
+    ``options`` identity, ``split_rule`` and ``labels``); fields the manifest does not hold are left out.
+
+    Example:
+      dataset_options(load_manifest("photos-tfr"))
+      # {"shard_size": 134217728, "num_shards": None, ..., "val_fraction": 0.1, "split_seed": 0, ...}
+    """
+    options = base.options
+    found: dict[str, Any] = {name: options[key] for name, key in (
+        ("shard_size", "shard_bytes"), ("num_shards", "num_shards"), ("min_shards", "min_shards"),
+        ("compression", "compression"), ("seed", "seed"), ("index", "index")) if key in options}
+    if "seed" in found:
+        found["shuffle"] = found["seed"] is not None
+    found["dedupe"] = bool(options.get("dedupe", False))
+    image = options.get("image")
+    if isinstance(image, dict):
+        found.update({name: image[name] for name in _IMAGE if name in image})
+    rule = base.split_rule
+    fractions = rule["fractions"] if rule is not None else {}
+    found.update(val_fraction=fractions.get("val", 0.0), test_fraction=fractions.get("test", 0.0))
+    if rule is not None:
+        found["split_seed"] = rule["seed"]
+    return found
+
+
+def _differs(name: str, asked: Any, had: Any) -> bool:
+    if name in ("val_fraction", "test_fraction"):
+        return float(asked) != float(had)
+    return asked != had
+
+
+def remembered(out: str, base: manifest_lib.Manifest, options: ConvertOptions) -> ConvertOptions:
+    """``options`` with each field left at its default replaced by the dataset's own (``dataset_options``), and the
+    labels file's kind (``label_kind``) the dataset's when a labels file is given.
+
+    Raises:
+      OptionError: a field given another value than the dataset's; the message names the option as the caller
+        spelled it and the value the dataset has.
+    """
+    had = dataset_options(base)
+    if options.labels is not None and base.labels is not None:
+        had["label_kind"] = base.labels
+    defaults = {field.name: field.default for field in dataclasses.fields(ConvertOptions)}
+    if not options.shuffle and had.get("shuffle", False):
+        raise OptionError("{out}: {shuffle} is False, but the dataset was shuffled with seed {seed!r}; an append "
+                          "({append:set}) takes the dataset's own options: drop {shuffle}, or convert into another "
+                          "folder", out=out, seed=had["seed"])
+    if not options.shuffle:  # the dataset's records are in sorted order too: nothing to take from it
+        had = {name: value for name, value in had.items() if name not in ("seed", "shuffle")}
+    for name, value in had.items():
+        asked = getattr(options, name)
+        if asked == defaults[name] or not _differs(name, asked, value):
+            continue
+        what = "not shuffled" if name == "seed" and value is None else "converted with {had!r}"
+        raise OptionError("{out}: {" + name + "} is {asked!r}, but the dataset was " + what + "; an append "
+                          "({append:set}) takes the dataset's own options: drop {" + name + "}, or convert into "
+                          "another folder", out=out, asked=asked, had=value)
+    return dataclasses.replace(options, **had)
