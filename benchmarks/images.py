@@ -19,7 +19,7 @@ On one generated set of 500x375 photo-like JPEGs (``benchmarks/ingest.py``'s
 
 Evaluation is also set against its own floor: the reader's fused centre-crop decode to float32 over the same
 bytes in RAM, with fixed parallelism (one decode per core, autotune off, as the readers run) and with autotune
-(which made it bimodal on 2 cores, issue 35): img/s and CPU per image as ratios (targets >= 0.95x, <= 1.05x).
+(which made it bimodal on 2 cores): img/s and CPU per image as ratios (targets >= 0.95x, <= 1.05x).
 
 First batch (unless ``--first-batch-rounds 0``): each reader in a fresh process (``--first-batch-child``),
 imports done and TensorFlow's eager context up, timed from the call that builds it to its first batch:

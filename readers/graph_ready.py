@@ -4,7 +4,7 @@
 AutoGraph, which parses its source, rewrites the syntax tree and compiles it again before tracing; and a function
 built while another is traced inherits its conversion status. A reader's ~15 functions are graph code already (no
 Python ``if`` or ``for`` on a tensor), so converting them changed nothing but the build time: measured with cProfile,
-AutoGraph was 1.8 s of a 2.0 s first ``readers.images()`` and 0.35 s of 0.67 s on a second (issue 35). Each public
+AutoGraph was 1.8 s of a 2.0 s first ``readers.images()`` and 0.35 s of 0.67 s on a second. Each public
 reader is therefore built with AutoGraph off (``without_autograph``): every tf.data function made during the call,
 at any depth, is traced directly. A user's function (``augment=``) is still converted, as ``Dataset.map`` would
 (``as_map_converts``), so Python control flow on tensors keeps working in it.

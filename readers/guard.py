@@ -77,7 +77,7 @@ class ShardGuard:
         """``open_records(path)``'s records of shard ``index``, checked before the open, at the first record and
         after the last (see the module docstring). ``marked``: yield ``(record, mark)`` pairs, the check's bool
         beside each record (``files.record_of`` takes the record), instead of dropping the mark in a map of its own:
-        that map cost ~65 us of CPU per record, ~5% of an evaluation pass (issue 35)."""
+        that map cost ~65 us of CPU per record, ~5% of an evaluation pass."""
         before = self.check(index, "before it was opened")
         if self.strict:
             with tf.control_dependencies([_assert_unchanged(before)]):

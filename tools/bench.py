@@ -112,7 +112,7 @@ def floor_center_crop(blobs: list[bytes], labels: list[int], batch_size: int, im
     """The evaluation reader's own fused centre-crop decode + resize to float32 over bytes in RAM: evaluation's floor.
 
     ``autotune`` False: one decode per core and tf.data's autotuner off, as the readers run; True: ``AUTOTUNE``
-    parallelism with the autotuner on (it made this floor bimodal on 2 cores, issue 35: 845-1,268 img/s).
+    parallelism with the autotuner on (it made this floor bimodal on 2 cores: 845-1,268 img/s).
     """
     parallel = tf.data.AUTOTUNE if autotune else len(os.sched_getaffinity(0))
     ds = tf.data.Dataset.from_tensor_slices((blobs, labels)).map(
