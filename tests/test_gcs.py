@@ -120,9 +120,12 @@ def _images(root: str) -> None:
     with tf.io.gfile.GFile(shard, "wb") as f:
         f.write(original)
 
-    # A missing bucket is a one-line error, not TensorFlow's endless makedirs retry.
-    missing = _tfshard("images", src, "gs://no-such-bucket/out", "-q")
-    assert missing.returncode == 1 and "bucket gs://no-such-bucket does not exist" in missing.stderr, missing.stderr
+    # A missing bucket is a one-line error, not TensorFlow's endless makedirs retry (the CLI in this process: a
+    # process of its own would only import TensorFlow again).
+    missing = CliRunner().invoke(cli.app, cli.global_flags_first(["images", src, "gs://no-such-bucket/out", "-q"]))
+    assert missing.exit_code == 1 and isinstance(missing.exception, SystemExit), (missing.exception, missing.output)
+    assert "bucket gs://no-such-bucket does not exist" in missing.output, missing.output
+    assert len(missing.output.strip().splitlines()) == 1, missing.output
 
     # A finished conversion run again is a no-op: nothing is rewritten.
     before = _mtimes(out)
