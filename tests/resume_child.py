@@ -70,11 +70,16 @@ def images_job(dataset: str, ckpt_dir: str, log: str, steps: str, save_every: st
                 manager.save(checkpoint_number=int(step.numpy()))
 
 
-def main(kind: str, dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str, replicas: str = "0") -> None:
+def main(kind: str, dataset: str, ckpt_dir: str, log: str, steps: str, save_every: str, replicas: str = "0", *,
+         strategy=None) -> None:
+    """The job; ``strategy``: a MirroredStrategy over ``replicas`` CPUs to use instead of making one (a test runs
+    the job in its own process so, on the logical CPUs conftest.py split)."""
     if kind == "images":
         return images_job(dataset, ckpt_dir, log, steps, save_every)
     replicas_ = int(replicas)
-    if replicas_:
+    if replicas_ and strategy is not None:
+        assert strategy.num_replicas_in_sync == replicas_, (strategy, replicas_)
+    elif replicas_:
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas_)
         strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas_)])
