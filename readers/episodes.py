@@ -154,7 +154,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     checks = ShardGuard(shards, strict=True)
 
     def open_records(shard):
-        return tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
+        return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
 
     def read_remote(index, shard):
         return checks.read(index, shard, open_records) if local else open_records(shard)
