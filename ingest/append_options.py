@@ -18,6 +18,7 @@ from ..format import manifest as manifest_lib
 from ..format.errors import OptionError
 from ..format.json_checks import Checker
 from ..format.names import COMPRESSIONS
+from .holdout import HELD_OUT, SOURCE
 from .options import ConvertOptions
 
 _IMAGE = ("quality", "rgb", "max_side", "max_pixels", "validate")
@@ -53,7 +54,12 @@ def check_recorded(source: str, base: manifest_lib.Manifest) -> None:
         if name == "compression" and value not in COMPRESSIONS:
             check.fail(f"options.{key}", f"must be {what}", value)
         if isinstance(value, int) and ((least is not None and value < least) or (most is not None and value > most)):
-            check.fail(f"options.{key}", f"must be in [{least}, {most or 'any'}]", value)
+            check.fail(f"options.{key}", f"must be at least {least}" if most is None else
+                       f"must be in [{least}, {most}]", value)
+    rule = base.split_rule  # its types checked as the manifest loaded; the splits an append can hold out again:
+    if rule is not None and (rule["from"] != SOURCE or not set(rule["fractions"]) <= set(HELD_OUT)):
+        check.fail("split_rule", f"must hold out {' or '.join(HELD_OUT)} (or both) from {SOURCE}, the splits tfshard "
+                   "makes", {"from": rule["from"], "fractions": rule["fractions"]})
 
 
 def dataset_options(base: manifest_lib.Manifest) -> dict[str, Any]:

@@ -913,7 +913,7 @@ def _set(path: str, value):
 EDITED_OPTIONS = {
     "string-size": (_set("shard_bytes", "big"), r"field options.shard_bytes: must be an integer \(got 'big'\)"),
     "float-size": (_set("shard_bytes", 1.5), r"field options.shard_bytes: must be an integer \(got 1.5\)"),
-    "negative-size": (_set("shard_bytes", -5), r"field options.shard_bytes: must be in \[1, any\] \(got -5\)"),
+    "negative-size": (_set("shard_bytes", -5), r"field options.shard_bytes: must be at least 1 \(got -5\)"),
     "string-shards": (_set("num_shards", "2"), r"field options.num_shards: must be an integer or null \(got '2'\)"),
     "bool-min-shards": (_set("min_shards", True), r"field options.min_shards: must be an integer \(got True\)"),
     "string-seed": (_set("seed", "0"), r"field options.seed: must be an integer or null \(got '0'\)"),
@@ -925,6 +925,9 @@ EDITED_OPTIONS = {
     "missing-key": (_set("shard_bytes", ...), r"records no option shard_bytes \(--shard-size\) \(got no such key in "
                     r"its dataset.json: made by another tfshard version, or edited\); append with the tfshard that "
                     r"made it, or reconvert"),
+    "other-held-out-split": (lambda raw: raw.__setitem__("split_rule", {"method": "hash", "seed": 0, "from": "train",
+                                                                       "fractions": {"holdout": 0.25}}),
+                             r"field split_rule: must hold out val or test \(or both\) from train, the splits "),
     "unknown-key": (_set("image.sharpen", 2), r"records an option image.sharpen, which this tfshard does not know "
                     r"\(got 2 in its dataset.json"),
 }
