@@ -140,13 +140,17 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     return lines + duplicate_lines(manifest.duplicates)
 
 
-def append_lines(out: str, found, complete: bool, shown: int = 5) -> list[str]:
-    """What an append found (``ingest.append.AppendFound``): the new images, and the inputs in the dataset that
-    changed or were deleted since, which stay as they were converted."""
+def append_lines(out: str, found, complete: bool, shown: int = 5, added: int | None = None) -> list[str]:
+    """What an append found (``ingest.append.AppendFound``): the new images (``added`` of them written, when known),
+    and the inputs in the dataset that changed or were deleted since, which stay as they were converted."""
     lines = []
     if not complete:
         classes = f" (new classes: {_first(found.new_classes, 20)})" if found.new_classes else ""
-        lines.append(f"  appended: {found.new_inputs:,} new images as generation {found.generation}{classes}")
+        left = "" if added is None or added == found.new_inputs else \
+            f"; the other {found.new_inputs - added:,} were rejected or dropped as copies (see rejected)"
+        of = "" if not left else f"{added:,} of "
+        lines.append(f"  appended: {of}{found.new_inputs:,} new images as generation {found.generation}{classes}"
+                     f"{left}")
     unlabelled = set(found.unlabelled)
     if unlabelled:  # not changed: the labels file leaves them out, and reconverting with it would drop them
         more = f", ... {len(unlabelled) - shown} more" if len(unlabelled) > shown else ""
@@ -236,7 +240,9 @@ class ConversionResult:
         shown, status = objects.redact(self.out), self.status
         lines = summary_lines(shown, self.manifest, self.seconds, status)
         if status is not None and status.append is not None:
-            lines += append_lines(shown, status.append, status.complete)
+            record = self.manifest.appends[-1] if self.manifest.appends else {}
+            added = record.get("records_added") if record.get("generation") == status.append.generation else None
+            lines += append_lines(shown, status.append, status.complete, added=added)
         if self.tfds_folder is not None:
             lines.append(tfds_written(self.tfds_folder, "TFDS metadata", self.manifest))
         for report in self.uploads:

@@ -889,9 +889,11 @@ def test_every_new_image_rejected_adds_no_shard(grown_cats):
     src, out = grown_cats
     for i in range(2):
         (src / "cat" / f"new-{i}.jpg").write_bytes(b"not a jpeg")
-    manifest = _append_manifest(src, out)
-    assert manifest.total_records == 6 and not any("g0001" in n for n in os.listdir(out))
+    result = convert_images(str(src), str(out), num_shards=2, append=True, workers=0, progress=False)
+    assert result.manifest.total_records == 6 and not any("g0001" in n for n in os.listdir(out))
     assert not (out / STATE).exists()
+    assert ("  appended: 0 of 2 new images as generation 1; the other 2 were rejected or dropped as copies (see "
+            "rejected)") in result.lines()
 
 
 def _set(path: str, value):
