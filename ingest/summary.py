@@ -22,8 +22,12 @@ def _mb(n: int) -> str:
 
 
 def _rate(manifest, seconds: float, status) -> str:
-    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest)."""
-    records = manifest.total_records - (status.kept_records if status else 0)
+    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest; an append wrote
+    only its generation's records)."""
+    records = manifest.total_records
+    if status is not None and status.append is not None and manifest.appends:
+        records = manifest.appends[-1]["records_added"]
+    records -= status.kept_records if status else 0
     size = manifest.total_bytes - (status.kept_bytes if status else 0)
     if status is not None and status.resumed:
         episodes = manifest.kind == "episodes"  # episodes in the kept shards are not counted: bytes say it

@@ -894,6 +894,7 @@ def test_every_new_image_rejected_adds_no_shard(grown_cats):
     assert not (out / STATE).exists()
     assert ("  appended: 0 of 2 new images as generation 1; the other 2 were rejected or dropped as copies (see "
             "rejected)") in result.lines()
+    assert result.summary().count(" (0 img/s)") == 1  # the rate of what the append wrote, not of the dataset
 
 
 def _set(path: str, value):
