@@ -807,19 +807,20 @@ def _meshes(ax) -> list:
 def test_discrete_features_draw_as_steps_heat_strips_and_categories(tmp_path, year, episode_dataset):
     """An integer of a few values (state, 0 to 4) is a strip of a colour per value, a row per episode, its cells
     the most frequent value under each pixel column; a wide-range integer (hour, 24 values; act, hundreds) stays
-    steps, a boolean (flag) a grey heat strip."""
+    steps, a boolean (flag) a grey heat strip. Ten episodes' names fit beside the rows of a channel's strip."""
     from matplotlib.colors import to_rgb
 
     rng = np.random.default_rng(1)
-    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, 30 + i), 100), "flag": rng.random((30 + i) * 100) < .1}
-             for i in range(3)}
+    steps = [(30 + i) * 100 for i in range(MAX_EPISODES)]
+    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, n // 100), 100), "flag": rng.random(n) < .1,
+                           "grid": rng.integers(0, 3, (n, 2)).astype(np.int16)} for i, n in enumerate(steps)}
     save_episodes(tmp_path / "src", files)
     convert_episode_tree(tmp_path / "src", tmp_path / "out")
     out = str(tmp_path / "out")
-    figure = episode_figure(out, feature=["flag", "state"])
+    figure = episode_figure(out, episodes=MAX_EPISODES, feature=["flag", "state", "grid"])
     drawn = io.BytesIO()
     figure.savefig(drawn, format="png")  # what episode_plot does
-    assert Image.open(drawn).size == picture_size([1, 1])
+    assert Image.open(drawn).size == picture_size([1, 1, 2])
     pixels = np.asarray(Image.open(drawn).convert("RGB"))
     flag = pixels[:220]  # a heat strip of grey cells, a row per episode
     assert np.all((flag[..., :1] == flag) & (flag > 20) & (flag < 235), axis=-1).sum() > 5000
@@ -832,12 +833,19 @@ def test_discrete_features_draw_as_steps_heat_strips_and_categories(tmp_path, ye
     assert "a colour per value, the most frequent of each pixel column" in strip.get_title(loc="left")
     assert [t.get_text() for t in strip.get_legend().get_texts()] == ["0", "1", "2", "3", "4"]
     names = [t.get_text() for t in strip.get_yticklabels()]
-    assert len(names) == len(_meshes(strip)) == 3 and all(n.startswith("episode ") for n in names)
+    assert len(names) == len(_meshes(strip)) == MAX_EPISODES and all(n.startswith("episode ") for n in names)
     read = {f"episode {int(k['episode'])}": e["state"].numpy() for k, e in readers.episodes(out, with_keys=True)}
     for name, mesh in zip(names, _meshes(strip)):  # each row: the modes of its episode's steps, from step 0
         modes, first = series.column_modes(read[name], 900)
         assert np.array_equal(np.asarray(mesh.get_array()).ravel(), modes)
         assert np.array_equal(mesh.get_coordinates()[0, :, 0], np.append(first, len(read[name])))
+    for strip in figure.axes[2:4]:  # grid's two channels, 0.8 inches each: every second (or third) row named
+        shown = [t.get_text() for t in strip.get_yticklabels()]
+        step = names.index(shown[1])
+        assert step > 1 and shown == names[::step] and len(_meshes(strip)) == MAX_EPISODES
+        size = strip.get_yticklabels()[0].get_fontsize()
+        spacing = strip.get_position().height * figure.get_figheight() * 72 * step / MAX_EPISODES  # points
+        assert 5 <= size < spacing  # legible, and clear of the next name
 
     for dataset, name in ((year, "hour"), (episode_dataset, "act")):
         strip = episode_figure(dataset, feature=name, length=8).axes[0]

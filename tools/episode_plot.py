@@ -27,7 +27,7 @@ from ..readers.windowing.starts import WindowSpec, check_time_range
 from ..readers.windows.dataset import resident_layout
 from ..readers.windows.layout import check_window_args
 from . import series
-from .strips import feature_panel
+from .strips import feature_panel, fit_row_names
 
 MAX_EPISODES = 10  # one colour each in matplotlib's ten distinct colours; also bounds what is read into memory
 WIDTH, DPI = 10, 100
@@ -218,3 +218,4 @@ def _align(figure, strips: list) -> None:
     for ax in strips:
         box = ax.get_position()
         ax.set_position([left, box.y0, right - left, box.height])
+        fit_row_names(ax)

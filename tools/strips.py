@@ -9,7 +9,8 @@
   cell is the most frequent value there (a tie: the one met first), so a value never the most frequent of a column
   does not show: zoom in with ``time_range=`` to see every step.
 
-Rows are named by episode beside them; lines and steps have a legend of the episodes.
+Rows are named by episode beside them (every second row when the strip is too low for all, ``fit_row_names``);
+lines and steps have a legend of the episodes.
 """
 
 from __future__ import annotations
@@ -50,9 +51,28 @@ def _draw_series(ax, values: np.ndarray, lo: int, kind: str, color: str, name: s
         ax.plot(x, values, linewidth=0.8, color=color, label=name)
 
 
+ROWS = "episode rows"  # the gid of a strip with a row per episode, named beside it
+
+
 def _name_rows(ax, names_of: list) -> None:
     ax.set_ylim(len(names_of), 0)
-    ax.set_yticks(np.arange(len(names_of)) + 0.5, [n.split(" (")[0] for n in names_of], fontsize=6)
+    ax.set_yticks(np.arange(len(names_of)) + 0.5, [n.split(" (")[0] for n in names_of])
+    ax.set_gid(ROWS)
+
+
+def fit_row_names(ax, points: float = 6.5, smallest: float = 5) -> None:
+    """Once the figure is laid out: the episode names beside a strip's rows at ``points``, or smaller when the rows
+    are lower than that; rows lower than ``smallest`` points (10 episodes in a channel's strip) name every second
+    (or third...) row, in the order the one-channel strips and the legends name them all."""
+    if ax.get_gid() != ROWS:
+        return
+    rows = len(ax.get_yticks())
+    row = 0.85 * ax.get_position().height * ax.figure.get_figheight() * 72 / max(1, rows)
+    step = max(1, int(np.ceil(smallest / row)))
+    if step > 1:
+        names = [label.get_text() for label in ax.get_yticklabels()]
+        ax.set_yticks(np.arange(0, rows, step) + 0.5, names[::step])
+    ax.tick_params(axis="y", labelsize=max(smallest, min(points, row)))
 
 
 def _draw_heat(ax, channel: list, lo_of: list, names_of: list) -> None:
