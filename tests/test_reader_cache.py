@@ -424,6 +424,7 @@ def test_unfinished_epoch_leaves_no_cache_and_the_next_epoch_is_whole(dataset, t
     assert sorted(labels_of(readers.images(out, cache=cache, **kwargs))) == ALL
 
 
+
 # ---------------------------------------------------------------- URL paths through tf.io.gfile
 
 
@@ -759,19 +760,25 @@ _QUIET_CHILD = r"""
 import sys
 from tfshard import readers
 
-ds = readers.images(sys.argv[1], cache=sys.argv[2], batch_size=4, image_size=8, seed=0)
-print("epochs", [sum(1 for _ in ds) for _ in range(2)], flush=True)
+for drop_remainder, cache in ((True, sys.argv[2]), (False, sys.argv[3])):
+    ds = readers.images(sys.argv[1], cache=cache, batch_size=5, image_size=8, seed=0, drop_remainder=drop_remainder)
+    print("epochs", drop_remainder, [sum(1 for _ in ds) for _ in range(2)], flush=True)
 """
 
 
 def test_a_cached_training_reader_logs_no_tensorflow_cost_model_errors(converted_images, tmp_path):
-    """The random crop after a cache gives ``crop_and_resize`` boxes of the batch's static size: with boxes of an
-    unknown count, grappler's cost model logged "Error in PredictCost() for the op ... CropAndResize" (~2 KB) each
-    time an iterator was made, every epoch. TensorFlow reads its log level once per process and this suite runs at
-    TF_CPP_MIN_LOG_LEVEL=2, which hides warnings: hence a child at level 0, its C++ stderr captured."""
-    done = subprocess.run([sys.executable, "-c", _QUIET_CHILD, converted_images.out, str(tmp_path / "cache")],
+    """The random crop after a cache gives ``crop_and_resize`` a static count of boxes, the batch size: with boxes
+    of an unknown count, grappler's cost model logged "Error in PredictCost() for the op ... CropAndResize" (~2 KB)
+    each time an iterator was made, every epoch. With ``drop_remainder=False`` the batches' shape has no static size
+    (the last is partial), so the crop pads its boxes to the batch size. TensorFlow reads its log level once per
+    process and this suite runs at TF_CPP_MIN_LOG_LEVEL=2, which hides warnings: hence a child at level 0, its C++
+    stderr captured. 12 images in batches of 5: 2 full batches, and a partial third one without drop_remainder."""
+    caches = [str(tmp_path / "dropped"), str(tmp_path / "kept")]
+    done = subprocess.run([sys.executable, "-c", _QUIET_CHILD, converted_images.out, *caches],
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "0"}, capture_output=True, text=True,
                           timeout=300, check=True)
-    assert "epochs [3, 3]" in done.stdout  # two epochs ran, the first writing the cache, the second reading it
-    assert glob.glob(str(tmp_path / "cache" / "tfshard-*.index")), "the cache was not written"
+    # two epochs each, the first writing the cache, the second reading it
+    assert "epochs True [2, 2]" in done.stdout and "epochs False [3, 3]" in done.stdout, done.stdout
+    for cache in caches:
+        assert glob.glob(os.path.join(cache, "tfshard-*.index")), f"the cache {cache} was not written"
     assert "Error in PredictCost()" not in done.stderr, done.stderr[-3000:]
