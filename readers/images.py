@@ -285,7 +285,7 @@ def images(
         options = external_state_ignored(options)
     if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
         ds = epoch.ahead(remote.distribute(ds.with_options(options)))
-    ds = augmented(ds, recipe, seed=seed, start_step=start, deterministic=deterministic)
+    ds = augmented(ds, recipe, batch_size=batch_size, seed=seed, start_step=start, deterministic=deterministic)
     if remote is None and not ignore_errors and not repeat:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".
