@@ -182,8 +182,8 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     if not local:  # the service's client runs the epoch check (``streamed.py``)
         return joined
     # Each epoch first checks OUT still holds the dataset this pipeline was built on (a shard cache's copies would
-    # otherwise serve the old one: readers/epoch_guard.py).
+    # otherwise serve the old one: readers/epoch_guard.py), unless every shard's read checks its own.
     guard = EpochGuard(dataset, split, shards)
-    joined = guard.ahead(joined)
+    joined = joined if guard.covered_by_reads(session) else guard.ahead(joined)
     # A checkpoint of it restores only into a pipeline of the same shards (readers/epoch_guard.py).
     return checkpointable(guard.stamp.lead(joined.apply(tf.data.experimental.assert_cardinality(count))))
