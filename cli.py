@@ -1,9 +1,9 @@
 """``tfshard``: a thin typer layer. Each command parses its flags, calls one library function and prints.
 
 Library errors become one line on stderr and a non-zero exit (``EXIT_CODES``); ``--debug`` shows the traceback.
-TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``; ``info`` needs none but for a
-gs:// OUT or --length), before any module that imports it: the converter's engine, the readers and the tools are
-imported inside the commands, the pure modules at the top.
+TensorFlow is loaded once, quietly, as a command that needs it starts (``_command``; ``push`` needs none, ``info``
+none but for a gs:// OUT or --length), before any module that imports it: the converter's engine, the readers and
+the tools are imported inside the commands, the pure modules at the top.
 Longer than ~350 lines only by its ~80 flags and their help, which docs/reference/cli.md is made from; what is not
 parsing is in ``tools/console.py`` (what every command shares), ``tools/conversion.py`` and ``tools/service.py``.
 """
@@ -310,7 +310,8 @@ def push(
     storage_option: StorageOption = None,
 ) -> None:
     """Upload a finished dataset to an object store, each file checked, dataset.json last; rerun to resume."""
-    with _command(f"{url}: push", resumable=True):
+    # No TensorFlow: OUT is local and URL an fsspec store (push refuses gs://), so nothing here reads through it.
+    with _command(f"{url}: push", resumable=True, tensorflow=False):
         console.storage_options(storage_option, url)
         from .ingest.push import push as upload
 

@@ -70,6 +70,13 @@ def check_options(out: str, base: manifest_lib.Manifest, options: ConvertOptions
     asked = _flat(options.identity("images"))
     had = _flat({k: v for k, v in base.options.items() if k not in ("converted_images", "label_rule")})  # results
     for key in sorted(set(asked) | set(had)):
+        if key not in had or key not in asked:  # the dataset's options are not this tfshard's: no flag sets them
+            what = f"records no option {key} ({_FLAGS.get(key, key)})" if key not in had else \
+                f"records an option {key}, which this tfshard does not know"
+            got = "no such key" if key not in had else f"{had[key]!r:.80}"
+            raise InputError(f"{out}: --append: the dataset {what} (got {got} in its "
+                             f"{manifest_lib.MANIFEST_NAME}: made by another tfshard version, or edited); append with "
+                             f"the tfshard that made it, or {RECONVERT}")
         if asked.get(key) != had.get(key):
             raise InputError(f"{out}: --append: option {key} ({_FLAGS.get(key, key)}) is {asked.get(key)!r}, but "
                              f"the dataset was converted with {had.get(key)!r}; pass the dataset's options "

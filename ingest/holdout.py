@@ -22,7 +22,7 @@ from typing import Any
 from ..format.errors import InputError, OptionError
 
 HELD_OUT = ("val", "test")  # the splits made, in the order their fractions are taken from [0, 1)
-_SOURCE = "train"
+SOURCE = "train"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Holdout:
         """The manifest's ``split_rule``: None when nothing is held out."""
         if not self.fractions:
             return None
-        return {"method": "stratified" if self.stratify else "hash", "seed": self.seed, "from": _SOURCE,
+        return {"method": "stratified" if self.stratify else "hash", "seed": self.seed, "from": SOURCE,
                 "fractions": self.fractions}
 
 
@@ -77,16 +77,16 @@ def position(path: str, seed: int) -> float:
 
 
 def _by_hash(items: list, holdout: Holdout, path_of: Callable) -> dict[str, list]:
-    out: dict[str, list] = {name: [] for name in (_SOURCE, *holdout.fractions)}
+    out: dict[str, list] = {name: [] for name in (SOURCE, *holdout.fractions)}
     test, val = holdout.test_fraction, holdout.val_fraction
     for item in items:
         u = position(path_of(item), holdout.seed)
-        out["test" if u < test else "val" if u < test + val else _SOURCE].append(item)
+        out["test" if u < test else "val" if u < test + val else SOURCE].append(item)
     return out
 
 
 def _stratified(items: list, holdout: Holdout, path_of: Callable, class_of: Callable) -> dict[str, list]:
-    out: dict[str, list] = {name: [] for name in (_SOURCE, *holdout.fractions)}
+    out: dict[str, list] = {name: [] for name in (SOURCE, *holdout.fractions)}
     classes: dict[Any, list] = {}
     for item in items:
         classes.setdefault(class_of(item), []).append(item)
@@ -97,8 +97,8 @@ def _stratified(items: list, holdout: Holdout, path_of: Callable, class_of: Call
         n_val = min(n - n_test, math.floor(n * holdout.val_fraction + 0.5))
         out.setdefault("test", []).extend(members[:n_test])
         out.setdefault("val", []).extend(members[n_test:n_test + n_val])
-        out[_SOURCE].extend(members[n_test + n_val:])
-    return {name: files for name, files in out.items() if name in (_SOURCE, *holdout.fractions)}
+        out[SOURCE].extend(members[n_test + n_val:])
+    return {name: files for name, files in out.items() if name in (SOURCE, *holdout.fractions)}
 
 
 def hold_out(items: dict[str, list], holdout: Holdout, *, path_of: Callable[[Any], str],
@@ -123,16 +123,16 @@ def hold_out(items: dict[str, list], holdout: Holdout, *, path_of: Callable[[Any
     if taken:
         raise InputError(f"{src}: already has a {taken[0]!r} split (got --{taken[0]}-fraction "
                          f"{asked[taken[0]]:g}); drop --{taken[0]}-fraction, or merge the {taken[0]} inputs into train")
-    if not items.get(_SOURCE):
-        raise InputError(f"{src}: no {_SOURCE!r} inputs to hold a split out of (got splits "
+    if not items.get(SOURCE):
+        raise InputError(f"{src}: no {SOURCE!r} inputs to hold a split out of (got splits "
                          f"{sorted(n for n in items if items[n])!r}); lay the inputs out without split folders, "
                          "or as SRC/train/...")
     if holdout.stratify and class_of is None:
         raise InputError(f"{src}: --stratify keeps each class's share exact, so it needs class labels (got "
                          "multi-label or value labels); drop --stratify to hold out by hash")
     split = _stratified if holdout.stratify else _by_hash
-    moved = split(items[_SOURCE], holdout, path_of, *([class_of] if holdout.stratify else []))
-    result = {name: files for name, files in items.items() if name != _SOURCE}
+    moved = split(items[SOURCE], holdout, path_of, *([class_of] if holdout.stratify else []))
+    result = {name: files for name, files in items.items() if name != SOURCE}
     for name, files in moved.items():
         result[name] = sorted(files, key=path_of)
     return result

@@ -105,7 +105,7 @@ def push(out: str, url: str, overwrite: bool = False, uploads: int = UPLOADS,
     url = url.rstrip("/")
     manifest = load_manifest(out)
     text = read_small_file(os.path.join(out, MANIFEST_NAME), "manifest")
-    files = _files(out, manifest)
+    files = dataset_files(out, manifest, "convert again (rerun the conversion) before pushing")
     ours = {f.name for f in files} | {MANIFEST_NAME}
     journal = _Journal(out, url, hashlib.sha256(text).hexdigest())
 
@@ -191,19 +191,22 @@ def check_folder_url(url: str) -> None:
                          "the environment")
 
 
-def _files(out: str, manifest: Manifest) -> list[_File]:
-    """What the dataset in ``out`` holds besides its manifest: every shard and index file it lists (each must be
-    there), ``inputs.json`` and TFDS metadata when present."""
+def dataset_files(out: str, manifest: Manifest, fix: str, skip: frozenset[str] | set[str] = frozenset()
+                  ) -> list[_File]:
+    """What the dataset in ``out`` holds besides its manifest: every shard and index file it lists but those named in
+    ``skip`` (each must be there; ``fix`` ends the error when one is not), then ``inputs.json`` and TFDS metadata when
+    present, none of them a symlink (``_no_links``)."""
     found = []
     for split in manifest.splits.values():
         for shard in split.shards:
-            found.append(_File(shard.file, shard.sha256, shard.bytes))
-            if shard.index_file is not None:
+            if shard.file not in skip:
+                found.append(_File(shard.file, shard.sha256, shard.bytes))
+            if shard.index_file is not None and shard.index_file not in skip:
                 found.append(_File(shard.index_file, shard.index_sha256, None))
-    for name in found:
-        if not os.path.isfile(os.path.join(out, name.name)):
-            raise FileNotFoundError(f"{os.path.join(out, name.name)}: listed in {MANIFEST_NAME} but missing (got no "
-                                    "file); convert again (rerun the conversion) before pushing")
+    for file in found:
+        if not os.path.isfile(os.path.join(out, file.name)):
+            raise FileNotFoundError(f"{os.path.join(out, file.name)}: listed in {MANIFEST_NAME} but missing (got no "
+                                    f"file); {fix}")
     found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.lexists(os.path.join(out, n))]
     _no_links(out, found)
     return found

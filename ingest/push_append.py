@@ -25,8 +25,7 @@ from ..format import objects, untrusted
 from ..format.dataset import load_manifest, read_small_file
 from ..format.errors import InputError
 from ..format.manifest import MANIFEST_NAME, Manifest
-from ..format.names import INPUTS_NAME, TFDS_FILES
-from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _File, _Journal, _no_links, _put, _send, _there
+from .push import IN_FLIGHT_BYTES, UPLOADS, PushReport, _Budget, _Journal, _put, _send, _there, dataset_files
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ def push_append(out: str, url: str, uploads: int = UPLOADS, on_file: Callable[[s
         raise InputError(f"{url}: --append: no dataset to append to (got no {MANIFEST_NAME} there); convert SRC into "
                          "it first (drop --append), or pass the dataset's URL")
     remote, base = found
-    new = _new_files(out, manifest, base)
+    new = dataset_files(out, manifest, "run the same command again to convert it", _names(base))
     if remote == text:  # landed before (a kill after it at most left the journal)
         journal.finish()
         return PushReport(url, 0, len(new) + 1, 0, 0)
@@ -120,26 +119,6 @@ def push_append(out: str, url: str, uploads: int = UPLOADS, on_file: Callable[[s
 
 def _names(manifest: Manifest) -> set[str]:
     return {n for s in manifest.splits.values() for sh in s.shards for n in (sh.file, sh.index_file) if n}
-
-
-def _new_files(out: str, manifest: Manifest, base: Manifest) -> list[_File]:
-    """The shards and index files ``manifest`` lists and ``base`` does not (each must be in ``out``), then the
-    inputs file and TFDS metadata ``out`` holds."""
-    old = _names(base)
-    found = []
-    for split in manifest.splits.values():
-        for shard in split.shards:
-            if shard.file not in old:
-                found.append(_File(shard.file, shard.sha256, shard.bytes))
-            if shard.index_file is not None and shard.index_file not in old:
-                found.append(_File(shard.index_file, shard.index_sha256, None))
-    for file in found:
-        if not os.path.isfile(os.path.join(out, file.name)):
-            raise FileNotFoundError(f"{os.path.join(out, file.name)}: listed in {MANIFEST_NAME} but missing (got no "
-                                    "file); run the same command again to convert it")
-    found += [_File(n, None, None) for n in (INPUTS_NAME, *TFDS_FILES) if os.path.lexists(os.path.join(out, n))]
-    _no_links(out, found)
-    return found
 
 
 def _check_old(url: str, base: Manifest, uploads: int) -> None:

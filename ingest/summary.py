@@ -9,6 +9,7 @@ Pure: the library never prints; ``ConversionResult.summary()`` joins these lines
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from typing import Any
 
 from ..format import objects
@@ -21,8 +22,12 @@ def _mb(n: int) -> str:
 
 
 def _rate(manifest, seconds: float, status) -> str:
-    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest)."""
-    records = manifest.total_records - (status.kept_records if status else 0)
+    """`` in 3.2 s (1,234 img/s)``, counting only what this run wrote (a resumed run kept the rest; an append wrote
+    only its generation's records)."""
+    records = manifest.total_records
+    if status is not None and status.append is not None and manifest.appends:
+        records = manifest.appends[-1]["records_added"]
+    records -= status.kept_records if status else 0
     size = manifest.total_bytes - (status.kept_bytes if status else 0)
     if status is not None and status.resumed:
         episodes = manifest.kind == "episodes"  # episodes in the kept shards are not counted: bytes say it
@@ -47,7 +52,22 @@ def label_kind_text(manifest) -> str:
 
 def _first(names: list[str], shown: int = 10) -> str:
     """``a, b, ... 3 more``: a summary line stays one line however many names a labels file gives."""
-    return ", ".join(names[:shown]) + (f", ... {len(names) - shown} more" if len(names) > shown else "")
+    return ", ".join(map(printable, names[:shown])) + (f", ... {len(names) - shown} more" if len(names) > shown else "")
+
+
+def printable(text: str) -> str:
+    """``text`` as one line any terminal or log shows as it is: control characters (a newline, ESC), format
+    characters (a right-to-left override) and bytes of a name that was no UTF-8 (kept as surrogates, which a strict
+    UTF-8 stdout cannot write) as escapes: ``\\n``, ``\\x1b``, ``\\u202e``, ``\\xff``. Other Unicode stays.
+
+    Example:
+      printable("a/evil\\n.jpg")  # 'a/evil\\\\n.jpg'
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else
+                   f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else
+                   ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _split_rule(manifest) -> str | None:
@@ -90,7 +110,7 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
                      f"({label_kind_text(manifest)}){left_out}")
         rule = manifest.options.get("label_rule")  # how a labels file's kind was decided (ingest/label_kinds.py)
         if isinstance(rule, str):
-            lines.append(f"  label kind: {labels} ({rule:.300})")
+            lines.append(f"  label kind: {labels} ({printable(rule):.300})")
     rule = _split_rule(manifest)
     if rule is not None:
         lines.append(rule)
@@ -104,7 +124,7 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
             f"dataset.json lists {len(listed):,}; {unlisted:,} more bad rows of the labels file are only counted"
         lines.append(f"  rejected: {total:,} {'files' if not unlisted else 'files and labels rows'} ({where}):")
         for item in listed[:10]:
-            lines.append(f"    {item['path']}: {item['reason']}")
+            lines.append(f"    {printable(item['path'])}: {printable(item['reason'])}")
         if total > 10:
             lines.append(f"    ... and {total - 10:,} more")
     ignored = manifest.ignored
@@ -116,7 +136,7 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
         lines.append(f"  ignored: {ignored['hidden']} hidden, {ignored['other']} {kind}{unlabelled} files"
                      f"{':' if listed else ''}")
         for path in listed[:10]:
-            lines.append(f"    {path}")
+            lines.append(f"    {printable(path)}")
         named = ignored["other"] + ignored.get("unlabelled", 0)  # the files ignored_files names the first of
         if listed and named > len(listed[:10]):
             more = named - len(listed[:10])
@@ -124,25 +144,30 @@ def summary_lines(out: str, manifest, seconds: float | None = None, status=None)
     return lines + duplicate_lines(manifest.duplicates)
 
 
-def append_lines(out: str, found, complete: bool, shown: int = 5) -> list[str]:
-    """What an append found (``ingest.append.AppendFound``): the new images, and the inputs in the dataset that
-    changed or were deleted since, which stay as they were converted."""
+def append_lines(out: str, found, complete: bool, shown: int = 5, added: int | None = None) -> list[str]:
+    """What an append found (``ingest.append.AppendFound``): the new images (``added`` of them written, when known),
+    and the inputs in the dataset that changed or were deleted since, which stay as they were converted."""
     lines = []
     if not complete:
-        classes = f" (new classes: {', '.join(found.new_classes[:20])})" if found.new_classes else ""
-        lines.append(f"  appended: {found.new_inputs:,} new images as generation {found.generation}{classes}")
+        classes = f" (new classes: {_first(found.new_classes, 20)})" if found.new_classes else ""
+        left = "" if added is None or added == found.new_inputs else \
+            f"; the other {found.new_inputs - added:,} were rejected or dropped as copies (see rejected)"
+        of = "" if not left else f"{added:,} of "
+        lines.append(f"  appended: {of}{found.new_inputs:,} new images as generation {found.generation}{classes}"
+                     f"{left}")
     unlabelled = set(found.unlabelled)
     if unlabelled:  # not changed: the labels file leaves them out, and reconverting with it would drop them
         more = f", ... {len(unlabelled) - shown} more" if len(unlabelled) > shown else ""
         lines.append(f"  no row in the labels file: {len(unlabelled):,} images of the dataset, kept as converted: "
-                     f"{', '.join(found.unlabelled[:shown])}{more}; pass the whole labels file (old rows and new)")
+                     f"{', '.join(map(printable, found.unlabelled[:shown]))}{more}; pass the whole labels file (old "
+                     "rows and new)")
     changed = [path for path in found.changed if path not in unlabelled]
     for paths, what, fix in ((changed, "changed since they were converted", "take the new versions"),
                              (found.deleted, "deleted from SRC", "drop them")):
         if paths:
             more = f", ... {len(paths) - shown} more" if len(paths) > shown else ""
             lines.append(f"  {what}: {len(paths):,}, kept as converted (shards are never rewritten): "
-                         f"{', '.join(paths[:shown])}{more}; to {fix}, reconvert with "
+                         f"{', '.join(map(printable, paths[:shown]))}{more}; to {fix}, reconvert with "
                          f"`tfshard images SRC {out} --overwrite`")
     return lines
 
@@ -158,7 +183,7 @@ def duplicate_lines(duplicates: dict | None, shown: int = 5) -> list[str]:
     for group in duplicates["listed"][:shown]:
         paths = group["paths"][:4]
         more = f" (+{group['copies'] - len(paths)} more)" if group["copies"] > len(paths) else ""
-        lines.append(f"    {' = '.join(paths)}{more}")
+        lines.append(f"    {' = '.join(map(printable, paths))}{more}")
     if duplicates["groups"] > shown:
         lines.append(f"    ... and {duplicates['groups'] - shown} more (dataset.json names the first "
                      f"{len(duplicates['listed'])})")
@@ -219,7 +244,9 @@ class ConversionResult:
         shown, status = objects.redact(self.out), self.status
         lines = summary_lines(shown, self.manifest, self.seconds, status)
         if status is not None and status.append is not None:
-            lines += append_lines(shown, status.append, status.complete)
+            record = self.manifest.appends[-1] if self.manifest.appends else {}
+            added = record.get("records_added") if record.get("generation") == status.append.generation else None
+            lines += append_lines(shown, status.append, status.complete, added=added)
         if self.tfds_folder is not None:
             lines.append(tfds_written(self.tfds_folder, "TFDS metadata", self.manifest))
         for report in self.uploads:

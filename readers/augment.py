@@ -39,11 +39,7 @@ def _image_uniforms(seeds: tf.Tensor, count: int) -> list[tf.Tensor]:
 
 
 def _batch_size(images: tf.Tensor):
-    """The batch's size: the static one when the batch's shape has it (``drop_remainder``), else a tensor.
-
-    Grappler's cost model re-infers the shapes inside a tf.data function and sees ``[tf.shape(images)[0]]`` as an
-    unknown size, so a ``crop_and_resize`` given boxes drawn in that shape logged "Error in PredictCost() for the
-    op ... CropAndResize" (a multi-KB line) each time an iterator was made: every epoch of a cached reader."""
+    """The batch's size: the static one when the batch's shape has it (``drop_remainder``), else a tensor."""
     return images.shape[0] if images.shape[0] is not None else tf.shape(images)[0]
 
 
@@ -54,16 +50,18 @@ def _between(u: tf.Tensor, low, high) -> tf.Tensor:
 
 
 def random_resized_crop_batch(
-    images: tf.Tensor, size: tuple[int, int], seed: tf.Tensor, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)
+    images: tf.Tensor, size: tuple[int, int], seed: tf.Tensor, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+    batch_size: int | None = None,
 ) -> tf.Tensor:
     """Inception-style random-resized crop of each image in a batch with one ``crop_and_resize``.
 
     Each image gets a box covering ``scale`` of its area with aspect ``ratio``,
     clipped to the image, resized to ``size`` (bilinear). A uint8 batch comes
-    back uint8 (rounded); a float batch keeps its dtype and scale.
+    back uint8 (rounded); a float batch keeps its dtype and scale. ``batch_size``:
+    the pipeline's, for batches whose shape has no static size (see ``_crop_and_resize``).
     """
     if per_image(seed):
-        return _resized_crop(images, size, _image_uniforms(seed, 4), scale, ratio)
+        return _resized_crop(images, size, _image_uniforms(seed, 4), scale, ratio, batch_size)
     batch = _batch_size(images)
     area_seed, ratio_seed, y_seed, x_seed = tf.unstack(_split(seed, 4))
     area = tf.random.stateless_uniform([batch], area_seed, scale[0], scale[1])
@@ -72,28 +70,43 @@ def random_resized_crop_batch(
     )
     y = tf.random.stateless_uniform([batch], y_seed)
     x = tf.random.stateless_uniform([batch], x_seed)
-    return _crop_boxes(images, size, area, log_ratio, y, x)
+    return _crop_boxes(images, size, area, log_ratio, y, x, batch_size)
 
 
-def _resized_crop(images: tf.Tensor, size, u: list[tf.Tensor], scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3)) -> tf.Tensor:
+def _resized_crop(images: tf.Tensor, size, u: list[tf.Tensor], scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                  batch_size: int | None = None) -> tf.Tensor:
     """The crop of ``random_resized_crop_batch`` from four drawn ``[B]`` numbers in [0, 1) per image."""
     area = _between(u[0], scale[0], scale[1])
     log_ratio = _between(u[1], tf.math.log(ratio[0]), tf.math.log(ratio[1]))
-    return _crop_boxes(images, size, area, log_ratio, u[2], u[3])
+    return _crop_boxes(images, size, area, log_ratio, u[2], u[3], batch_size)
 
 
-def _crop_boxes(images, size, area, log_ratio, y, x) -> tf.Tensor:
-    batch = _batch_size(images)
+def _crop_boxes(images, size, area, log_ratio, y, x, batch_size: int | None) -> tf.Tensor:
     aspect = tf.exp(log_ratio)
     height = tf.minimum(tf.sqrt(area / aspect), 1.0)  # fractions of the cached image's side
     width = tf.minimum(tf.sqrt(area * aspect), 1.0)
     top = y * (1.0 - height)
     left = x * (1.0 - width)
     boxes = tf.stack([top, left, top + height, left + width], axis=1)
-    cropped = tf.image.crop_and_resize(images, boxes, tf.range(batch), size)  # reads uint8, returns float32
+    cropped = _crop_and_resize(images, boxes, size, batch_size)  # reads uint8, returns float32
     if images.dtype == tf.uint8:
         return tf.cast(tf.clip_by_value(tf.round(cropped), 0.0, 255.0), tf.uint8)
     return tf.cast(cropped, images.dtype)
+
+
+def _crop_and_resize(images: tf.Tensor, boxes: tf.Tensor, size, batch_size: int | None) -> tf.Tensor:
+    """``crop_and_resize`` of box ``i`` from image ``i``, given a static count of boxes.
+
+    Grappler's cost model re-infers the shapes inside a tf.data function; given boxes of an unknown count it logged
+    "Error in PredictCost() for the op ... CropAndResize" (a multi-KB line) each time an iterator was made: every
+    epoch of a cached reader. A batch whose shape has no static size (``drop_remainder=False``: the last one may be
+    partial) has its boxes padded to ``batch_size``, the pipeline's batch size; the padding's crops (of its last
+    image) are dropped, so a partial batch costs a few crops more, once an epoch, and gives the same images."""
+    if images.shape[0] is not None or batch_size is None:
+        return tf.image.crop_and_resize(images, boxes, tf.range(_batch_size(images)), size)
+    count = tf.shape(images)[0]
+    padded = tf.ensure_shape(tf.pad(boxes, [[0, batch_size - count], [0, 0]]), [batch_size, 4])
+    return tf.image.crop_and_resize(images, padded, tf.minimum(tf.range(batch_size), count - 1), size)[:count]
 
 
 def random_flip_batch(images: tf.Tensor, seed: tf.Tensor, unit_float: bool = False) -> tf.Tensor:
@@ -177,34 +190,36 @@ def _flip_and_jitter_drawn(images: tf.Tensor, flip: tf.Tensor, shift: tf.Tensor,
 
 
 def default_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None,
-                    unit_float: bool = False) -> tf.Tensor:
+                    unit_float: bool = False, batch_size: int | None = None) -> tf.Tensor:
     """The standard training augmentation of a batch: (random-resized crop,) flip. Keeps the batch's dtype,
     or with ``unit_float`` returns float32 in [0, 1] (the cast fused into the flip's pass).
 
     ``crop_to``: crop here (a cached pipeline; without a cache the crop is fused into the JPEG decode).
+    ``batch_size``: the pipeline's, for batches whose shape has no static size (``random_resized_crop_batch``).
     """
     if per_image(seed):  # all of an image's numbers from its seed, in one draw
         u = _image_uniforms(seed, 5)
         if crop_to is not None:
-            images = _resized_crop(images, crop_to, u[:4])
+            images = _resized_crop(images, crop_to, u[:4], batch_size=batch_size)
         return _flip_where(images, (u[4] < 0.5)[:, tf.newaxis], unit_float)
     crop_seed, flip_seed = tf.unstack(_split(seed, 2))
     if crop_to is not None:
-        images = random_resized_crop_batch(images, crop_to, crop_seed)
+        images = random_resized_crop_batch(images, crop_to, crop_seed, batch_size=batch_size)
     return random_flip_batch(images, flip_seed, unit_float)
 
 
-def color_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None) -> tf.Tensor:
+def color_augment(images: tf.Tensor, seed: tf.Tensor, crop_to: tuple[int, int] | None = None,
+                  batch_size: int | None = None) -> tf.Tensor:
     """``default_augment`` plus per-image colour jitter; returns float32 in [0, 1].
 
-    The crop runs on the uint8 batch; flip, cast and jitter are one XLA-fused pass.
+    The crop runs on the uint8 batch; flip, cast and jitter are one XLA-fused pass. ``batch_size``: as there.
     """
     if per_image(seed):  # all of an image's numbers from its seed, in one draw
         u = _image_uniforms(seed, 8)
         if crop_to is not None:
-            images = _resized_crop(images, crop_to, u[:4])
+            images = _resized_crop(images, crop_to, u[:4], batch_size=batch_size)
         return _flip_and_jitter_drawn(images, (u[4] < 0.5)[:, tf.newaxis], *_jitter_draws(u[5:]))
     crop_seed, flip_seed, jitter_seed = tf.unstack(_split(seed, 3))
     if crop_to is not None:
-        images = random_resized_crop_batch(images, crop_to, crop_seed)
+        images = random_resized_crop_batch(images, crop_to, crop_seed, batch_size=batch_size)
     return _flip_and_jitter(images, flip_seed, jitter_seed)

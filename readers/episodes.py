@@ -154,7 +154,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     checks = ShardGuard(shards, strict=True)
 
     def open_records(shard):
-        return tf.data.TFRecordDataset(shard, compression_type=compression, buffer_size=read_buffer_bytes)
+        return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
 
     def read_remote(index, shard):
         return checks.read(index, shard, open_records) if local else open_records(shard)
@@ -182,8 +182,8 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     if not local:  # the service's client runs the epoch check (``streamed.py``)
         return joined
     # Each epoch first checks OUT still holds the dataset this pipeline was built on (a shard cache's copies would
-    # otherwise serve the old one: readers/epoch_guard.py).
+    # otherwise serve the old one: readers/epoch_guard.py), unless every shard's read checks its own.
     guard = EpochGuard(dataset, split, shards)
-    joined = guard.ahead(joined)
+    joined = joined if guard.covered_by_reads(session) else guard.ahead(joined)
     # A checkpoint of it restores only into a pipeline of the same shards (readers/epoch_guard.py).
     return checkpointable(guard.stamp.lead(joined.apply(tf.data.experimental.assert_cardinality(count))))

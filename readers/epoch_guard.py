@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 import tensorflow as tf
 
 from ..format.dataset import load_manifest, manifest_identity
+from ..format.storage import is_url
 from .files import DatasetInfo, ShardFile, stat_all
 from .options import external_state_ignored
 
@@ -91,6 +92,13 @@ class EpochGuard:
         return (f"{self.path}: the dataset changed since the pipeline reading it was built ({what}); its cache, "
                 "shard cache or resident copy would serve the old data: build the pipeline again to read the "
                 "dataset now in the folder")
+
+    def covered_by_reads(self, session) -> bool:
+        """True when every epoch reads every shard from OUT itself, each checked as it opens (``guard.py``): local
+        shards with no shard cache (``session`` None). The per-shard checks then cover this one, which a reader may
+        skip (its function costs a first batch ~15 ms of CPU). Not on a URL: the manifest's sha256 check is this
+        one's."""
+        return session is None and not any(is_url(s.path) for s in self.shards)
 
     def ahead(self, dataset: tf.data.Dataset, skippable: bool = False) -> tf.data.Dataset:
         """``dataset``, each iteration of which starts with the check (nothing per element). Its Python holds no

@@ -28,6 +28,11 @@ from .sampling import classes as sampling_classes
 from .shard_cache.pipeline import FETCH_AHEAD, ShardCacheArg
 from .windowing.targets import TargetsArg, check_label_targets, window_spec
 
+try:  # the source under tf.data.TFRecordDataset (see tfrecord_file); absent in some TensorFlow: the public class then
+    from tensorflow.python.data.ops.readers import _TFRecordDataset as _OneFileSource
+except ImportError:  # pragma: no cover - every TensorFlow this project supports has it
+    _OneFileSource = None
+
 log = logging.getLogger(__name__)
 
 _STAT_THREADS = 16  # on gs:// each stat is a request: 16 in flight hide the round trips
@@ -306,7 +311,7 @@ def interleave_records(
     compression_type = tf_compression_type(compression)
 
     def open_records(path):
-        return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=read_buffer_bytes)
+        return tfrecord_file(path, compression_type, read_buffer_bytes)
 
     paths = [s.path for s in shards]
     checks = ShardGuard(shards, strict=not ignore_errors) if guard else None
@@ -337,6 +342,16 @@ def interleave_records(
                                    deterministic=deterministic)
     # The guard's checks and the cache's fetch are Python, holding no state to save.
     return checkpointable(records) if checks is not None or shard_cache is not None else records
+
+
+def tfrecord_file(path: tf.Tensor, compression_type: str | None, buffer_size: int) -> tf.data.Dataset:
+    """The records of one TFRecord file, ``path`` a scalar string tensor (inside a ``flat_map``/``interleave``
+    function). ``tf.data.TFRecordDataset`` wraps even one file in a ``flat_map`` of its own: one more function to trace
+    when the pipeline is built and to set up for every file each iterator opens. Its source, which reads the file
+    directly, spares that."""
+    if _OneFileSource is None:
+        return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=buffer_size)
+    return _OneFileSource(path, compression_type, buffer_size)
 
 
 def record_of(element) -> tf.Tensor:

@@ -21,10 +21,11 @@ def batched(ds: tf.data.Dataset, recipe: Recipe, *, batch_size: int, drop_remain
     return ds.batch(batch_size, drop_remainder=drop_remainder, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
 
 
-def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | InputPosition,
+def augmented(ds: tf.data.Dataset, recipe: Recipe, *, batch_size: int, seed, start_step: int | InputPosition,
               deterministic, element_seeds: bool = False) -> tf.data.Dataset:
     """Augment the uint8 batches (the crop after a cache, colour jitter, a callable), then cast to the asked dtype.
-    Nothing to do when every image left the decode map finished.
+    Nothing to do when every image left the decode map finished. ``batch_size``: ``batched``'s (the crop's count of
+    boxes when the last batch may be partial).
 
     ``element_seeds``: the batches are ``(images, labels, seeds [B, 2])``, each image's own stateless seed (the
     index-driven stream's, from ``(seed, global element)``); the crop and the named augmentations draw each image's
@@ -52,12 +53,13 @@ def augmented(ds: tf.data.Dataset, recipe: Recipe, *, seed, start_step: int | In
         if isinstance(augment, str):
             drawn = seed_ if image_seeds is None else image_seeds
             if augment == "default":
-                return augment_lib.default_augment(images_, drawn, crop_to=crop_to, unit_float=unit_float), labels
-            return finish(AUGMENTATIONS[augment](images_, drawn, crop_to=crop_to)), labels
+                return augment_lib.default_augment(images_, drawn, crop_to=crop_to, unit_float=unit_float,
+                                                   batch_size=batch_size), labels
+            return finish(AUGMENTATIONS[augment](images_, drawn, crop_to=crop_to, batch_size=batch_size)), labels
         if crop_to is not None:
             crop_seed, seed_ = tf.unstack(tf.random.experimental.stateless_split(seed_, 2))
             images_ = augment_lib.random_resized_crop_batch(
-                images_, crop_to, crop_seed if image_seeds is None else image_seeds)
+                images_, crop_to, crop_seed if image_seeds is None else image_seeds, batch_size=batch_size)
         images_ = finish(images_)
         return (augment(images_, seed_) if augment is not None else images_), labels
 

@@ -264,7 +264,9 @@ def images(
             cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
             ignore_errors=ignore_errors, guard=remote is None, shard_cache=session, marked=True,
         )
-        return epoch.ahead(read, skippable=ignore_errors) if remote is None and cache is None else read
+        if remote is not None or cache is not None or epoch.covered_by_reads(session):
+            return read
+        return epoch.ahead(read, skippable=ignore_errors)
 
     ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
                   repeat=repeat, start=start, batch_size=batch_size, deterministic=deterministic,
@@ -280,7 +282,7 @@ def images(
         options = external_state_ignored(options)
     if remote is not None:  # everything above runs on the workers, with these options; uint8 batches cross the network
         ds = epoch.ahead(remote.distribute(ds.with_options(options)))
-    ds = augmented(ds, recipe, seed=seed, start_step=start, deterministic=deterministic)
+    ds = augmented(ds, recipe, batch_size=batch_size, seed=seed, start_step=start, deterministic=deterministic)
     if remote is None and not ignore_errors and not repeat:
         # Exact only here: ignore_errors may skip records, and a service shares the epoch among its clients. A known
         # length lets Keras end each epoch on its count instead of warning that the input "ran out of data".

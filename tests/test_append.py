@@ -889,6 +889,60 @@ def test_every_new_image_rejected_adds_no_shard(grown_cats):
     src, out = grown_cats
     for i in range(2):
         (src / "cat" / f"new-{i}.jpg").write_bytes(b"not a jpeg")
-    manifest = _append_manifest(src, out)
-    assert manifest.total_records == 6 and not any("g0001" in n for n in os.listdir(out))
+    result = convert_images(str(src), str(out), num_shards=2, append=True, workers=0, progress=False)
+    assert result.manifest.total_records == 6 and not any("g0001" in n for n in os.listdir(out))
     assert not (out / STATE).exists()
+    assert ("  appended: 0 of 2 new images as generation 1; the other 2 were rejected or dropped as copies (see "
+            "rejected)") in result.lines()
+    assert result.summary().count(" (0 img/s)") == 1  # the rate of what the append wrote, not of the dataset
+
+
+def _set(path: str, value):
+    """An edit of dataset.json's ``options`` at ``path`` ("image.rgb"); ``...`` removes the key."""
+    def change(raw):
+        *parents, key = path.split(".")
+        held = raw["options"]
+        for parent in parents:
+            held = held[parent]
+        if value is ...:
+            del held[key]
+        else:
+            held[key] = value
+    return change
+
+
+# The options an append takes from an edited manifest: each refused naming its field, never converted with ("false"
+# is a true rgb to Python, a string seed shuffles another way).
+EDITED_OPTIONS = {
+    "string-size": (_set("shard_bytes", "big"), r"field options.shard_bytes: must be an integer \(got 'big'\)"),
+    "float-size": (_set("shard_bytes", 1.5), r"field options.shard_bytes: must be an integer \(got 1.5\)"),
+    "negative-size": (_set("shard_bytes", -5), r"field options.shard_bytes: must be at least 1 \(got -5\)"),
+    "string-shards": (_set("num_shards", "2"), r"field options.num_shards: must be an integer or null \(got '2'\)"),
+    "bool-min-shards": (_set("min_shards", True), r"field options.min_shards: must be an integer \(got True\)"),
+    "string-seed": (_set("seed", "0"), r"field options.seed: must be an integer or null \(got '0'\)"),
+    "string-rgb": (_set("image.rgb", "false"), r"field options.image.rgb: must be true or false \(got 'false'\)"),
+    "string-index": (_set("index", "yes"), r"field options.index: must be true or false \(got 'yes'\)"),
+    "huge-quality": (_set("image.quality", 10**20), r"field options.image.quality: must be in \[1, 100\]"),
+    "other-compression": (_set("compression", "zstd"), r"field options.compression: must be 'gzip' or null"),
+    "image-not-an-object": (_set("image", "x"), r"field options.image: must be an object \(got 'x'\)"),
+    "missing-key": (_set("shard_bytes", ...), r"records no option shard_bytes \(--shard-size\) \(got no such key in "
+                    r"its dataset.json: made by another tfshard version, or edited\); append with the tfshard that "
+                    r"made it, or reconvert"),
+    "other-held-out-split": (lambda raw: raw.__setitem__("split_rule", {"method": "hash", "seed": 0, "from": "train",
+                                                                       "fractions": {"holdout": 0.25}}),
+                             r"field split_rule: must hold out val or test \(or both\) from train, the splits "),
+    "unknown-key": (_set("image.sharpen", 2), r"records an option image.sharpen, which this tfshard does not know "
+                    r"\(got 2 in its dataset.json"),
+}
+
+
+@pytest.mark.parametrize("edit", EDITED_OPTIONS, ids=EDITED_OPTIONS.keys())
+def test_an_append_refuses_options_an_edited_manifest_records_naming_the_field(grown_cats, edit):
+    src, out = grown_cats
+    change, problem = EDITED_OPTIONS[edit]
+    _edit_json(out / "dataset.json", change)
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=problem) as raised:  # a ManifestError (the field), or an InputError
+        _append_manifest(src, out)
+    assert f"{out}" in str(raised.value) and ("--overwrite" in str(raised.value))
+    assert_same_tree(snapshot(out), before)

@@ -27,6 +27,22 @@ def test_crop_keeps_uint8_and_gives_the_asked_size():
     np.testing.assert_allclose(cropped.numpy(), np.round(as_float.numpy()), atol=1)  # the same crop, rounded
 
 
+@pytest.mark.parametrize("seed", [[3, 4], [[3, 4], [5, 6], [7, 8]]], ids=["batch-seed", "image-seeds"])
+def test_a_partial_batch_of_no_static_size_crops_as_a_batch_of_known_size(seed):
+    """Without ``drop_remainder`` the batches' shape has no static size; the crop then pads its boxes to the
+    pipeline's batch size (a static count for grappler's cost model) and drops the padding's crops: the same
+    images as the crop of a batch whose size is known."""
+    images, seed = _batch(n=3, h=40, w=40), tf.constant(seed, tf.int64)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 40, 40, 3], tf.uint8)])
+    def partial(batch):
+        return augment.random_resized_crop_batch(batch, (8, 10), seed, batch_size=5)
+
+    got = partial(images)
+    assert got.shape == (3, 8, 10, 3)
+    np.testing.assert_array_equal(got.numpy(), augment.random_resized_crop_batch(images, (8, 10), seed).numpy())
+
+
 @pytest.mark.parametrize("recipe, dtype", [(augment.default_augment, tf.uint8), (augment.color_augment, tf.float32)])
 def test_recipes_are_seeded_and_in_range(recipe, dtype):
     images = _batch(h=40, w=40)

@@ -12,6 +12,7 @@ import ast
 import os
 import subprocess
 import sys
+import textwrap
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("format", "ingest", "readers", "tools")
@@ -122,15 +123,35 @@ def test_the_command_line_starts_without_tensorflow():
     assert done.stdout.strip() == "False"
 
 
-def test_commands_that_need_no_tensorflow_never_import_it(converted_images):
-    """``tfshard info OUT`` (and ``--json``), ``--version`` and ``--help`` read no data: they run without importing
-    TensorFlow (~3 s of a ~3.7 s ``info`` before), checked in the process that ran them (a structural check)."""
-    code = ("import sys\nfrom tfshard.cli import main\n"
-            f"for args in (['info', {converted_images.out!r}], ['info', '--json', {converted_images.out!r}], "
-            "['--version'], ['--help']):\n"
-            "    try:\n        main(args)\n    except SystemExit as e:\n        assert not e.code, (args, e.code)\n"
-            "print('tensorflow loaded:', 'tensorflow' in sys.modules)")
+def test_commands_that_need_no_tensorflow_never_import_it(converted_images_copy):
+    """``tfshard info OUT`` (and ``--json``), ``--version`` and ``--help`` read no data, and ``tfshard push OUT URL``
+    only sends files (here to moto's S3 server, in the same process): they run without importing TensorFlow (~3 s of
+    a ~3.7 s ``info`` before), checked in the process that ran them (a structural check)."""
+    out = converted_images_copy.out
+    code = textwrap.dedent(f"""
+        import logging, os, sys
+        import s3fs
+        from moto.server import ThreadedMotoServer
+        from tfshard.cli import main
+
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+        server.start()
+        endpoint = "http://%s:%d" % server.get_host_and_port()
+        os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test", AWS_DEFAULT_REGION="us-east-1",
+                          AWS_ENDPOINT_URL=endpoint)
+        s3fs.S3FileSystem(endpoint_url=endpoint, key="test", secret="test").mkdir("bucket")
+        for args in (['info', {out!r}], ['info', '--json', {out!r}], ['push', {out!r}, 's3://bucket/pushed'],
+                     ['--version'], ['--help']):
+            try:
+                main(args)
+            except SystemExit as e:
+                assert not e.code, (args, e.code)
+        server.stop()
+        print('tensorflow loaded:', 'tensorflow' in sys.modules)
+    """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert f"{converted_images.out}: images" in done.stdout  # info ran and printed the dataset
+    assert f"{out}: images" in done.stdout  # info ran and printed the dataset
+    assert "s3://bucket/pushed: uploaded " in done.stdout, done.stdout  # push ran and uploaded it
     assert done.stdout.strip().endswith("tensorflow loaded: False")

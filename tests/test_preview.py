@@ -9,6 +9,7 @@ only read are converted once for the module; a test that changes one gets a copy
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import os
 import re
@@ -32,7 +33,7 @@ from tfshard import readers
 from tfshard.ingest import ConvertOptions, EpisodeOptions, convert_images
 from tfshard.readers.image_ops import decode_center_crop
 from tfshard.tools import fonts, series
-from tfshard.tools.episode_plot import picture_size
+from tfshard.tools.episode_plot import episode_figure, picture_size
 from tfshard.tools.preview import (
     GAP,
     LABEL_WIDTH,
@@ -43,12 +44,12 @@ from tfshard.tools.preview import (
     MAX_SHEET_PIXELS,
     MAX_TILE,
     MIN_TILE,
-    _stats_text,
     check_sheet,
     image_sheet,
     sheet_size,
     tile_box,
 )
+from tfshard.tools.strips import stats_text
 
 WHITE = 255
 
@@ -590,8 +591,8 @@ def odd_episodes(tmp_path_factory):
 def test_episode_plot_of_odd_features_and_short_episodes(odd_episodes):
     info = readers.info(odd_episodes).manifest.splits["train"]
     assert info.feature_mean["n"] == [None]  # NaN kept: null in the manifest, n/a in the title
-    assert _stats_text(info.feature_mean["n"], info.feature_std["n"]) == "mean [n/a], std [n/a]"
-    assert "mean n/a" in _stats_text(info.feature_mean.get("z"), None)
+    assert stats_text(info.feature_mean["n"], info.feature_std["n"]) == "mean [n/a], std [n/a]"
+    assert "mean n/a" in stats_text(info.feature_mean.get("z"), None)
     for options in ({}, {"length": 1, "shift": 1}, {"length": 3}, {"n": 10}):  # episode 0 has 1 step: no windows
         picture = readers.preview(odd_episodes, **options)
         # b, i, n, u, z one strip each; m's 24 channels ([2, 3, 4] a step) the first 16 of them
@@ -671,6 +672,11 @@ def test_envelope_and_column_means_against_an_oracle():
         flags = rng.random(steps) < 0.3
         means, first = series.column_means(flags, columns)
         assert np.allclose(means, [run.mean() for run in np.split(flags, first[1:])])
+        codes = rng.integers(0, 4, steps) * (rng.random(steps) < 0.7)  # 0 most often, ties in short runs
+        modes, first = series.column_modes(codes, columns)
+        for run, mode in zip(np.split(codes, first[1:]), modes, strict=True):
+            counts = np.bincount(run)
+            assert mode == next(c for c in run if counts[c] == counts.max())  # the most frequent, met first
 
 
 def test_which_features_and_channels_are_chosen_and_refused():
@@ -698,6 +704,13 @@ def test_which_features_and_channels_are_chosen_and_refused():
     assert series.time_range_of("100:500") == (100, 500) and series.time_range_of("0.5:1") == (0.5, 1.0)
     assert [series.kind_of(np.dtype(d)) for d in ("bool", "uint8", "int64", "float16", "complex64")] == [
         "heat", "steps", "steps", "line", "line"]
+    few, many = [np.arange(300) % 4, np.arange(50) % 3], [np.arange(8760) % 24]  # actions; hours of the day
+    assert [series.kind_of(d, few) for d in ("int32", "uint8", "bool", "float32")] == [
+        "categories", "categories", "heat", "line"]
+    assert series.kind_of("int64", many) == "steps" and series.kind_of("int32", [np.array([], np.int32)]) == "steps"
+    top = series.MAX_CATEGORIES
+    assert [series.kind_of("int16", [np.arange(n) * 1000 - 7]) for n in (1, top, top + 1)] == [
+        "categories", "categories", "steps"]  # distinct values, whatever their range
 
 
 @pytest.fixture(scope="module")
@@ -784,19 +797,61 @@ def test_series_options_on_an_images_dataset_are_refused(photos, tmp_path, cli, 
     assert result.exit_code == 1 and f"({flag}) applies to episode datasets" in result.output
 
 
-def test_discrete_features_draw_as_steps_and_heat_strips(tmp_path):
+def _meshes(ax) -> list:
+    """The cells of a heat strip or a strip of categories on ``ax``, a row of them per episode drawn."""
+    from matplotlib.collections import QuadMesh
+
+    return [c for c in ax.collections if isinstance(c, QuadMesh)]
+
+
+def test_discrete_features_draw_as_steps_heat_strips_and_categories(tmp_path, year, episode_dataset):
+    """An integer of a few values (state, 0 to 4) is a strip of a colour per value, a row per episode, its cells
+    the most frequent value under each pixel column; a wide-range integer (hour, 24 values; act, hundreds) stays
+    steps, a boolean (flag) a grey heat strip. Ten episodes' names fit beside the rows of a channel's strip."""
+    from matplotlib.colors import to_rgb
+
     rng = np.random.default_rng(1)
-    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, 30 + i), 100), "flag": rng.random((30 + i) * 100) < .1}
-             for i in range(3)}
+    steps = [(30 + i) * 100 for i in range(MAX_EPISODES)]
+    files = {f"d{i}.npz": {"state": np.repeat(rng.integers(0, 5, n // 100), 100), "flag": rng.random(n) < .1,
+                           "grid": rng.integers(0, 3, (n, 2)).astype(np.int16)} for i, n in enumerate(steps)}
     save_episodes(tmp_path / "src", files)
     convert_episode_tree(tmp_path / "src", tmp_path / "out")
     out = str(tmp_path / "out")
-    heat = readers.preview(out, feature="flag")
-    pixels = np.asarray(heat)[:220]  # the flag panel: a heat strip of grey cells, a row per episode
-    greys = np.all((pixels[..., :1] == pixels) & (pixels > 20) & (pixels < 235), axis=-1)
-    assert greys.sum() > 5000
-    steps = readers.preview(out, feature="state", n=1, time_range=(0, 300))  # three flat steps, no ramps
-    assert steps.size == picture_size([1])
+    figure = episode_figure(out, episodes=MAX_EPISODES, feature=["flag", "state", "grid"])
+    drawn = io.BytesIO()
+    figure.savefig(drawn, format="png")  # what episode_plot does
+    assert Image.open(drawn).size == picture_size([1, 1, 2])
+    pixels = np.asarray(Image.open(drawn).convert("RGB"))
+    flag = pixels[:220]  # a heat strip of grey cells, a row per episode
+    assert np.all((flag[..., :1] == flag) & (flag > 20) & (flag < 235), axis=-1).sum() > 5000
+    state = pixels[220:440].reshape(-1, 3)
+    for rank in range(5):  # every value's colour (C0 to C4) fills cells, not only the legend's swatch
+        colour = np.round(np.array(to_rgb(f"C{rank}")) * 255)
+        assert np.sum(np.all(np.abs(state - colour) <= 1, axis=-1)) > 2000, rank
+
+    strip = figure.axes[1]
+    assert "a colour per value, the most frequent of each pixel column" in strip.get_title(loc="left")
+    assert [t.get_text() for t in strip.get_legend().get_texts()] == ["0", "1", "2", "3", "4"]
+    names = [t.get_text() for t in strip.get_yticklabels()]
+    assert len(names) == len(_meshes(strip)) == MAX_EPISODES and all(n.startswith("episode ") for n in names)
+    read = {f"episode {int(k['episode'])}": e["state"].numpy() for k, e in readers.episodes(out, with_keys=True)}
+    for name, mesh in zip(names, _meshes(strip)):  # each row: the modes of its episode's steps, from step 0
+        modes, first = series.column_modes(read[name], 900)
+        assert np.array_equal(np.asarray(mesh.get_array()).ravel(), modes)
+        assert np.array_equal(mesh.get_coordinates()[0, :, 0], np.append(first, len(read[name])))
+    for strip in figure.axes[2:4]:  # grid's two channels, 0.8 inches each: every second (or third) row named
+        shown = [t.get_text() for t in strip.get_yticklabels()]
+        step = names.index(shown[1])
+        assert step > 1 and shown == names[::step] and len(_meshes(strip)) == MAX_EPISODES
+        size = strip.get_yticklabels()[0].get_fontsize()
+        spacing = strip.get_position().height * figure.get_figheight() * 72 * step / MAX_EPISODES  # points
+        assert 5 <= size < spacing  # legible, and clear of the next name
+
+    for dataset, name in ((year, "hour"), (episode_dataset, "act")):
+        strip = episode_figure(dataset, feature=name, length=8).axes[0]
+        assert not _meshes(strip) and (strip.lines or strip.collections), name  # steps or their envelope
+        assert "a colour per value" not in strip.get_title(loc="left")
+        assert all(t.get_text().startswith("episode ") for t in strip.get_legend().get_texts())  # of episodes
 
 
 # ------------------------------------------------------------------------------- preview: counts, changed inputs

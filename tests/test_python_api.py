@@ -130,6 +130,28 @@ def test_the_summary_is_what_the_cli_prints(tmp_path, cli):
         assert expected in text, expected
 
 
+
+def test_the_summary_shows_each_file_name_on_its_own_line_escaped(tmp_path):
+    """A rejected or ignored file's name with a newline, a terminal escape, a right-to-left override or a byte that is
+    no UTF-8: one summary line each, escaped (no forged line, nothing a terminal runs), and the text is UTF-8."""
+    src = tmp_path / "src"
+    make_tree(src, per_class=1)
+    names = {b"cat/evil\n  train  999 records.jpg": "cat/evil\\n  train  999 records.jpg",
+             b"cat/red\x1b[31m.jpg": "cat/red\\x1b[31m.jpg", b"dog/\xe2\x80\xaeevil.jpg": "dog/\\u202eevil.jpg",
+             b"dog/caf\xe9.jpg": "dog/caf\\xe9.jpg", "dog/é中文.jpg".encode(): "dog/é中文.jpg"}
+    for name in names:
+        with open(os.path.join(os.fsencode(src), name), "wb") as f:
+            f.write(b"not an image")
+    with open(os.path.join(os.fsencode(src), b"dog/notes\r.txt"), "wb") as f:
+        f.write(b"hello")
+    result = convert_images(str(src), str(tmp_path / "out"), workers=0, progress=False)
+    lines = result.lines()
+    assert all("\n" not in line and "\r" not in line and "\x1b" not in line for line in lines)
+    assert result.summary().encode("utf-8").decode("utf-8") == result.summary()  # strict: no lone surrogate
+    for shown in names.values():
+        assert sum(line.startswith(f"    {shown}: ") for line in lines) == 1, (shown, lines)
+    assert "    dog/notes\\r.txt" in lines
+
 # --- docs/guide/from-python.md, run as written ------------------------------------------------------------------------
 
 

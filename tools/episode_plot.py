@@ -3,8 +3,9 @@
 A panel per feature (``feature=``; default the first ``series.DEFAULT_FEATURES`` by name), a strip per channel
 (``channel=``; default every one, up to ``series.MAX_CHANNELS``), each strip on its own scale, the episodes in
 matplotlib's ten colours. Floats are lines, integers steps, booleans a heat strip (a row per episode, the share of
-True); a series longer than the strip's pixels is drawn as its min/max envelope per pixel column, so 8,760 hourly
-steps read as clearly as 100. ``time_range=`` draws only those steps, and windows as ``readers.windows(time_range=)``
+True), integers of a few values (an action, a class id per step) a strip of a colour per value (``strips.py``); a
+series longer than the strip's pixels is drawn as its min/max envelope per pixel column, so 8,760 hourly steps
+read as clearly as 100. ``time_range=`` draws only those steps, and windows as ``readers.windows(time_range=)``
 cuts them. The last panel shows the first episode's windows, zoomed to the first and the last of them, each
 labelled beside its bar. Needs matplotlib (``pip install 'tfshard[preview]'``).
 
@@ -26,9 +27,9 @@ from ..readers.windowing.starts import WindowSpec, check_time_range
 from ..readers.windows.dataset import resident_layout
 from ..readers.windows.layout import check_window_args
 from . import series
+from .strips import feature_panel, fit_row_names
 
 MAX_EPISODES = 10  # one colour each in matplotlib's ten distinct colours; also bounds what is read into memory
-COLUMNS = 900  # pixel columns of a strip (10 inches at 100 dpi, less the margins): past them, an envelope
 WIDTH, DPI = 10, 100
 ONE_STRIP, CHANNEL_STRIP, WINDOWS_PANEL = 2.2, 0.8, 2.2  # inches: a one-channel feature, a channel of several
 _INSTALL = "pip install 'tfshard[preview]' (from a clone: pip install -e '.[preview]')"
@@ -38,16 +39,6 @@ def picture_size(strips: list[int]) -> tuple[int, int]:
     """Pixels of an episode picture whose features have ``strips`` channels drawn each, and the windows panel."""
     inches = sum(ONE_STRIP if count <= 1 else CHANNEL_STRIP * count for count in strips) + WINDOWS_PANEL
     return WIDTH * DPI, round(inches * DPI)
-
-
-def _stats_text(mean, std) -> str:
-    def show(values):
-        if values is None:
-            return "n/a"
-        shown = ", ".join("n/a" if v is None else f"{v:.3g}" for v in values[:3])
-        return f"[{shown}{', …' if len(values) > 3 else ''}]"
-
-    return f"mean {show(mean)}, std {show(std)}"
 
 
 def _label_text(manifest, label) -> str:
@@ -84,67 +75,6 @@ def check_episode_args(path: str, split: str, episodes: int, length: int | None,
     # the reader's refusals (no window at all), its words
     resident_layout(path, split, length=length, shift=shift, time_range=time_range)
     return length, shift
-
-
-def _draw_series(ax, values: np.ndarray, lo: int, kind: str, color: str, name: str, alpha: float) -> None:
-    """One episode's channel on a strip: a line or steps, or its envelope once longer than the strip's pixels."""
-    if not len(values):
-        return
-    x = lo + np.arange(len(values))
-    if len(values) > 2 * COLUMNS:
-        low, high, first = series.envelope(values, COLUMNS)
-        edges = lo + np.append(first, len(values))
-        ax.fill_between(edges, np.append(low, low[-1]), np.append(high, high[-1]), step="post", color=color,
-                        alpha=alpha, linewidth=0.4, label=name)
-    elif kind == "steps":
-        ax.step(np.append(x, x[-1] + 1), np.append(values, values[-1]), where="post", linewidth=0.9, color=color,
-                label=name)
-    else:
-        ax.plot(x, values, linewidth=0.8, color=color, label=name)
-
-
-def _draw_heat(ax, shown: list, lo_of: list, names_of: list, name: str, channel: int) -> None:
-    """A heat strip: a row per episode, each cell the share of True over the steps under one pixel column. The
-    shade is the share's square root: a rare event (one step in ten under a column) still shows as mid grey."""
-    from matplotlib.colors import PowerNorm
-
-    norm = PowerNorm(0.5, vmin=0, vmax=1)
-    for row, episode in enumerate(shown):
-        values = episode[name].reshape(len(episode[name]), -1)[:, channel]
-        if not len(values):
-            continue
-        means, first = series.column_means(values, COLUMNS)
-        lo = lo_of[row]
-        edges = lo + np.append(first, len(values))
-        ax.pcolormesh(edges, [row, row + 1], means[None, :], cmap="Greys", norm=norm, shading="flat")
-    ax.set_ylim(len(shown), 0)
-    ax.set_yticks(np.arange(len(shown)) + 0.5, [n.split(" (")[0] for n in names_of], fontsize=6)
-
-
-def _feature_panel(axes, name: str, dtype, shape, channels: list[int], hidden: int, shown: list, lo_of: list,
-                   names_of: list, info) -> None:
-    kind = series.kind_of(dtype)
-    many = len(shown) > 1
-    for ax, channel in zip(axes, channels or [0]):
-        if kind == "heat":
-            _draw_heat(ax, shown, lo_of, names_of, name, channel)
-        else:
-            for index, episode in enumerate(shown):
-                values = episode[name].reshape(len(episode[name]), -1)
-                if values.shape[1] and len(values):
-                    _draw_series(ax, values[:, channel].real.astype(np.float64), lo_of[index], kind,
-                                 f"C{index % 10}", names_of[index], 0.55 if many else 0.9)
-        if len(channels) > 1:
-            ax.set_ylabel(series.channel_name(shape, channel), fontsize=7, rotation=0, ha="right", va="center")
-        ax.tick_params(labelsize=7)
-    what = f"{np.dtype(dtype).name} {list(shape)}" if shape else np.dtype(dtype).name
-    if hidden:
-        what += f", {len(channels)} of {len(channels) + hidden} channels (--channel for others)"
-    draw = {"heat": ", share of True: darker is more", "steps": ", steps"}.get(kind, "")
-    axes[0].set_title(f"{name} ({what}{draw}): {_stats_text(info.feature_mean.get(name), info.feature_std.get(name))}",
-                      fontsize=9, loc="left")
-    if kind != "heat":
-        axes[0].legend(fontsize=7, loc="upper right")
 
 
 def _windows_group(ax, starts: np.ndarray, numbers: list[int], length: int, lo: int, hi: int) -> None:
@@ -185,12 +115,24 @@ def _windows_panel(figure, cell, steps: int, spec: WindowSpec, max_windows: int,
             ax.set_title(title, fontsize=9, loc="left")
 
 
-def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: int | None = None,
-                 shift: int | None = None, max_windows: int = 12, feature=None, channel=None,
-                 time_range=None) -> Image.Image:
-    """A panel per feature, a strip per channel, the first ``episodes`` episodes over time, titled with the
-    manifest's mean and std; then where ``readers.windows(length=, shift=, time_range=)`` cuts the first episode
-    (never across its end; the first windows and the last four when there are more than ``max_windows``).
+def episode_plot(path: str, split: str = "train", episodes: int = 3, **options) -> Image.Image:
+    """``episode_figure`` drawn: the picture ``tfshard preview`` saves, as a ``PIL.Image`` (1,000 pixels wide).
+
+    Example:
+      episode_plot("runs-tfr", length=64, shift=16).size  # (1000, 660) for two one-channel features
+    """
+    figure = episode_figure(path, split, episodes, **options)
+    out = io.BytesIO()
+    figure.savefig(out, format="png")
+    return Image.open(io.BytesIO(out.getvalue())).convert("RGB")
+
+
+def episode_figure(path: str, split: str = "train", episodes: int = 3, *, length: int | None = None,
+                   shift: int | None = None, max_windows: int = 12, feature=None, channel=None, time_range=None):
+    """A matplotlib ``Figure``: a panel per feature, a strip per channel, the first ``episodes`` episodes over time,
+    each strip drawn by its kind (``strips.py``) and titled with the manifest's mean and std; then where
+    ``readers.windows(length=, shift=, time_range=)`` cuts the first episode (never across its end; the first
+    windows and the last four when there are more than ``max_windows``). ``episode_plot`` draws it.
 
     Args:
       episodes: 1 to ``MAX_EPISODES`` (10); only those are read.
@@ -207,7 +149,7 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
       ValueError: arguments as above; a feature or channel the dataset does not have.
 
     Example:
-      episode_plot("runs-tfr", length=64, shift=16).size  # (1000, 660) for two one-channel features
+      episode_figure("runs-tfr", feature="action").axes[0].get_title()  # 'action (int32, a colour per value): ...'
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -241,15 +183,17 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
     grid = figure.add_gridspec(len(names) + 1, 1, height_ratios=[*inches, WINDOWS_PANEL])
     right = max((lo + len(e[names[0]]) for lo, e in zip(lo_of, shown)), default=1)
     left = min(lo_of, default=0)
+    every = []
     for row, name in enumerate(names):
         inner = grid[row, 0].subgridspec(strips[row], 1, hspace=0)
         axes = [figure.add_subplot(inner[k, 0]) for k in range(strips[row])]
+        every += axes
         for ax in axes:
             ax.set_xlim(left, max(right, left + 1))
             if ax is not axes[-1]:
                 ax.tick_params(labelbottom=False)
         drawn, hidden = channels[name]
-        _feature_panel(axes, name, *schema[name], drawn, hidden, shown, lo_of, names_of, info)
+        feature_panel(axes, name, *schema[name], drawn, hidden, shown, lo_of, names_of, info)
     count = spec.episode_windows(first_steps)[1]
     lo, hi = spec.bounds(first_steps)
     span = f"steps {lo}–{hi} of {first_steps}" if (lo, hi) != (0, first_steps) else f"{first_steps} steps"
@@ -259,6 +203,19 @@ def episode_plot(path: str, split: str = "train", episodes: int = 3, *, length: 
              if count else f"{names_of[0]} has {hi - lo} steps, fewer than the window's {length}: it yields no "
              f"window{hidden}")
     _windows_panel(figure, grid[len(names), 0], first_steps, spec, max_windows, title)
-    out = io.BytesIO()
-    figure.savefig(out, format="png")
-    return Image.open(io.BytesIO(out.getvalue())).convert("RGB")
+    _align(figure, every)
+    return figure
+
+
+def _align(figure, strips: list) -> None:
+    """Lays the figure out, then gives every strip the same left and right edge, so one step is at the same x in
+    every panel: constrained layout fits each panel's subgrid to its own margins (episode names, a legend of
+    values), not the others'."""
+    figure.draw_without_rendering()
+    left = max(ax.get_position().x0 for ax in strips)
+    right = min(ax.get_position().x1 for ax in strips)
+    figure.set_layout_engine("none")  # keep the positions the layout found, and these
+    for ax in strips:
+        box = ax.get_position()
+        ax.set_position([left, box.y0, right - left, box.height])
+        fit_row_names(ax)

@@ -32,7 +32,7 @@ from ..readers import files as files_lib
 from ..readers.arguments import check_count
 from ..readers.image_ops import decode_center_crop, decode_random_crop
 from . import fonts as fonts_lib
-from .episode_plot import MAX_EPISODES, _label_text, _stats_text, check_episode_args, episode_plot  # noqa: F401
+from .episode_plot import MAX_EPISODES, _label_text, check_episode_args, episode_plot  # noqa: F401
 from .series import MAX_PANELS, time_range_of  # noqa: F401
 
 LABEL_WIDTH = 150  # the class-name column of a contact sheet

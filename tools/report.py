@@ -11,7 +11,7 @@ import json
 import re
 
 from ..format.records import data_features
-from ..ingest.summary import label_kind_text, summary_lines
+from ..ingest.summary import label_kind_text, printable, summary_lines
 
 
 def _short_list(values: list[float | None] | None, limit: int = 6) -> str:
@@ -34,7 +34,7 @@ def _label_counts(manifest, split) -> str:
     counts = [0] * len(manifest.class_names)
     for label in labels:
         counts[label] += 1
-    shown = ", ".join(f"{n} {c}" for n, c in list(zip(manifest.class_names, counts))[:20])
+    shown = ", ".join(f"{printable(n)} {c}" for n, c in list(zip(manifest.class_names, counts))[:20])
     return shown + (f", ... {len(counts) - 20} more classes" if len(counts) > 20 else "")
 
 
@@ -98,14 +98,15 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
         if manifest.labels is not None:
             lines.append(f"  labels: {label_kind_text(manifest)}")
         if manifest.labels != "value":
-            lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(manifest.class_names)}")
+            lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(map(printable, manifest.class_names))}")
         for name, split in manifest.splits.items():
-            counts = ", ".join(f"{k} {v}" for k, v in split.class_counts.items())
+            counts = ", ".join(f"{printable(k)} {v}" for k, v in split.class_counts.items())
             per = " (images holding each class)" if manifest.labels == "multi" else ""
             lines.append(f"  {name}: {split.records:,} images{': ' + counts + per if counts else ''}")
             lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
     for record in manifest.appends:  # what each --append added, and what it found changed or deleted
-        classes = f", new classes {', '.join(record['new_classes'][:20])}" if record["new_classes"] else ""
+        classes = f", new classes {', '.join(map(printable, record['new_classes'][:20]))}" if record["new_classes"] \
+            else ""
         lines.append(f"  append {record['generation']}: +{record['records_added']:,} records{classes}; "
                      f"{record['changed']} changed and {record['deleted']} deleted inputs kept as converted")
     kind_options = "image" if manifest.kind == "images" else "episode"

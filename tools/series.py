@@ -1,8 +1,10 @@
-"""What an episode picture draws, decided before anything is read: features, channels, steps. Pure numpy.
+"""What an episode picture draws: features, channels, steps (decided before anything is read), and how (from a
+channel's dtype and the steps drawn). Pure numpy.
 
 A feature's channels are the elements of one step, flattened (a ``[T, 2, 3]`` feature has 6, named ``[0, 0]`` to
 ``[1, 2]``). A series longer than the pixels it is drawn on becomes its min/max envelope per pixel column, so a
-year of hourly steps reads like a week of them; integer and boolean features are drawn as steps or a heat strip.
+year of hourly steps reads like a week of them. Booleans are drawn as a heat strip, integers of a few values
+(``MAX_CATEGORIES``) as a strip of a colour per value, other integers as steps (``kind_of``).
 
     envelope(np.arange(10.0), 5)   # (array([0., 2., 4., 6., 8.]), array([1., 3., 5., 7., 9.]), array([0, 2, ...]))
 """
@@ -17,6 +19,10 @@ DEFAULT_FEATURES = 6  # "a handful": the features drawn when none is chosen, in 
 MAX_PANELS = 16  # features drawn at most (chosen with --feature); the plot says how many more there are
 MAX_CHANNELS = 16  # channels drawn of one feature when none is chosen; a strip each
 MAX_STRIPS = 64  # strips of the whole picture (about 40 inches): a choice past it is refused
+# An integer channel with at most this many distinct values over the steps drawn is drawn as categories, a colour
+# each: matplotlib's ten distinct colours, and as many a legend names beside a strip. An action, a class id per
+# step, a weekday fit; hours of the day (24) or counts do not, and are drawn as steps.
+MAX_CATEGORIES = 10
 
 
 def as_list(value, kind: type) -> list | None:
@@ -118,13 +124,19 @@ def time_range_of(text: str) -> tuple:
                          f"(0.5:1.0) (got {text!r}); pass two numbers around a colon") from None
 
 
+def runs(steps: int, columns: int) -> np.ndarray:
+    """The first index of each of ``min(columns, steps)`` (at least 1) runs of consecutive steps, as even as whole
+    steps allow: the steps under each pixel column of a strip."""
+    columns = max(1, min(columns, steps))
+    return (np.arange(columns, dtype=np.int64) * steps) // columns
+
+
 def envelope(values: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(low, high, first)``: the min and max of ``values`` over each of ``columns`` runs of consecutive steps
     (NaN ignored; a run of only NaN stays NaN), and each run's first index. What a line of ``len(values)`` points
     drawn on ``columns`` pixels shows, without drawing them all."""
     values = np.asarray(values, np.float64)
-    columns = max(1, min(columns, len(values)))
-    first = (np.arange(columns, dtype=np.int64) * len(values)) // columns
+    first = runs(len(values), columns)
     return np.fmin.reduceat(values, first), np.fmax.reduceat(values, first), first
 
 
@@ -132,16 +144,52 @@ def column_means(values: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarr
     """``(means, first)``: the mean over each of ``columns`` runs of consecutive steps (a boolean's share of
     True), and each run's first index: a heat strip's cells."""
     values = np.asarray(values, np.float64)
-    columns = max(1, min(columns, len(values)))
-    first = (np.arange(columns, dtype=np.int64) * len(values)) // columns
+    first = runs(len(values), columns)
     counts = np.diff(np.append(first, len(values)))
     return np.add.reduceat(values, first) / counts, first
 
 
-def kind_of(dtype: np.dtype) -> str:
-    """How a feature is drawn: ``"heat"`` (booleans: a strip of the share of True), ``"steps"`` (integers) or
-    ``"line"`` (floats; complex as its real part)."""
+def column_modes(codes: np.ndarray, columns: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(modes, first)``: the most frequent of ``codes`` (small integers from 0) over each of ``columns`` runs of
+    consecutive steps, a tie going to the value met first in the run, and each run's first index: the cells of a
+    strip of categories. A value rarer than another in every run it is in does not show.
+
+        column_modes(np.array([0, 0, 2, 1]), 2)   # (array([0, 2]), array([0, 2])): 2 and 1 tie, 2 comes first
+    """
+    codes = np.asarray(codes, np.int64)
+    if not len(codes):
+        return codes, codes
+    first = runs(len(codes), columns)
+    run = np.repeat(np.arange(len(first)), np.diff(np.append(first, len(codes))))
+    width = int(codes.max()) + 1
+    counts = np.bincount(run * width + codes, minlength=len(first) * width).reshape(len(first), width)
+    top = counts[run, codes] == counts.max(axis=1)[run]  # the steps holding one of their run's most frequent values
+    at = np.minimum.reduceat(np.where(top, np.arange(len(codes)), len(codes)), first)
+    return codes[at], first
+
+
+def categories(values: Sequence[np.ndarray]) -> np.ndarray:
+    """The distinct values of one channel over the steps drawn of every episode shown, sorted."""
+    arrays = [np.ravel(v) for v in values]
+    return np.unique(np.concatenate(arrays)) if arrays else np.array([])
+
+
+def kind_of(dtype: np.dtype, values: Sequence[np.ndarray] | None = None) -> str:
+    """How a channel is drawn, from its dtype and ``values``, its steps drawn of each episode shown:
+
+    - ``"heat"``: booleans, a strip of the share of True under each pixel column;
+    - ``"categories"``: integers taking 1 to ``MAX_CATEGORIES`` distinct values over ``values`` (an action, a
+      class id per step), a strip of a colour per value;
+    - ``"steps"``: other integers (and any integer when ``values`` is None), as steps or their envelope;
+    - ``"line"``: floats (complex as its real part), as a line or its envelope.
+
+        kind_of(np.int32, [np.arange(100) % 4])   # "categories"; with % 24 (hours of the day): "steps"
+    """
     dtype = np.dtype(dtype)
     if dtype == np.bool_:
         return "heat"
-    return "steps" if np.issubdtype(dtype, np.integer) else "line"
+    if not np.issubdtype(dtype, np.integer):
+        return "line"
+    if values is not None and 0 < len(categories(values)) <= MAX_CATEGORIES:
+        return "categories"
+    return "steps"

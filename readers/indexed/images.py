@@ -69,7 +69,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     ds = records.map(_decoder(recipe, merged, seed, request.with_source), num_parallel_calls=AUTOTUNE,
                      deterministic=True)
     ds = batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=True)
-    ds = augmented(ds, recipe, seed=seed, start_step=start_step, deterministic=True,
+    ds = augmented(ds, recipe, batch_size=batch_size, seed=seed, start_step=start_step, deterministic=True,
                    element_seeds=not recipe.per_image)
     if not repeat:
         ds = ds.apply(tf.data.experimental.assert_cardinality(position.batches(epoch_size, drop_remainder)))
