@@ -226,6 +226,10 @@ class JpegFiles:
 
 def _grain(data: dict, batch_size: int):
     import grain
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():  # grain reads its absl flags in its threads; a program without absl.app parses none
+        flags.FLAGS.mark_as_parsed()
 
     class CropFlip(grain.transforms.RandomMap):
         def random_map(self, element, rng: np.random.Generator):
