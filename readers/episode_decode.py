@@ -90,6 +90,28 @@ def join_chunks(records: tf.data.Dataset, names: Sequence[str], with_label: bool
     return records.scan(empty, step).filter(lambda last, meta, joined: last)
 
 
+def whole_records(records: tf.data.Dataset, names: Sequence[str], where: str, fix: str, with_label: bool = False,
+                  parse: Callable | None = None) -> tf.data.Dataset:
+    """``join_chunks``' triples for shards whose every episode is one record (the manifest counts as many records
+    in them as episodes): one map, and no copy of an episode's bytes into a join. A record that is a chunk of a
+    longer episode fails, naming it: the manifest's counts and the records disagree.
+    """
+    meta_keys = ("id", "length", "source", "label") if with_label else ("id", "length", "source")
+
+    def whole(*element):  # a record, or a guarded read's (record, mark) pair for ``parse`` to take apart
+        element = element[0] if len(element) == 1 else element
+        record = element if parse is None else parse(element)
+        chunk, chunks = record["episode/chunk"], record["episode/chunks"]
+        check = tf.debugging.Assert(tf.logical_and(tf.equal(chunk, 0), tf.equal(chunks, 1)), [
+            f"{where}: episode", record["episode/id"], record["episode/source"], "has a record of chunk", chunk, "of",
+            chunks, f"where the manifest counts one record per episode; {fix}"])
+        with tf.control_dependencies([check]):
+            last = tf.constant(True)
+        return last, {key: record[f"episode/{key}"] for key in meta_keys}, {n: record[f"data/{n}"] for n in names}
+
+    return records.map(whole)
+
+
 def manifest_lookup(episodes: list[EpisodeInfo], label_dtype: tf.DType | None = None):
     """A graph function: an episode's ``meta`` → ``(length, label)`` the manifest lists for its id; length -1 for an
     id it does not list.
