@@ -156,13 +156,14 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     def open_records(shard):
         return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
 
-    def read_remote(index, shard):
-        return checks.read(index, shard, open_records) if local else open_records(shard)
+    def read_remote(index, shard, marked=False):  # marked: (record, mark) pairs (``ShardGuard.read``)
+        return checks.read(index, shard, open_records, marked=marked) if local else open_records(shard)
 
     def read_one(index, shard, cached=None):  # chunks are joined per shard: a join never sees another episode's chunk
-        records = read_remote(index, shard) if cached is None else session.read(index, shard, cached, open_records,
-                                                                                read_remote)
-        return join_chunks(records.map(lambda r: tf.io.parse_single_example(r, spec)), list(schema), with_label)
+        records = read_remote(index, shard, marked=True) if cached is None else session.read(
+            index, shard, cached, open_records, read_remote)
+        return join_chunks(records, list(schema), with_label,
+                           parse=lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec))
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1

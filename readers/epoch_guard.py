@@ -107,6 +107,13 @@ class EpochGuard:
         on, instead of failing every later pull (which ``ignore_errors`` would skip forever)."""
         return python_step(dataset, self.problem, once=skippable)
 
+    def check(self) -> tf.Operation:
+        """The check as one op, for a function that already runs once an epoch (the window index's epoch function):
+        no dataset or function of its own (``ahead``'s costs a first batch ~20 ms). It fails that function, naming
+        what changed; run again (the next epoch, or a pull that asks for one), it fails again."""
+        problem = tf.ensure_shape(tf.py_function(self.problem, [], tf.string), [])
+        return tf.debugging.Assert(tf.equal(problem, ""), [problem])
+
     @property
     def stamp(self) -> Stamp:
         """The stamp of this pipeline's shards (``Stamp``)."""

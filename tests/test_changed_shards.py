@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import numpy as np
 import pytest
@@ -157,3 +158,29 @@ def test_a_guarded_pipeline_still_checkpoints_and_costs_no_epoch(two_trees, tmp_
     np.testing.assert_array_equal(next(restored)[1].numpy(), second)
     assert len(first) == 4
     assert sum(1 for _ in ds) == sum(1 for _ in ds) == 20  # every epoch whole: the checks pass on an unchanged OUT
+
+
+@pytest.mark.parametrize("when", ["before the read", "during the read"])
+def test_a_bulk_load_of_a_shard_replaced_before_or_while_it_is_read_fails_naming_it(two_trees, when):
+    """``files.read_now`` (resident episodes' one read): a shard swapped after ``check_shards`` saw it, whether before
+    its open or mid-read, fails the load once the read ends, instead of loading two datasets into one."""
+    from tfshard.readers import files
+
+    a, b, out = two_trees
+    other = os.path.join(os.path.dirname(out), "other")
+    convert_images(b, other, ConvertOptions(num_shards=8), workers=0, progress=False)
+    dataset = readers.info(out)
+    shards = files.check_shards(dataset, "train", [0, 1])
+    batches = files.read_now(shards, compression=None, read_buffer_bytes=1 << 16, batch_size=1)
+    if when == "during the read":
+        next(batches)
+    swapped = shards[1].path
+    os.replace(os.path.join(other, os.path.basename(swapped)), swapped)  # what --overwrite does
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(swapped) + r": shard was replaced or changed "
+                                                             r".*seen by the end of its read"):
+        for _ in batches:
+            pass
+    # Unchanged shards load whole, with no error.
+    again = files.check_shards(readers.info(other), "train", [0, 2])  # its shard 1 went to OUT
+    assert sum(len(batch) for batch in files.read_now(again, compression=None, read_buffer_bytes=1 << 16)) == sum(
+        s.info.records for s in again)

@@ -88,7 +88,7 @@ def shard_source(dataset: files_lib.DatasetInfo, split: str, layout: Layout, sch
                                  pad_value=layout.pad_value, labels=layout.label, shard_cache=shard_cache)
 
     return Source(dataset.episode_lengths(split), [e.shard for e in split_episodes], count, load,
-                  f"{dataset.path}: split {split!r}", guard.ahead, guard.stamp)
+                  f"{dataset.path}: split {split!r}", guard.check, guard.stamp)
 
 
 def resident_layout(path: str, split: str, *, length: int, shift: int, features=None, targets: TargetsArg = None,

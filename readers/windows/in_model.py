@@ -267,7 +267,7 @@ def model_windows(
     # A seeded endless stream is a pure function of its start: readers.BackupAndRestore moves it (input_position.py).
     resumable = repeat and (seed is not None or not shuffle)
     start = InputPosition(request.start_step, where) if resumable else request.start_step
-    resume = dict(repeat=repeat, start_step=start, where=where, before_epoch=source.before_epoch, stamp=source.stamp)
+    resume = dict(repeat=repeat, start_step=start, where=where, epoch_check=source.epoch_check, stamp=source.stamp)
     if mixture is None:
         index = index_batches(starts, batch_size=batch_size, shuffle=shuffle, seed=draw_seed(seed),
                               drop_remainder=drop_remainder, replica=0, replicas=1, **resume)

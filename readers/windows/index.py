@@ -30,7 +30,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 def index_batches(
     starts: np.ndarray, *, batch_size: int, shuffle: bool, seed: int, drop_remainder: bool, replica: int, replicas: int,
     limit: int | None = None, repeat: bool = False, start_step: int | InputPosition = 0, then: Callable | None = None,
-    where: str = "resident windows", before_epoch: Callable | None = None, stamp: Stamp | None = None,
+    where: str = "resident windows", epoch_check: Callable | None = None, stamp: Stamp | None = None,
 ) -> tf.data.Dataset:
     """Batches of window starts for one replica; a fresh seeded permutation of all starts each epoch.
 
@@ -45,8 +45,8 @@ def index_batches(
     pure function of ``seed`` and the step: ``start_step`` starts it at any step without reading the ones before
     (an ``InputPosition``: the step it holds when the iterator opens, ``readers.BackupAndRestore``'s).
     ``then``: a function of the start rows run in one parallel map (the gather: one map, one hand-off).
-    ``before_epoch``: dataset -> dataset, run on each epoch's batches of starts (``EpochGuard.ahead``: the arrays
-    were loaded from shards once, so each epoch checks they are still the dataset at the path).
+    ``epoch_check``: () -> op, run by each epoch's function (``EpochGuard.check``: the arrays were loaded from
+    shards once, so each epoch checks they are still the dataset at the path).
     ``stamp``: the ``Stamp`` of the shards the episodes were loaded from (``EpochGuard.stamp``): each epoch's
     function checks it, so a checkpoint restores only into an index of the same data (a restore runs the current
     epoch's function again first). Once an epoch: as ``Stamp.lead`` per batch it cost 40% of the windows/s.
@@ -64,19 +64,21 @@ def index_batches(
         batches = tf.data.Dataset.from_tensor_slices(tf.reshape(mine[: full * batch_size], [full, batch_size]))
         if tail:
             batches = batches.concatenate(tf.data.Dataset.from_tensors(mine[full * batch_size :]))
-        return batches if before_epoch is None else before_epoch(batches)
+        return batches
 
     def rows(index: tf.data.Dataset) -> tf.data.Dataset:
         return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
 
-    def stamped(seeds: tf.data.Dataset) -> tf.data.Dataset:  # (stamp element, epoch, seed pair)
+    def stamped(seeds: tf.data.Dataset) -> tf.data.Dataset:  # (stamp element, (epoch, seed pair)): no map to flatten
         stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
-        return tf.data.Dataset.zip((stamps, seeds.enumerate())).map(lambda s, e: (s, *e))
+        return tf.data.Dataset.zip((stamps, seeds.enumerate()))
 
-    def checked(stamp_element, e, seed_pair):  # the epoch's seed, once its stamp is checked
-        if stamp is None:
+    def checked(stamp_element, e, seed_pair):  # the epoch's seed, once its stamp and its data are checked
+        checks = ([stamp.check(stamp_element, e)] if stamp is not None else []) + (
+            [epoch_check()] if epoch_check is not None else [])
+        if not checks:
             return seed_pair
-        with tf.control_dependencies([stamp.check(stamp_element, e)]):
+        with tf.control_dependencies(checks):
             return tf.identity(seed_pair)
 
     if repeat:
@@ -92,13 +94,13 @@ def index_batches(
         def from_step(step):
             first_epoch, first_batch = step // per_epoch, step % per_epoch
             seeds = stamped(tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch))
-            return seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)).skip(
-                tf.where(e == 0, first_batch, tf.constant(0, tf.int64))))
+            return seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)).skip(
+                tf.where(e_seed[0] == 0, first_batch, tf.constant(0, tf.int64))))
 
         return rows(opened(start_step, from_step))
     seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
     seeds = stamped(seeds)
-    return rows(seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)))).apply(
+    return rows(seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)))).apply(
         tf.data.experimental.assert_cardinality(per_epoch))
 
 

@@ -152,17 +152,22 @@ def load_concatenated(
                           label_array([e.label for e in episodes]) if labels else None)
     placer = _Placer(f"{dataset.path}: split {split!r}", repair_hint(dataset.path), episodes, layout, schema, chosen,
                      pad_value)
-    records = files_lib.interleave_records(
-        shards, compression=dataset.manifest.compression, shuffle_files=False, seed=None,
-        cycle_length=None, read_buffer_bytes=read_buffer_bytes, deterministic=False,
-        shard_cache=(shard_cache or ShardCacheArg()).session(dataset.path, shards),
-    )
     parse = episode_parse_spec(schema)
     if labels:
         parse.update(parse_spec(dataset.manifest.features, [LABEL_KEY]))
-    parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, parse), num_parallel_calls=AUTOTUNE)
-    for batch in parsed.prefetch(AUTOTUNE).as_numpy_iterator():
-        columns = {key: values.tolist() for key, values in batch.items()}
+    session = (shard_cache or ShardCacheArg()).session(dataset.path, shards)
+    compression = dataset.manifest.compression
+    if session is None:  # read once, now: parsed eagerly, nothing to trace
+        parsed = (tf.io.parse_example(batch, parse) for batch in files_lib.read_now(
+            shards, compression=compression, read_buffer_bytes=read_buffer_bytes))
+    else:  # through the shard cache's pipeline
+        records = files_lib.interleave_records(
+            shards, compression=compression, shuffle_files=False, seed=None, cycle_length=None,
+            read_buffer_bytes=read_buffer_bytes, deterministic=False, shard_cache=session)
+        parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, parse), num_parallel_calls=AUTOTUNE)
+        parsed = parsed.prefetch(AUTOTUNE)
+    for batch in parsed:
+        columns = {key: values.numpy().tolist() for key, values in batch.items()}
         for i in range(len(columns["episode/id"])):
             placer.place({key: values[i] for key, values in columns.items()})
     layout.arrays = placer.arrays()

@@ -113,11 +113,11 @@ def combine(stream: StreamRequest, split: str, planned: Sequence[tuple[files_lib
                             [t for p in parts for t in p.lengths], [i for p in parts for i in p.ids], row,
                             layout.spec, labels_of)
 
-    def before_epoch(dataset: tf.data.Dataset) -> tf.data.Dataset:
-        return functools.reduce(lambda d, s: s.before_epoch(d), sources, dataset)
+    def epoch_check() -> tf.Operation:
+        return tf.group([s.epoch_check() for s in sources if s.epoch_check is not None])
 
     lengths = [t for s in sources for t in s.lengths]
-    source = Source(lengths, [0] * len(lengths), 1, load, where, before_epoch,
+    source = Source(lengths, [0] * len(lengths), 1, load, where, epoch_check,
                     Stamp(where, [str(s.stamp.value) for s in sources]))
     mixture = Mixture(stream, episode_sources, labels, tuple(planned[0][0].class_names))
     return layout, source, mixture
@@ -192,7 +192,7 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
     def replica_dataset(position: Position, local: int) -> tf.data.Dataset:
         index = functools.partial(stream_batches, starts, stream=stream, position=position,
                                   drop_remainder=request.drop_remainder, repeat=request.repeat,
-                                  start_step=start, where=where, before_epoch=source.before_epoch,
+                                  start_step=start, where=where, epoch_check=source.epoch_check,
                                   stamp=source.stamp)
         episodes = Episodes(data, tf.as_dtype(starts.dtype), per_device[local].get(LABEL_ARRAY), sources)
         return gather_batches(index, per_device[local], layout, episodes, request.with_keys, sources is not None)

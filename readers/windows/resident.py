@@ -73,8 +73,9 @@ class Source:
     num_shards: int
     load: Callable[[Sequence[int] | None, int], Concatenated]  # (shards (None: all), steps per row), as the layout asks
     where: str
-    # dataset -> dataset run ahead of each epoch (``EpochGuard.ahead`` of the shards loaded; None: in memory)
-    before_epoch: Callable | None = None
+    # () -> op run by each epoch's function, asserting the shards loaded are unchanged (``EpochGuard.check``; None:
+    # in memory)
+    epoch_check: Callable[[], tf.Operation] | None = None
     # the stamp of the shards loaded, which a checkpoint's restore checks (``EpochGuard.stamp``; None: in memory)
     stamp: Stamp | None = None
 
@@ -150,7 +151,7 @@ def build_resident(source: Source, layout: Layout, request: WindowRequest):
     start = InputPosition(request.start_step, source.where) if resumable else request.start_step
     options = dict(shuffle=request.shuffle, seed=draw_seed(request.seed), drop_remainder=drop_remainder,
                    repeat=request.repeat, start_step=start, where=source.where,
-                   before_epoch=source.before_epoch, stamp=source.stamp)
+                   epoch_check=source.epoch_check, stamp=source.stamp)
     strategy = pick_strategy(request.strategy)
     if strategy is None:
         if drop_remainder:

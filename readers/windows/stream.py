@@ -69,15 +69,15 @@ def window_stream(spec: WindowSpec, lengths: Sequence[int], episode_sources: Seq
 def stream_batches(
     starts: np.ndarray, *, stream: Stream, position: Position, drop_remainder: bool, repeat: bool = False,
     start_step: int | InputPosition = 0, then: Callable | None = None, where: str = "resident windows",
-    before_epoch: Callable | None = None, stamp: Stamp | None = None,
+    epoch_check: Callable | None = None, stamp: Stamp | None = None,
 ) -> tf.data.Dataset:
     """Batches of window start rows for one pipeline, read from the stream: ``index_batches``' counterpart.
 
     Without ``repeat`` each iteration of the dataset is the next epoch of the stream, of a known length (this
     pipeline's batches of it). With ``repeat`` the stream runs on from global step ``start_step``, a chunk of one
     epoch's steps at a time, so starting at any step costs one epoch's order (an ``InputPosition``: the step it
-    holds when the iterator opens, ``readers.BackupAndRestore``'s). ``then``, ``before_epoch`` (run ahead
-    of each chunk) and ``stamp`` (checked by each chunk, so a checkpoint restores only into the same data): as
+    holds when the iterator opens, ``readers.BackupAndRestore``'s). ``then``, ``epoch_check`` (run by each
+    chunk's function) and ``stamp`` (checked by each chunk, so a checkpoint restores only into the same data): as
     ``index_batches`` takes them.
     """
     epoch_size, batch = stream.spec.epoch_size, position.batch
@@ -98,8 +98,10 @@ def stream_batches(
         return rows[:full].reshape(-1, batch), rows[full:]
 
     def chunk_of(stamp_element, number, start):
-        if stamp is not None:
-            with tf.control_dependencies([stamp.check(stamp_element, number)]):
+        checks = ([stamp.check(stamp_element, number)] if stamp is not None else []) + (
+            [epoch_check()] if epoch_check is not None else [])
+        if checks:
+            with tf.control_dependencies(checks):
                 number = tf.identity(number)
         full, tail = tf.numpy_function(chunk, [number, start], [dtype, dtype], stateful=True)
         return tf.ensure_shape(full, [None, batch]), tf.ensure_shape(tail, [None])
@@ -108,7 +110,7 @@ def stream_batches(
         batches = tf.data.Dataset.from_tensor_slices(full)
         if not drop_remainder:
             batches = batches.concatenate(tf.data.Dataset.from_tensors(tail).filter(lambda t: tf.size(t) > 0))
-        return batches if before_epoch is None else before_epoch(batches)
+        return batches
 
     def from_step(start):  # the start step, read once when the iterator opens (input_position.py)
         numbers = tf.data.Dataset.range(2**62 if repeat else position.epoch_chunks(epoch_size, drop_remainder))
