@@ -53,6 +53,14 @@ def select_features(
     return {n: schema[n] for n in names}
 
 
+def assert_that(condition: tf.Tensor, data: Sequence) -> tf.Operation:
+    """``tf.debugging.Assert(condition, data)`` with every number in ``data`` as its string: an Assert of strings
+    alone is one op, while one of an int64 or a float is guarded by a ``cond``, two more functions to set up for each
+    iterator (formatting a few numbers per episode costs less)."""
+    return tf.debugging.Assert(condition, [
+        part if isinstance(part, str) or part.dtype == tf.string else tf.strings.as_string(part) for part in data])
+
+
 def decode_feature(raw: tf.Tensor, dtype: np.dtype, shape: tuple[int, ...],
                    steps: tf.Tensor | None = None) -> tf.Tensor:
     """Raw little-endian bytes → ``[steps, *shape]`` of ``dtype`` (``steps`` needed when a step holds no value)."""
@@ -90,6 +98,28 @@ def join_chunks(records: tf.data.Dataset, names: Sequence[str], with_label: bool
     return records.scan(empty, step).filter(lambda last, meta, joined: last)
 
 
+def whole_records(records: tf.data.Dataset, names: Sequence[str], where: str, fix: str, with_label: bool = False,
+                  parse: Callable | None = None) -> tf.data.Dataset:
+    """``join_chunks``' triples for shards whose every episode is one record (the manifest counts as many records
+    in them as episodes): one map, and no copy of an episode's bytes into a join. A record that is a chunk of a
+    longer episode fails, naming it: the manifest's counts and the records disagree.
+    """
+    meta_keys = ("id", "length", "source", "label") if with_label else ("id", "length", "source")
+
+    def whole(*element):  # a record, or a guarded read's (record, mark) pair for ``parse`` to take apart
+        element = element[0] if len(element) == 1 else element
+        record = element if parse is None else parse(element)
+        chunk, chunks = record["episode/chunk"], record["episode/chunks"]
+        check = assert_that(tf.logical_and(tf.equal(chunk, 0), tf.equal(chunks, 1)), [
+            f"{where}: episode", record["episode/id"], record["episode/source"], "has a record of chunk", chunk, "of",
+            chunks, f"where the manifest counts one record per episode; {fix}"])
+        with tf.control_dependencies([check]):
+            last = tf.constant(True)
+        return last, {key: record[f"episode/{key}"] for key in meta_keys}, {n: record[f"data/{n}"] for n in names}
+
+    return records.map(whole)
+
+
 def manifest_lookup(episodes: list[EpisodeInfo], label_dtype: tf.DType | None = None):
     """A graph function: an episode's ``meta`` → ``(length, label)`` the manifest lists for its id; length -1 for an
     id it does not list.
@@ -124,7 +154,7 @@ def decode_episode(schema, where: str, fix: str, manifest_lookup, with_keys: boo
 
     def decode(last, meta, joined):  # a join_chunks triple
         expected, label = manifest_lookup(meta)
-        tf.debugging.Assert(
+        assert_that(
             tf.equal(meta["length"], expected),
             [f"{where}: episode", meta["id"], meta["source"], "has", meta["length"],
              "steps in its records, the manifest says (-1: it does not list this id)", expected, f"; {fix}"],
@@ -134,11 +164,11 @@ def decode_episode(schema, where: str, fix: str, manifest_lookup, with_keys: boo
                    for n in schema}
         for n, values in episode.items():  # Assert, not assert_equal: a tenth of the ops to set up per shard read
             rows = tf.shape(values, out_type=tf.int64)[0]
-            tf.debugging.Assert(tf.equal(rows, meta["length"]), [
+            assert_that(tf.equal(rows, meta["length"]), [
                 f"{where}: feature {n!r} does not match the episode length (got", rows, "steps, the records say",
                 meta["length"], f"); {fix}"])
         if with_label:
-            tf.debugging.Assert(
+            assert_that(
                 tf.equal(meta["label"], label),
                 [f"{where}: episode", meta["id"], meta["source"], "has label", meta["label"],
                  "in its records, the manifest says", label, f"; {fix}"],

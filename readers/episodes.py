@@ -10,6 +10,7 @@ whole episodes read by position in the order ``readers/sampling`` computes.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,15 @@ from ..format.objects import use_storage_options
 from ..format.records import LABEL_KEY, episode_parse_spec, parse_spec
 from . import files as files_lib
 from .arguments import DEFAULT_READ_BUFFER_BYTES, check_reading, check_resume
-from .episode_decode import decode_episode, feature_schema, join_chunks, manifest_lookup, repair_hint, select_features
+from .episode_decode import (
+    decode_episode,
+    feature_schema,
+    join_chunks,
+    manifest_lookup,
+    repair_hint,
+    select_features,
+    whole_records,
+)
 from .epoch_guard import EpochGuard
 from .graph_ready import without_autograph
 from .guard import ShardGuard, checkpointable
@@ -152,6 +161,9 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
                              manifest_lookup(files_lib.split_info(dataset, split).episodes, label_dtype),
                              with_keys, with_label)
     checks = ShardGuard(shards, strict=True)
+    # Every episode one record (the manifest counts as many records as episodes in each shard): no join needed.
+    per_shard = collections.Counter(e.shard for e in files_lib.split_info(dataset, split).episodes)
+    whole = all(s.info.records == per_shard[i] for i, s in zip(chosen, shards))
 
     def open_records(shard):
         return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
@@ -162,8 +174,11 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     def read_one(index, shard, cached=None):  # chunks are joined per shard: a join never sees another episode's chunk
         records = read_remote(index, shard, marked=True) if cached is None else session.read(
             index, shard, cached, open_records, read_remote)
-        return join_chunks(records, list(schema), with_label,
-                           parse=lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec))
+        parse = lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec)  # noqa: E731
+        if whole:
+            return whole_records(records, list(schema), f"{path}: split {split!r}", repair_hint(path), with_label,
+                                 parse=parse)
+        return join_chunks(records, list(schema), with_label, parse=parse)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1

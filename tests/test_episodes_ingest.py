@@ -17,6 +17,7 @@ import tensorflow as tf
 from helpers import (
     Tripwire,
     convert_episode_tree,
+    edit_manifest,
     files_under,
     npy_bytes,
     random_episodes,
@@ -190,6 +191,24 @@ def test_long_episodes_are_chunked_and_join_back(tmp_path, max_record_bytes, ste
     assert split.episode_lengths == [len(written[e.source]) for e in split.episodes]
     for episode, entry in zip(read_back(out), split.episodes):
         assert_same_array(episode["data"], written[entry.source], entry.source)
+
+
+def test_a_manifest_that_counts_one_record_per_episode_of_chunked_shards_fails_naming_the_episode(tmp_path):
+    """An episode that is one record is decoded without a join (``episode_decode.whole_records``), chosen by the
+    manifest's counts; a manifest that says so of chunked shards fails on the first chunk, not a torn episode."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    save_episodes(src, dict(zip(["a.npy", "b.npy"], random_episodes([50, 17], width=3))))
+    convert_episode_tree(src, out, num_shards=1, episode=EpisodeOptions(max_record_bytes=100))
+
+    def one_record_each(raw):
+        split = raw["splits"]["train"]
+        split["records"] = split["shards"][0]["records"] = len(split["episodes"])
+
+    edit_manifest(out, one_record_each)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"episode\] \[0\] \[a\.npy\] \[has a record of chunk\] \[0\] \[of\] \[7\] \[where the "
+                             r"manifest counts one record per episode; run `tfshard verify"):
+        list(readers.episodes(str(out)))
 
 
 def test_chunked_npz_features_of_different_widths_join_back(tmp_path):

@@ -22,7 +22,7 @@ import tensorflow as tf
 
 from ...format.records import LABEL_KEY, episode_parse_spec, parse_spec
 from .. import files as files_lib
-from ..episode_decode import decode_episode, feature_schema, join_chunks, repair_hint, select_features
+from ..episode_decode import assert_that, decode_episode, feature_schema, join_chunks, repair_hint, select_features
 from ..epoch_guard import EpochGuard, Stamp
 from ..options import external_state_ignored, quiet_options
 from ..sampling.plan import StreamSpec
@@ -160,7 +160,7 @@ def _parser(schema, dataset, episodes: episode_table_lib.EpisodeTable, where: st
         parsed = tf.io.parse_single_example(record, spec)
         expected = tf.stack([tf.gather(ids, episode), chunk, tf.gather(chunks, episode)])
         found = tf.stack([parsed["episode/id"], parsed["episode/chunk"], parsed["episode/chunks"]])
-        with tf.control_dependencies([tf.debugging.Assert(
+        with tf.control_dependencies([assert_that(
                 tf.reduce_all(tf.equal(found, expected)),
                 [f"{where}: a record of the source", source, "is episode, chunk, chunks", found,
                  "where the manifest places", expected, f"; {fix}"])]):
