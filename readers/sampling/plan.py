@@ -127,6 +127,11 @@ def shares(spec: StreamSpec) -> np.ndarray:
     Example:
       shares(StreamSpec(sizes=(5, 5, 5), weights=(1, 1, 1), epoch_size=10))   # array([4, 3, 3])
     """
+    return np.array(_shares(spec), dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=64)  # exact rationals are slow: every source's records of every epoch take the shares
+def _shares(spec: StreamSpec) -> tuple[int, ...]:
     exact = [_decimal(w) for w in spec.weights] if spec.weights is not None else [Fraction(n) for n in spec.sizes]
     total = sum(exact)
     quotas = [w * spec.epoch_size / total for w in exact]
@@ -135,7 +140,7 @@ def shares(spec: StreamSpec) -> np.ndarray:
     order = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - floors[i]), i))
     for i in order[:left]:
         floors[i] += 1
-    return np.array(floors, dtype=np.int64)
+    return tuple(floors)
 
 
 def _check_epoch(epoch) -> int:
