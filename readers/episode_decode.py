@@ -98,11 +98,12 @@ def join_chunks(records: tf.data.Dataset, names: Sequence[str], with_label: bool
     return records.scan(empty, step).filter(lambda last, meta, joined: last)
 
 
-def whole_records(records: tf.data.Dataset, names: Sequence[str], where: str, fix: str, with_label: bool = False,
-                  parse: Callable | None = None) -> tf.data.Dataset:
-    """``join_chunks``' triples for shards whose every episode is one record (the manifest counts as many records
-    in them as episodes): one map, and no copy of an episode's bytes into a join. A record that is a chunk of a
-    longer episode fails, naming it: the manifest's counts and the records disagree.
+def whole_record(names: Sequence[str], where: str, fix: str, with_label: bool = False,
+                 parse: Callable | None = None) -> Callable:
+    """A graph function: a record → ``join_chunks``' triple, for shards whose every episode is one record (the
+    manifest counts as many records in them as episodes): no join, no copy of an episode's bytes, and it can run in
+    the decode's own parallel map (``readers.episodes``: one function fewer). A record that is a chunk of a longer
+    episode fails, naming it: the manifest's counts and the records disagree.
     """
     meta_keys = ("id", "length", "source", "label") if with_label else ("id", "length", "source")
 
@@ -117,7 +118,7 @@ def whole_records(records: tf.data.Dataset, names: Sequence[str], where: str, fi
             last = tf.constant(True)
         return last, {key: record[f"episode/{key}"] for key in meta_keys}, {n: record[f"data/{n}"] for n in names}
 
-    return records.map(whole)
+    return whole
 
 
 def manifest_lookup(episodes: list[EpisodeInfo], label_dtype: tf.DType | None = None):

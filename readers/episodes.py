@@ -28,7 +28,7 @@ from .episode_decode import (
     manifest_lookup,
     repair_hint,
     select_features,
-    whole_records,
+    whole_record,
 )
 from .epoch_guard import EpochGuard
 from .graph_ready import without_autograph
@@ -164,6 +164,11 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     # Every episode one record (the manifest counts as many records as episodes in each shard): no join needed.
     per_shard = collections.Counter(e.shard for e in files_lib.split_info(dataset, split).episodes)
     whole = all(s.info.records == per_shard[i] for i, s in zip(chosen, shards))
+    parse = lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec)  # noqa: E731
+    if whole:
+        triple = whole_record(list(schema), f"{path}: split {split!r}", repair_hint(path), with_label, parse=parse)
+        decode_triple = decode
+        decode = lambda *element: decode_triple(*triple(*element))  # noqa: E731
 
     def open_records(shard):
         return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
@@ -174,11 +179,8 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     def read_one(index, shard, cached=None):  # chunks are joined per shard: a join never sees another episode's chunk
         records = read_remote(index, shard, marked=True) if cached is None else session.read(
             index, shard, cached, open_records, read_remote)
-        parse = lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec)  # noqa: E731
-        if whole:
-            return whole_records(records, list(schema), f"{path}: split {split!r}", repair_hint(path), with_label,
-                                 parse=parse)
-        return join_chunks(records, list(schema), with_label, parse=parse)
+        # One record an episode: parsed in the decode's parallel map below; else chunks joined here, per shard.
+        return records if whole else join_chunks(records, list(schema), with_label, parse=parse)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1
