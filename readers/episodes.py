@@ -165,10 +165,10 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     per_shard = collections.Counter(e.shard for e in files_lib.split_info(dataset, split).episodes)
     whole = all(s.info.records == per_shard[i] for i, s in zip(chosen, shards))
     parse = lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec)  # noqa: E731
-    if whole:
-        triple = whole_record(list(schema), f"{path}: split {split!r}", repair_hint(path), with_label, parse=parse)
-        decode_triple = decode
-        decode = lambda *element: decode_triple(*triple(*element))  # noqa: E731
+    triple = whole_record(list(schema), f"{path}: split {split!r}", repair_hint(path), with_label, parse=parse)
+
+    def decode_record(*element):  # one record an episode: record → join_chunks' triple → episode, in one map
+        return decode(*triple(*element))
 
     def open_records(shard):
         return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
@@ -196,7 +196,8 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     # epoch on it instead of warning that the input "ran out of data".
     mine = set(chosen)
     count = sum(e.shard in mine for e in files_lib.split_info(dataset, split).episodes)
-    joined = joined.map(decode, num_parallel_calls=AUTOTUNE, deterministic=not shuffle_files)
+    joined = joined.map(decode_record if whole else decode, num_parallel_calls=AUTOTUNE,
+                        deterministic=not shuffle_files)
     if not local:  # the service's client runs the epoch check (``streamed.py``)
         return joined
     # Each epoch first checks OUT still holds the dataset this pipeline was built on (a shard cache's copies would

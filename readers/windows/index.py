@@ -74,12 +74,7 @@ def index_batches(
         return tf.data.Dataset.zip((stamps, seeds.enumerate()))
 
     def checked(stamp_element, e, seed_pair):  # the epoch's seed, once its stamp and its data are checked
-        checks = ([stamp.check(stamp_element, e)] if stamp is not None else []) + (
-            [epoch_check()] if epoch_check is not None else [])
-        if not checks:
-            return seed_pair
-        with tf.control_dependencies(checks):
-            return tf.identity(seed_pair)
+        return once_checked(seed_pair, stamp, stamp_element, e, epoch_check)
 
     if repeat:
         if not per_epoch:  # an endless stream of empty epochs would never yield: refuse it
@@ -102,6 +97,19 @@ def index_batches(
     seeds = stamped(seeds)
     return rows(seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)))).apply(
         tf.data.experimental.assert_cardinality(per_epoch))
+
+
+def once_checked(value: tf.Tensor, stamp: Stamp | None, stamp_element: tf.Tensor, position: tf.Tensor,
+                 epoch_check: Callable | None) -> tf.Tensor:
+    """``value``, once ``stamp_element`` is checked as the ``position``-th of ``stamp``'s (a checkpoint restores only
+    into the same data) and ``epoch_check()`` passes (the data loaded is still the dataset at its path): what each
+    epoch's (or stream chunk's) function of the window index runs first."""
+    checks = ([stamp.check(stamp_element, position)] if stamp is not None else []) + (
+        [epoch_check()] if epoch_check is not None else [])
+    if not checks:
+        return value
+    with tf.control_dependencies(checks):
+        return tf.identity(value)
 
 
 class Episodes:

@@ -25,6 +25,7 @@ from ..input_position import InputPosition, opened
 from ..sampling import classes as sampling_classes
 from ..sampling.plan import StreamSpec
 from ..windowing.starts import WindowSpec
+from .index import once_checked
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -98,11 +99,7 @@ def stream_batches(
         return rows[:full].reshape(-1, batch), rows[full:]
 
     def chunk_of(stamp_element, number, start):
-        checks = ([stamp.check(stamp_element, number)] if stamp is not None else []) + (
-            [epoch_check()] if epoch_check is not None else [])
-        if checks:
-            with tf.control_dependencies(checks):
-                number = tf.identity(number)
+        number = once_checked(number, stamp, stamp_element, number, epoch_check)
         full, tail = tf.numpy_function(chunk, [number, start], [dtype, dtype], stateful=True)
         return tf.ensure_shape(full, [None, batch]), tf.ensure_shape(tail, [None])
 
