@@ -345,29 +345,38 @@ def interleave_records(
 
 
 def read_now(shards: list[ShardFile], *, compression: str | None, read_buffer_bytes: int,
-             batch_size: int = 16) -> Iterator[tf.Tensor]:
+             batch_size: int = 16, at_once: int = 16) -> Iterator[tf.Tensor]:
     """Batches of ``batch_size`` serialized records of ``shards`` (as ``check_shards`` found them), read now, eagerly
     and in any order: a bulk load's read (resident episodes), which reads each shard once. Nothing to trace (the
     guarded pipeline's functions cost a load ~0.1 s of CPU before its first record), and one guard for the whole
     read: after its last record every shard must still be the file ``check_shards`` saw, so a shard replaced before
     its open, or changed while it was read, fails the load (``InvalidArgumentError`` naming it, as the pipelines'
-    guard does) instead of mixing two datasets in one load.
+    guard does) instead of mixing two datasets in one load. Shards are read ``at_once`` at a time, each group checked
+    just before it is opened too: a shard turned into a FIFO meanwhile would block its open for ever.
 
     Example:
       sum(len(batch) for batch in read_now(check_shards(dataset, "train", [0, 1]), compression=None,
                                            read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES))  # 64
     """
-    paths = [s.path for s in shards]
-    parallel = None if len(paths) == 1 else min(len(paths), 16)
-    records = tf.data.TFRecordDataset(paths, compression_type=tf_compression_type(compression),
-                                      buffer_size=read_buffer_bytes, num_parallel_reads=parallel)
+    guard = ShardGuard(shards, strict=True)
+
+    def unchanged(indices: range, when: str) -> None:
+        for index, (found, error) in zip(indices, stat_all([shards[i].path for i in indices])):
+            if error is not None or found != shards[index].identity:
+                problem = guard.problem(index, when) or f"{shards[index].path}: shard changed {when}"
+                raise tf.errors.InvalidArgumentError(None, None, problem)
+
     options = tf.data.Options()
     options.deterministic = False
-    yield from records.batch(batch_size).with_options(options)
-    for index, (shard, (found, error)) in enumerate(zip(shards, stat_all(paths))):
-        if error is not None or found != shard.identity:
-            problem = ShardGuard(shards, strict=True).problem(index, "by the end of its read")
-            raise tf.errors.InvalidArgumentError(None, None, problem or f"{shard.path}: shard changed as it was read")
+    for first in range(0, len(shards), at_once):
+        group = range(first, min(first + at_once, len(shards)))
+        unchanged(group, "before it was opened")
+        records = tf.data.TFRecordDataset([shards[i].path for i in group],
+                                          compression_type=tf_compression_type(compression),
+                                          buffer_size=read_buffer_bytes,
+                                          num_parallel_reads=None if len(group) == 1 else len(group))
+        yield from records.batch(batch_size).with_options(options)
+    unchanged(range(len(shards)), "by the end of its read")
 
 
 def tfrecord_file(path: tf.Tensor, compression_type: str | None, buffer_size: int) -> tf.data.Dataset:

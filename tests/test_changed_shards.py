@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes
+from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes, within
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import guard as guard_lib
@@ -182,11 +182,34 @@ def test_a_bulk_load_of_a_shard_replaced_before_or_while_it_is_read_fails_naming
         next(batches)
     swapped = shards[1].path
     os.replace(os.path.join(other, os.path.basename(swapped)), swapped)  # what --overwrite does
+    seen = "before it was opened" if when == "before the read" else "by the end of its read"
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(swapped) + r": shard was replaced or changed "
-                                                             r".*seen by the end of its read"):
+                                                             r".*seen " + seen):
         for _ in batches:
             pass
     # Unchanged shards load whole, with no error.
     again = files.check_shards(readers.info(other), "train", [0, 2])  # its shard 1 went to OUT
     assert sum(len(batch) for batch in files.read_now(again, compression=None, read_buffer_bytes=1 << 16)) == sum(
         s.info.records for s in again)
+
+
+def test_a_bulk_load_whose_later_shard_became_a_fifo_fails_naming_it_instead_of_hanging(two_trees):
+    """``files.read_now`` opens ``at_once`` shards at a time: a later group is checked again just before its open,
+    which a FIFO would block for ever."""
+    from tfshard.readers import files
+
+    a, b, out = two_trees
+    shards = files.check_shards(readers.info(out), "train", [0, 1, 2, 3])
+    batches = files.read_now(shards, compression=None, read_buffer_bytes=1 << 16, batch_size=1, at_once=2)
+    next(batches)
+    os.remove(shards[3].path)
+    os.mkfifo(shards[3].path)
+
+    def rest():
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match=re.escape(shards[3].path) + r": shard cannot be read as it was .*seen before it was "
+                                                             r"opened"):
+            for _ in batches:
+                pass
+
+    within(60, rest)
