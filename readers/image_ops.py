@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 from ..format.records import IMAGE_LABEL_KEYS, image_features, parse_spec
@@ -88,7 +89,7 @@ def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
-    window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
+    window = tf.concat([begin[:2], crop_size[:2]], 0)  # offset and size, height and width
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     pixels = _pixels(tf.image.resize(image, size))
     if flip:
@@ -104,14 +105,11 @@ def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int =
     uint8, or with ``unit_float`` float32 in [0, 1] straight from the resize, equal to the uint8 values / 255
     (the uint8 round trip and a separate batch map cost ~10% of an evaluation pass's CPU, by TensorFlow's profiler).
     """
-    shape = tf.io.extract_jpeg_shape(encoded)
-    height, width = shape[0], shape[1]
-    side = tf.cast(
-        tf.cast(size[0], tf.float32) / float(size[0] + padding) * tf.cast(tf.minimum(height, width), tf.float32),
-        tf.int32,
-    )
-    side = tf.maximum(side, 1)
-    window = tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
+    sides = tf.io.extract_jpeg_shape(encoded)[:2]  # height, width
+    # the kept share in float32, as TensorFlow divides: the same side to the pixel, in half the ops to trace
+    share = np.float32(size[0]) / np.float32(size[0] + padding)
+    side = tf.maximum(tf.cast(tf.cast(tf.reduce_min(sides), tf.float32) * share, tf.int32), 1)
+    window = tf.concat([(sides - side + 1) // 2, tf.stack([side, side])], 0)
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     return _output(_pixels(tf.image.resize(image, size)), unit_float)
 

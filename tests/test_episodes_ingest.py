@@ -206,8 +206,8 @@ def test_a_manifest_that_counts_one_record_per_episode_of_chunked_shards_fails_n
 
     edit_manifest(out, one_record_each)
     with pytest.raises(tf.errors.InvalidArgumentError,
-                       match=r"episode\] \[0\] \[a\.npy\] \[has a record of chunk\] \[0\] \[of\] \[7\] \[where the "
-                             r"manifest counts one record per episode; run `tfshard verify"):
+                       match=r": episode 0 a\.npy has a record of chunk 0 of 7 where the manifest counts one record "
+                             r"per episode; run `tfshard verify"):
         list(readers.episodes(str(out)))
 
 
