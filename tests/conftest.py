@@ -16,6 +16,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports Te
 import pytest
 from helpers import convert_image_tree, make_tree, snapshot
 
+# The run's other Python processes (xdist workers, CLI children, killed jobs) skip TensorFlow's optional jax and
+# matplotlib imports: ~1.8 CPU-seconds of each one's ~7.6 s `import tensorflow` (tests/child_site/sitecustomize.py).
+_CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_site")
+if _CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), _CHILD_SITE) if p)
+
 
 def _split_the_cpu(count: int = 4) -> None:
     """Splits the CPU into ``count`` logical devices, so tf.distribute tests run real multi-replica strategies.
