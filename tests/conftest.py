@@ -27,7 +27,8 @@ def _split_the_cpu(count: int = 4) -> None:
     """Splits the CPU into ``count`` logical devices, so tf.distribute tests run real multi-replica strategies.
 
     TensorFlow fixes its logical devices when it first initialises them, so this must run before any test touches
-    TensorFlow: here, at conftest import. Nothing in the library changes; every test sees the same devices.
+    TensorFlow: here, as pytest configures, before it imports a test module. Nothing in the library changes; every
+    test sees the same devices.
     """
     import tensorflow as tf
 
@@ -38,12 +39,17 @@ def _split_the_cpu(count: int = 4) -> None:
         pass
 
 
-_split_the_cpu()
-# Objects older than the current test module are frozen (never walked again by the collector): TensorFlow's own from
-# here, and, after each module, whatever outlived it (function caches, models Keras keeps). Unfrozen, a worker's
-# full collections (tests and the library call gc.collect() to check what a dropped pipeline leaves) grew with the
-# modules it had run: one test took 73 s in the suite and 8 s in its file alone on a busy 2-core machine.
-gc.freeze()
+def pytest_configure(config):
+    """TensorFlow set up in the process that runs the tests; not in pytest-xdist's controller, which runs none (its
+    `import tensorflow`, ~7 CPU-seconds, came before the workers started)."""
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    _split_the_cpu()
+    # Objects older than the current test module are frozen (never walked again by the collector): TensorFlow's own
+    # from here, and, after each module, whatever outlived it (function caches, models Keras keeps). Unfrozen, a
+    # worker's full collections (tests and the library call gc.collect() to check what a dropped pipeline leaves) grew
+    # with the modules it had run: one test took 73 s in the suite and 8 s in its file alone on a busy 2-core machine.
+    gc.freeze()
 
 
 @pytest.fixture(scope="module", autouse=True)
