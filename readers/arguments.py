@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .sampling.plan import MAX_SEED
 from .windowing.starts import INT32_LIMIT
 
 DEFAULT_READ_BUFFER_BYTES = 8 * 2**20  # per open shard: the readers' read_buffer_bytes default
@@ -38,6 +39,21 @@ def check_count(value, name: str, where: str, *, low: int = 1, high: int = INT32
         kind = {0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer of at least {low:,}")
         raise ValueError(f"{where}: {name} must be {kind} (got {name}={value!r}), in [{low:,}, {high:,}]{hint}")
     return int(value)
+
+
+def check_seed(seed, where) -> int | None:
+    """``seed`` as an ``int`` (numpy integers count; bools, floats and strings do not) in ``[0, 2**63 - 1]``, the
+    non-negative int64 TensorFlow's seeds hold and the mixtures' ``StreamSpec`` takes; or None (fresh randomness).
+
+    Raises:
+      ValueError: naming ``where``, the value, the range and the fix.
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"{where}: seed must be None or an integer in [0, 2**63 - 1] (got seed={seed!r}); pass an "
+                         "int such as seed=0 for a reproducible order, or None for fresh randomness")
+    return int(seed)
 
 
 def check_optional_count(value, name: str, where: str, *, low: int = 1, high: int = INT32_LIMIT) -> int | None:

@@ -20,7 +20,7 @@ from ..format.names import tf_compression_type
 from ..format.objects import use_storage_options
 from ..format.records import LABEL_KEY, episode_parse_spec, parse_spec
 from . import files as files_lib
-from .arguments import DEFAULT_READ_BUFFER_BYTES, check_reading, check_resume
+from .arguments import DEFAULT_READ_BUFFER_BYTES, check_reading, check_resume, check_seed
 from .episode_decode import (
     decode_episode,
     feature_schema,
@@ -77,7 +77,7 @@ def episodes(
         a model's input tensor.
       shuffle_files: read shards in a new seeded order each epoch, several at once
         (otherwise one shard after another, so the order is the manifest's).
-      seed: seed of the file order.
+      seed: seed of the file order, an int in [0, 2**63 - 1]; None draws fresh randomness.
       input_context: FILE sharding across input pipelines (``tf.distribute``).
       num_parallel_reads: shards read at once when ``shuffle_files`` (default up to 16).
       read_buffer_bytes: read buffer per shard.
@@ -120,6 +120,7 @@ def episodes(
       {k: v.shape for k, v in ep.items()}  # {'action': [5120], 'obs': [5120, 3]}
     """
     use_storage_options(path, storage_options)
+    seed = check_seed(seed, path)
     stream = episode_request(path, weights=weights, epoch_size=epoch_size, shuffle=shuffle, with_source=with_source,
                              repeat=repeat, start_step=start_step, shuffle_files=shuffle_files)
     path = path if stream is None else stream.where  # the paths, in messages

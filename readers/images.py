@@ -44,6 +44,7 @@ from .arguments import (
     check_count,
     check_not_empty,
     check_reading,
+    check_seed,
 )
 from .epoch_guard import EpochGuard
 from .graph_ready import without_autograph
@@ -111,8 +112,8 @@ def images(
       image_size: output ``(height, width)``, or one int for a square (numpy ints too).
       training: random crop, shuffling and augmentation; False gives a
         deterministic centre crop in file order.
-      seed: makes file order, crops, shuffling and augmentation reproducible
-        (each epoch still differs from the last); None draws fresh randomness.
+      seed: an int in [0, 2**63 - 1] that makes file order, crops, shuffling and augmentation
+        reproducible (each epoch still differs from the last); None draws fresh randomness.
       cache: None; ``"memory"``; or a folder for a cache file. Only decoded,
         resized, deterministic images are cached (see the module docstring);
         the file name follows the data (the shards' sha256, size and mtime) and
@@ -215,6 +216,7 @@ def images(
     """
     service_lib.check_storage_options(path, service, storage_options)
     use_storage_options(path, storage_options)
+    seed = check_seed(seed, path)
     stream = stream_request(path, weights=weights, epoch_size=epoch_size, balance=balance, shuffle=shuffle,
                             with_source=with_source, cache=cache, service=service, ignore_errors=ignore_errors,
                             deterministic=deterministic)

@@ -187,6 +187,15 @@ def test_images_refuses_numbers_out_of_range_showing_value_and_range(dataset, na
         readers.images(dataset, **arguments)
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, "3", True], ids=["negative", "2**63", "float", "string", "bool"])
+def test_a_seed_that_is_not_a_non_negative_int64_is_refused_naming_it(dataset, seed):
+    refusal = f"{dataset}: seed must be None or an integer in [0, 2**63 - 1] (got seed={seed!r}); pass"
+    with pytest.raises(ValueError, match=re.escape(refusal)):
+        readers.images(dataset, batch_size=2, seed=seed)
+    with pytest.raises(ValueError, match=r"seed must be None or an integer in \[0, 2\*\*63 - 1\]"):
+        readers.images([dataset, dataset], batch_size=2, seed=seed)  # the index-driven stream too
+
+
 def test_image_size_beyond_any_real_image_is_refused(dataset):
     with pytest.raises(ValueError, match=r"image_size: sides must be in \[1, 16,384\] pixels \(got 1000000\)"):
         readers.images(dataset, batch_size=2, image_size=10**6)

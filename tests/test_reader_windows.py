@@ -383,6 +383,27 @@ def test_numpy_integers_are_integers(npy):
     assert len(readers.windows(npy.out, length=np.int64(4), batch_size=np.int32(2), shuffle_buffer=np.int64(16))) > 0
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, 1.5, "3", True], ids=["negative", "2**63", "float", "string", "bool"])
+@pytest.mark.parametrize("call", [
+    lambda out, seed: readers.windows(out, length=4, batch_size=2, seed=seed),
+    lambda out, seed: readers.windows(out, length=4, batch_size=2, resident=False, seed=seed),
+    lambda out, seed: readers.model_windows(out, length=4, batch_size=2, seed=seed),
+    lambda out, seed: readers.episodes(out, shuffle_files=True, seed=seed),
+], ids=["windows", "streamed", "model_windows", "episodes"])
+def test_a_seed_that_is_not_a_non_negative_int64_is_refused_naming_it(npy, call, seed):
+    """As the mixtures' (readers/sampling): TensorFlow would take -1 or 2**63 modulo something, "3" and 1.5 fail
+    deep inside it without naming the argument."""
+    refusal = re.escape(f"{npy.out}: seed must be None or an integer in [0, 2**63 - 1] (got seed={seed!r}); pass")
+    with pytest.raises(ValueError, match=refusal):
+        call(npy.out, seed)
+
+
+def test_largest_seed_and_numpy_seeds_are_taken(npy):
+    first = next(iter(readers.windows(npy.out, length=4, batch_size=2, seed=np.int64(2**63 - 1))))
+    again = next(iter(readers.windows(npy.out, length=4, batch_size=2, seed=2**63 - 1)))
+    np.testing.assert_array_equal(first, again)
+
+
 def test_episodes_know_their_length(npy):
     """Keras ends each epoch on it instead of warning that the input "ran out of data"."""
     ds = readers.episodes(npy.out)

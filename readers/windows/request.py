@@ -15,7 +15,14 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from ..arguments import DEFAULT_READ_BUFFER_BYTES, MAX_SHUFFLE_BUFFER, check_count, check_reading, check_resume
+from ..arguments import (
+    DEFAULT_READ_BUFFER_BYTES,
+    MAX_SHUFFLE_BUFFER,
+    check_count,
+    check_reading,
+    check_resume,
+    check_seed,
+)
 from ..indexed.request import StreamRequest
 from ..windowing.targets import TargetsArg
 from .layout import check_window_args
@@ -61,7 +68,7 @@ class WindowRequest:
         come in source order (episode id order: the sorted source files, each
         episode's windows by start step); streamed ones in the manifest's order,
         which is source order for a dataset written with ``--no-shuffle``.
-      seed: makes the order reproducible; None draws one.
+      seed: an int in [0, 2**63 - 1] that makes the order reproducible; None draws one.
       drop_remainder: drop the last partial batch (static batch shapes).
       device: resident mode: where the arrays live (default the first GPU, else the CPU).
       strategy: a ``tf.distribute`` strategy: returns a distributed dataset with one
@@ -146,7 +153,8 @@ class WindowRequest:
         read_buffer_bytes, _ = check_reading(where, read_buffer_bytes=self.read_buffer_bytes)
         # numpy ints would mix dtypes in the graph
         checked = dict(length=int(self.length), shift=int(self.shift), batch_size=int(self.batch_size),
-                       shuffle_buffer=shuffle_buffer, read_buffer_bytes=read_buffer_bytes)
+                       shuffle_buffer=shuffle_buffer, read_buffer_bytes=read_buffer_bytes,
+                       seed=check_seed(self.seed, where))
         for name, value in checked.items():
             object.__setattr__(self, name, value)
         if self.resident and self.input_context is not None and self.stream is None:
