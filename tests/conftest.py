@@ -16,12 +16,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything imports Te
 import pytest
 from helpers import convert_image_tree, make_tree, snapshot
 
+# The run's other Python processes (xdist workers, CLI children, killed jobs) skip TensorFlow's optional jax and
+# matplotlib imports: ~1.8 CPU-seconds of each one's ~7.6 s `import tensorflow` (tests/child_site/sitecustomize.py).
+_CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_site")
+if _CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), _CHILD_SITE) if p)
+
 
 def _split_the_cpu(count: int = 4) -> None:
     """Splits the CPU into ``count`` logical devices, so tf.distribute tests run real multi-replica strategies.
 
     TensorFlow fixes its logical devices when it first initialises them, so this must run before any test touches
-    TensorFlow: here, at conftest import. Nothing in the library changes; every test sees the same devices.
+    TensorFlow: here, as pytest configures, before it imports a test module. Nothing in the library changes; every
+    test sees the same devices.
     """
     import tensorflow as tf
 
@@ -32,12 +39,17 @@ def _split_the_cpu(count: int = 4) -> None:
         pass
 
 
-_split_the_cpu()
-# Objects older than the current test module are frozen (never walked again by the collector): TensorFlow's own from
-# here, and, after each module, whatever outlived it (function caches, models Keras keeps). Unfrozen, a worker's
-# full collections (tests and the library call gc.collect() to check what a dropped pipeline leaves) grew with the
-# modules it had run: one test took 73 s in the suite and 8 s in its file alone on a busy 2-core machine.
-gc.freeze()
+def pytest_configure(config):
+    """TensorFlow set up in the process that runs the tests; not in pytest-xdist's controller, which runs none (its
+    `import tensorflow`, ~7 CPU-seconds, came before the workers started)."""
+    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    _split_the_cpu()
+    # Objects older than the current test module are frozen (never walked again by the collector): TensorFlow's own
+    # from here, and, after each module, whatever outlived it (function caches, models Keras keeps). Unfrozen, a
+    # worker's full collections (tests and the library call gc.collect() to check what a dropped pipeline leaves) grew
+    # with the modules it had run: one test took 73 s in the suite and 8 s in its file alone on a busy 2-core machine.
+    gc.freeze()
 
 
 @pytest.fixture(scope="module", autouse=True)
