@@ -52,7 +52,8 @@ def check_seed(seed, where) -> int | None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
         raise ValueError(f"{where}: seed must be None or an integer in [0, 2**63 - 1] (got seed={seed!r}); pass an "
-                         "int such as seed=0 for a reproducible order, or None for fresh randomness")
+                         "int such as seed=0 for a reproducible order (a larger or negative one, as hash() or "
+                         "getrandbits(64) give: seed % 2**63), or None for fresh randomness")
     return int(seed)
 
 

@@ -55,24 +55,24 @@ def select_features(
 
 def assert_that(condition: tf.Tensor, data: Sequence) -> tf.Operation:
     """``tf.debugging.Assert(condition, [message])``, the message ``data``'s parts (Python strings, numeric and string
-    tensors) joined by spaces in a few ops: each run of strings and numbers is one ``tf.strings.format`` (the strings
-    in its template), string tensors are joined in as they are (``format`` would quote them, and Assert escape the
-    quotes). An Assert's data of a constant per word and an ``as_string`` per number (or a number, whose Assert is
-    guarded by a ``cond`` of two functions) was ~10 ops per check to trace for every pipeline."""
+    tensors) joined by spaces (none before one starting with ``;``, ``,`` or ``)``) in a few ops: each run of strings
+    and numbers is one ``tf.strings.format`` (the strings in its template), string tensors are joined in as they are
+    (``format`` would quote them, and Assert escape the quotes). An Assert's data of a constant per word and an
+    ``as_string`` per number (or a number, whose Assert is guarded by a ``cond`` of two functions) was ~10 ops per
+    check to trace for every pipeline."""
     pieces, template, inputs = [], "", []
-    for part in data:
-        literal = isinstance(part, str) and PLACEHOLDER not in part
-        if not literal and (isinstance(part, str) or part.dtype == tf.string):  # joined in as it is
-            pieces += [tf.strings.format(template + " ", inputs)] if template else []
+    for k, part in enumerate(data):
+        text = part if isinstance(part, str) else None
+        template += "" if k == 0 or (text or "").startswith((";", ",", ")")) else " "
+        if text is not None and PLACEHOLDER not in text:
+            template += text
+        elif text is None and part.dtype != tf.string:
+            template, inputs = template + PLACEHOLDER, inputs + [part]
+        else:  # a string tensor, or a string holding the placeholder: joined in as it is
+            pieces += [tf.strings.format(template, inputs, summarize=16)] if template else []
             pieces.append(part)
             template, inputs = "", []
-            continue
-        text = part if literal else PLACEHOLDER
-        template += text if not (template or pieces) or text.startswith((";", ",", ")")) else " " + text
-        if not literal:
-            inputs.append(part)
-    if template:
-        pieces.append(tf.strings.format(template, inputs, summarize=16))
+    pieces += [tf.strings.format(template, inputs, summarize=16)] if template else []
     return tf.debugging.Assert(condition, [pieces[0] if len(pieces) == 1 else tf.strings.join(pieces)])
 
 

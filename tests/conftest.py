@@ -19,8 +19,25 @@ from helpers import convert_image_tree, make_tree, snapshot
 # The run's other Python processes (xdist workers, CLI children, killed jobs) skip TensorFlow's optional jax and
 # matplotlib imports: ~1.8 CPU-seconds of each one's ~7.6 s `import tensorflow` (tests/child_site/sitecustomize.py).
 _CHILD_SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "child_site")
-if _CHILD_SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), _CHILD_SITE) if p)
+_PYTHONPATH_BEFORE: list = []  # the value pytest_unconfigure puts back (None: unset)
+
+
+def _child_site_on() -> None:
+    """PYTHONPATH with child_site for the processes the run starts (xdist's workers start after pytest_configure)."""
+    before = os.environ.get("PYTHONPATH")
+    _PYTHONPATH_BEFORE.append(before)
+    if _CHILD_SITE not in (before or "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (before, _CHILD_SITE) if p)
+
+
+def pytest_unconfigure(config):
+    """PYTHONPATH as it was: a process that runs pytest.main() and goes on starts its later children unchanged."""
+    if _PYTHONPATH_BEFORE:
+        before = _PYTHONPATH_BEFORE.pop()
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def _split_the_cpu(count: int = 4) -> None:
@@ -42,6 +59,7 @@ def _split_the_cpu(count: int = 4) -> None:
 def pytest_configure(config):
     """TensorFlow set up in the process that runs the tests; not in pytest-xdist's controller, which runs none (its
     `import tensorflow`, ~7 CPU-seconds, came before the workers started)."""
+    _child_site_on()
     if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
         return
     _split_the_cpu()

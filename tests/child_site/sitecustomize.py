@@ -39,3 +39,21 @@ class _OptionalImportsOfTensorFlow:
 
 
 sys.meta_path.insert(0, _OptionalImportsOfTensorFlow())
+
+
+def _run_the_next_sitecustomize() -> None:
+    """Python runs only the first ``sitecustomize`` on the path: run the one this file hides (a host's or a CI's own,
+    e.g. coverage's subprocess hook), as Python would have, from the path without this folder."""
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+
+
+_run_the_next_sitecustomize()
