@@ -125,8 +125,7 @@ def whole_record(names: Sequence[str], where: str, fix: str, with_label: bool = 
     """
     meta_keys = ("id", "length", "source", "label") if with_label else ("id", "length", "source")
 
-    def whole(*element):  # a record, or a guarded read's (record, mark) pair for ``parse`` to take apart
-        element = element[0] if len(element) == 1 else element
+    def whole(element):  # a serialized record (``parse`` parses it), or a parsed one
         record = element if parse is None else parse(element)
         chunk, chunks = record["episode/chunk"], record["episode/chunks"]
         check = assert_that(tf.logical_and(tf.equal(chunk, 0), tf.equal(chunks, 1)), [

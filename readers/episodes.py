@@ -165,20 +165,20 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     # Every episode one record (the manifest counts as many records as episodes in each shard): no join needed.
     per_shard = collections.Counter(e.shard for e in files_lib.split_info(dataset, split).episodes)
     whole = all(s.info.records == per_shard[i] for i, s in zip(chosen, shards))
-    parse = lambda r: tf.io.parse_single_example(files_lib.record_of(r), spec)  # noqa: E731
+    parse = lambda r: tf.io.parse_single_example(r, spec)  # noqa: E731
     triple = whole_record(list(schema), f"{path}: split {split!r}", repair_hint(path), with_label, parse=parse)
 
-    def decode_record(*element):  # one record an episode: record → join_chunks' triple → episode, in one map
-        return decode(*triple(*element))
+    def decode_record(record):  # one record an episode: record → join_chunks' triple → episode, in one map
+        return decode(*triple(record))
 
     def open_records(shard):
         return files_lib.tfrecord_file(shard, compression, read_buffer_bytes)
 
-    def read_remote(index, shard, marked=False):  # marked: (record, mark) pairs (``ShardGuard.read``)
-        return checks.read(index, shard, open_records, marked=marked) if local else open_records(shard)
+    def read_remote(index, shard):
+        return checks.read(index, shard, open_records) if local else open_records(shard)
 
     def read_one(index, shard, cached=None):  # chunks are joined per shard: a join never sees another episode's chunk
-        records = read_remote(index, shard, marked=True) if cached is None else session.read(
+        records = read_remote(index, shard) if cached is None else session.read(
             index, shard, cached, open_records, read_remote)
         # One record an episode: parsed in the decode's parallel map below; else chunks joined here, per shard.
         return records if whole else join_chunks(records, list(schema), with_label, parse=parse)

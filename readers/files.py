@@ -294,7 +294,6 @@ def interleave_records(
     ignore_errors: bool = False,
     guard: bool = True,
     shard_cache=None,
-    marked: bool = False,
 ) -> tf.data.Dataset:
     """Serialized records of ``shards`` (as ``check_shards`` found them), read ``cycle_length`` files at a time.
 
@@ -305,8 +304,6 @@ def interleave_records(
     cannot run the check. ``ignore_errors``: the caller skips errors. ``shard_cache``: a
     ``shard_cache.pipeline.CacheSession`` of these shards: each epoch's files are fetched into it a few ahead of
     the reads, in the shuffled order, and read from their verified local copies (``readers/shard_cache``).
-    ``marked``: the guarded reads may yield ``(record, mark)`` pairs (``ShardGuard.read``), saving a map per
-    record; the caller takes each record with ``record_of``. Only guarded reads without a shard cache pair them.
     """
     compression_type = tf_compression_type(compression)
 
@@ -317,8 +314,8 @@ def interleave_records(
     checks = ShardGuard(shards, strict=not ignore_errors) if guard else None
 
     def read(index, path):
-        if checks is not None:  # the shard cache's tf.cond needs its two reads alike: plain records
-            return checks.read(index, path, open_records, marked=marked and shard_cache is None)
+        if checks is not None:
+            return checks.read(index, path, open_records)
         return _read_if_present(path, open_records) if ignore_errors else open_records(path)
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
@@ -387,11 +384,6 @@ def tfrecord_file(path: tf.Tensor, compression_type: str | None, buffer_size: in
     if _OneFileSource is None:
         return tf.data.TFRecordDataset(path, compression_type=compression_type, buffer_size=buffer_size)
     return _OneFileSource(path, compression_type, buffer_size)
-
-
-def record_of(element) -> tf.Tensor:
-    """The serialized record of an element of ``interleave_records(..., marked=True)``: a record, or a pair."""
-    return element[0] if isinstance(element, tuple) else element
 
 
 def records_in_order(dataset: DatasetInfo, split: str) -> Iterator[tf.data.Dataset]:

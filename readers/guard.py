@@ -6,13 +6,16 @@ two datasets in one epoch (and a cache would save that mixture as complete).
 So each shard's identity (``format.storage.file_identity``: size, mtime, and
 locally inode and ctime) is taken at build time and checked again, every epoch,
 
-1. before the shard is opened,
-2. when its first record arrives: the file is open by then, so if the path
-   still has the same identity, the open file is the one the pipeline was built
-   on; a converter replaces shards by rename, so an open file keeps its bytes
-   however OUT changes afterwards;
-3. after its last record: a shard rewritten in place (never tfshard's way) is
-   at least not taken for complete.
+1. just before the shard is opened: a shard replaced or changed since the build
+   is never opened, none of its records is read;
+2. after its last record: a shard replaced in the instant between that check and
+   the open (the open itself), or rewritten in place (never tfshard's way), fails
+   its read there, so the epoch fails before it ends and no cache is finalised
+   from it; its records up to then have been handed on.
+
+A third check, once the file was open, would close that instant too, at a
+function set up by every iterator (~0.04-0.1 s of every first batch) and a
+``zip`` step per record (docs/design.md, "Why a reader's first batch is fast").
 
 A shard that fails a check raises ``InvalidArgumentError`` naming it (so no
 cache is finalised from the epoch), or, with ``ignore_errors``, is logged and
@@ -73,15 +76,11 @@ class ShardGuard:
         found = tf.py_function(lambda i: self.problem(int(i), when), [index], tf.string)
         return tf.ensure_shape(found, [])
 
-    def read(self, index: tf.Tensor, path: tf.Tensor, open_records, marked: bool = False) -> tf.data.Dataset:
-        """``open_records(path)``'s records of shard ``index``, checked before the open, at the first record and
-        after the last (see the module docstring). ``marked``: yield ``(record, mark)`` pairs, the check's bool
-        beside each record (``files.record_of`` takes the record), instead of dropping the mark in a map of its own:
-        that map cost ~65 us of CPU per record, ~5% of an evaluation pass.
-
-        Three functions per read, the fewest that place the checks: this one, the check at the first record and
-        the one after the last (every function is traced when the pipeline is built and set up again by each
-        iterator, so each one costs a pipeline's first batch ~10-20 ms of CPU)."""
+    def read(self, index: tf.Tensor, path: tf.Tensor, open_records) -> tf.data.Dataset:
+        """``open_records(path)``'s records of shard ``index``, checked just before the open and after the last
+        record (see the module docstring). Two functions per read, the fewest that place the checks: this one and
+        the check after the last record (every function is traced when the pipeline is built and set up again by
+        each iterator, so each one costs a pipeline's first batch ~10-20 ms of CPU)."""
         before = self.check(index, "before it was opened")
         if self.strict:
             with tf.control_dependencies([_assert_unchanged(before)]):
@@ -89,30 +88,14 @@ class ShardGuard:
         else:  # a shard gone or changed is skipped without opening it (TensorFlow would retry a failed open forever)
             records = tf.data.Dataset.from_tensors(path).filter(lambda _: tf.equal(before, "")).flat_map(open_records)
 
-        # The check rides on a second dataset zipped beside the records: zip asks the records first, so its first
-        # element is computed once the shard is open and its first record read; then it repeats a constant. That
-        # costs ~nothing per record (a per-record scan or cond cost 30% of the read rate).
-        if self.strict:
-            first = tf.data.Dataset.from_tensors(index).map(
-                lambda i: _record_if_unchanged(self.check(i, "once it was opened"), tf.constant(True)))
-        else:
-            first = tf.data.Dataset.from_tensors(index).map(lambda i: tf.equal(self.check(i, "once it was opened"), ""))
-        marks = first.concatenate(tf.data.Dataset.from_tensors(tf.constant(True)).repeat())
-        checked = tf.data.Dataset.zip((records, marks))
-        if not self.strict:
-            checked = checked.take_while(lambda record, ok: ok)
-        if not marked:
-            checked = checked.map(lambda record, ok: record)
-
-        def after_the_last(*_):  # never True: the check after the last record, as a filter of one placeholder
+        def after_the_last(_):  # never True: the check after the last record, as a filter of one placeholder
             problem = self.check(index, "by the end of its read")
             if not self.strict:
                 return tf.logical_and(tf.equal(problem, ""), False)
             with tf.control_dependencies([_assert_unchanged(problem)]):
                 return tf.constant(False)
 
-        placeholder = (tf.constant(b""), tf.constant(False)) if marked else tf.constant(b"")
-        return checked.concatenate(tf.data.Dataset.from_tensors(placeholder).filter(after_the_last))
+        return records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).filter(after_the_last))
 
 
 def checkpointable(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -124,8 +107,3 @@ def checkpointable(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 def _assert_unchanged(problem: tf.Tensor) -> tf.Operation:
     return tf.debugging.Assert(tf.equal(problem, ""), [problem])
-
-
-def _record_if_unchanged(problem: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
-    with tf.control_dependencies([_assert_unchanged(problem)]):
-        return tf.identity(record)

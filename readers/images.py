@@ -264,7 +264,7 @@ def images(
         read = files_lib.interleave_records(
             shards, compression=dataset.manifest.compression, shuffle_files=training, seed=worker_seed,
             cycle_length=num_parallel_reads, read_buffer_bytes=read_buffer_bytes, deterministic=deterministic,
-            ignore_errors=ignore_errors, guard=remote is None, shard_cache=session, marked=True,
+            ignore_errors=ignore_errors, guard=remote is None, shard_cache=session,
         )
         if remote is not None or cache is not None or epoch.covered_by_reads(session):
             return read
@@ -330,15 +330,15 @@ def _decoded(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: Ima
         flip = recipe.per_image and recipe.augment == "default"
 
         def decode(record, seed_):
-            encoded, label = parse_image(files_lib.record_of(record), labels)
+            encoded, label = parse_image(record, labels)
             return decode_random_crop(encoded, seed_, recipe.image_size, flip=flip, unit_float=recipe.unit_float), label
 
         def shuffled() -> tf.data.Dataset:
             read = records().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
             return tf.data.Dataset.zip((read.repeat() if repeat else read, seed_stream(seed, salt=1)))
     else:
-        def decode(*record):  # a record, or a (record, mark) pair of the guarded reads
-            encoded, label = parse_image(files_lib.record_of(record), labels)
+        def decode(record):
+            encoded, label = parse_image(record, labels)
             size, padding = recipe.stage["size"], recipe.stage["padding"]
             return decode_center_crop(encoded, size, padding, unit_float=recipe.unit_float), label
 

@@ -90,9 +90,11 @@ def test_ignore_errors_skips_a_replaced_shard_with_a_warning(two_trees, caplog):
     assert "ignore_errors=True" in caplog.text
 
 
-def test_a_shard_replaced_between_the_check_and_the_open_yields_none_of_its_records(two_trees, monkeypatch):
-    """The race the first check cannot close: the second, made once the file is open, must catch it before its first
-    record is handed on."""
+@pytest.mark.parametrize("cache", [None, "folder"])
+def test_a_shard_replaced_between_the_check_and_the_open_fails_the_epoch_by_the_end_of_its_read(two_trees, tmp_path,
+                                                                                                monkeypatch, cache):
+    """The instant the check before the open cannot close (the open itself): the check after the shard's last record
+    fails the epoch, so it never completes and no cache is finalised from it."""
     a, b, out = two_trees
     other = os.path.join(os.path.dirname(out), "other")
     convert_images(b, other, ConvertOptions(num_shards=8), workers=0, progress=False)
@@ -108,12 +110,15 @@ def test_a_shard_replaced_between_the_check_and_the_open_yields_none_of_its_reco
         return problem
 
     monkeypatch.setattr(guard_lib.ShardGuard, "problem", swap_right_after_the_first_check)
-    ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1)
-    changed = r"shard was replaced or changed .*seen once it was opened"
+    cache_dir = str(tmp_path / "cache") if cache else None
+    ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1, cache=cache_dir)
+    changed = r"train-00000-of-00008\.tfrecord: shard was replaced or changed .*seen by the end of its read"
     with pytest.raises(tf.errors.InvalidArgumentError, match=changed):
         for _ in ds:
             pass
     assert swapped
+    if cache:
+        assert glob.glob(os.path.join(cache_dir, "*.index")) == [], "an epoch that failed was saved as a cache"
 
 
 def test_a_shard_rewritten_in_place_is_caught_by_the_end_of_its_read(two_trees):
