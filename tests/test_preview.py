@@ -147,6 +147,18 @@ def test_episode_plot_has_a_panel_per_feature_and_the_windows(episode_dataset, t
         assert written.format == "PNG" and written.size == (1000, 680)
 
 
+def test_episode_plot_renders_once_what_savefig_draws(episode_dataset):
+    """The picture is one render of the laid-out figure (no PNG round trip, no second layout): the same pixels as
+    matplotlib's own savefig of the same figure, whose extra draw lays it out again."""
+    from tfshard.tools.episode_plot import episode_plot
+
+    options = {"length": 16, "shift": 4, "episodes": 2}
+    drawn = io.BytesIO()
+    episode_figure(episode_dataset, **options).savefig(drawn, format="png")
+    saved = np.asarray(Image.open(drawn).convert("RGB"))
+    assert np.array_equal(np.asarray(episode_plot(episode_dataset, **options)), saved)
+
+
 def test_episode_plot_without_matplotlib_says_how_to_install_it(episode_dataset, monkeypatch, cli, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     with pytest.raises(ImportError, match=r"episode previews need matplotlib .*pip install 'tfshard\[preview\]'"):
@@ -819,7 +831,7 @@ def test_discrete_features_draw_as_steps_heat_strips_and_categories(tmp_path, ye
     out = str(tmp_path / "out")
     figure = episode_figure(out, episodes=MAX_EPISODES, feature=["flag", "state", "grid"])
     drawn = io.BytesIO()
-    figure.savefig(drawn, format="png")  # what episode_plot does
+    figure.savefig(drawn, format="png")  # the same pixels as episode_plot's one render (test_episode_plot_...)
     assert Image.open(drawn).size == picture_size([1, 1, 2])
     pixels = np.asarray(Image.open(drawn).convert("RGB"))
     flag = pixels[:220]  # a heat strip of grey cells, a row per episode
