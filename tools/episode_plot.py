@@ -14,7 +14,6 @@ labelled beside its bar. Needs matplotlib (``pip install 'tfshard[preview]'``).
 
 from __future__ import annotations
 
-
 import numpy as np
 from PIL import Image
 
