@@ -53,6 +53,20 @@ def test_info_reads_no_data(image_tree, tmp_path, cli):
     assert cli("info", out).exit_code == 0  # the manifest alone answers info
 
 
+def test_info_names_the_first_twenty_classes_of_many_and_json_all(tmp_path, cli):
+    classes = [f"c{i:02d}" for i in range(23)]
+    make_tree(tmp_path / "src", classes=classes, per_class=1, size=(8, 8))
+    out = tmp_path / "out"
+    convert_images(str(tmp_path / "src"), str(out), ConvertOptions(num_shards=1), workers=0, progress=False)
+    info = cli("info", out)
+    assert info.exit_code == 0, info.output
+    assert "  classes (23): c00, c01," in info.output
+    assert ", c19, ... 3 more classes (all of them: --json)\n" in info.output
+    assert "c20" not in info.output  # nor in the split's counts, a line too
+    assert ": c00 1, c01 1," in info.output and "c19 1, ... 3 more classes" in info.output
+    assert json.loads(cli("info", out, "--json").output)["class_names"] == classes
+
+
 def test_info_counts_windows_and_the_episodes_too_short_for_one(image_tree, tmp_path, cli):
     import numpy as np
 

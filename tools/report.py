@@ -34,8 +34,16 @@ def _label_counts(manifest, split) -> str:
     counts = [0] * len(manifest.class_names)
     for label in labels:
         counts[label] += 1
-    shown = ", ".join(f"{printable(n)} {c}" for n, c in list(zip(manifest.class_names, counts))[:20])
-    return shown + (f", ... {len(counts) - 20} more classes" if len(counts) > 20 else "")
+    return _first_of([f"{printable(n)} {c}" for n, c in zip(manifest.class_names, counts)])
+
+
+SHOWN_CLASSES = 20  # a line of `tfshard info` names this many classes at most; --json lists them all
+
+
+def _first_of(items: list[str]) -> str:
+    """``a, b, c``, or the first ``SHOWN_CLASSES`` of them and how many more (``--json`` lists them all)."""
+    more = len(items) - SHOWN_CLASSES
+    return ", ".join(items[:SHOWN_CLASSES]) + (f", ... {more} more classes (all of them: --json)" if more > 0 else "")
 
 
 def window_of(length: int | None, shift: int | None, horizon: int | None) -> tuple[int, int, int] | None:
@@ -98,9 +106,10 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
         if manifest.labels is not None:
             lines.append(f"  labels: {label_kind_text(manifest)}")
         if manifest.labels != "value":
-            lines.append(f"  classes ({len(manifest.class_names)}): {', '.join(map(printable, manifest.class_names))}")
+            names = _first_of([printable(name) for name in manifest.class_names])
+            lines.append(f"  classes ({len(manifest.class_names)}): {names}")
         for name, split in manifest.splits.items():
-            counts = ", ".join(f"{printable(k)} {v}" for k, v in split.class_counts.items())
+            counts = _first_of([f"{printable(k)} {v}" for k, v in split.class_counts.items()])
             per = " (images holding each class)" if manifest.labels == "multi" else ""
             lines.append(f"  {name}: {split.records:,} images{': ' + counts + per if counts else ''}")
             lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
