@@ -15,7 +15,10 @@ locally inode and ctime) is taken at build time and checked again, every epoch,
 
 A third check, once the file was open, would close that instant too, at a
 function set up by every iterator (~0.04-0.1 s of every first batch) and a
-``zip`` step per record (docs/design.md, "Why a reader's first batch is fast").
+``zip`` step per record (docs/design.md, "Why a reader's first batch is fast"),
+so only the reads that skip a changed shard (``ignore_errors``) make it: their
+epoch does not fail, so a shard swapped at its open must yield none of its
+records (the check after the last would only log it, its records handed on).
 
 A shard that fails a check raises ``InvalidArgumentError`` naming it (so no
 cache is finalised from the epoch), or, with ``ignore_errors``, is logged and
@@ -87,6 +90,7 @@ class ShardGuard:
                 records = open_records(tf.identity(path))
         else:  # a shard gone or changed is skipped without opening it (TensorFlow would retry a failed open forever)
             records = tf.data.Dataset.from_tensors(path).filter(lambda _: tf.equal(before, "")).flat_map(open_records)
+            records = self._skipped_if_swapped_at_its_open(index, records)
 
         def after_the_last(_):  # never True: the check after the last record, as a filter of one placeholder
             problem = self.check(index, "by the end of its read")
@@ -96,6 +100,16 @@ class ShardGuard:
                 return tf.constant(False)
 
         return records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).filter(after_the_last))
+
+    def _skipped_if_swapped_at_its_open(self, index: tf.Tensor, records: tf.data.Dataset) -> tf.data.Dataset:
+        """``records``, or none of them if shard ``index`` was swapped in the instant between the check before the
+        open and the open: skipping a shard (``ignore_errors``) must not hand on its records first, as the strict
+        read may (its epoch fails anyway). The check rides on a dataset zipped beside the records: ``zip`` asks the
+        records first, so it runs once the file is open and its first record read; then a constant repeats. Three
+        functions more, for the ``ignore_errors`` reads only."""
+        first = tf.data.Dataset.from_tensors(index).map(lambda i: tf.equal(self.check(i, "once it was opened"), ""))
+        marks = first.concatenate(tf.data.Dataset.from_tensors(tf.constant(True)).repeat())
+        return tf.data.Dataset.zip((records, marks)).take_while(lambda record, ok: ok).map(lambda record, ok: record)
 
 
 def checkpointable(dataset: tf.data.Dataset) -> tf.data.Dataset:

@@ -121,6 +121,36 @@ def test_a_shard_replaced_between_the_check_and_the_open_fails_the_epoch_by_the_
         assert glob.glob(os.path.join(cache_dir, "*.index")) == [], "an epoch that failed was saved as a cache"
 
 
+def test_ignore_errors_skips_a_shard_replaced_between_the_check_and_the_open_with_none_of_its_records(
+        two_trees, monkeypatch, caplog):
+    """An ignore_errors epoch does not fail, so the check after the last record would only log a shard swapped at its
+    open, its records mixed into the epoch: the check once it is open skips all of them."""
+    a, b, out = two_trees
+    other = os.path.join(os.path.dirname(out), "other")
+    convert_images(b, other, ConvertOptions(num_shards=8), workers=0, progress=False)
+    name = os.path.basename(readers.info(out).shard_paths("train")[0])
+    new_records = sum(1 for _ in tf.data.TFRecordDataset(os.path.join(other, name)))
+    ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=2, ignore_errors=True)
+    everything = sum(1 for _ in ds)
+    original = guard_lib.ShardGuard.problem
+    swapped = []
+
+    def swap_right_after_the_first_check(self, index, when):
+        problem = original(self, index, when)
+        if when == "before it was opened" and index == 0 and not swapped:
+            os.replace(os.path.join(other, name), self.shards[0].path)
+            swapped.append(name)
+        return problem
+
+    monkeypatch.setattr(guard_lib.ShardGuard, "problem", swap_right_after_the_first_check)
+    with caplog.at_level("WARNING", logger="tfshard.readers.guard"):
+        read = sum(1 for _ in ds)
+    assert swapped and new_records > 0
+    assert read == everything - new_records, "a shard swapped at its open was read into an ignore_errors epoch"
+    assert re.search(rf"{name}: shard was replaced or changed .*seen once it was opened.*ignore_errors=True",
+                     caplog.text)
+
+
 def test_a_shard_rewritten_in_place_is_caught_by_the_end_of_its_read(two_trees):
     a, b, out = two_trees
     ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1)
