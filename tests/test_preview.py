@@ -159,6 +159,16 @@ def test_episode_plot_renders_once_what_savefig_draws(episode_dataset):
     assert np.array_equal(np.asarray(episode_plot(episode_dataset, **options)), saved)
 
 
+def test_the_fewest_windows_shown_still_show_both_ends(episode_dataset):
+    """max_windows=4, the least it takes: the first window and the last three (its first group was empty: an
+    IndexError drawing it)."""
+    figure = episode_figure(episode_dataset, length=4, shift=1, max_windows=4)
+    first, last = figure.axes[-2:]
+    count = int(re.search(r"(\d+) windows, 4 shown", first.get_title(loc="left")).group(1))
+    assert [t.get_text() for t in first.texts] == ["#0"]
+    assert [t.get_text() for t in last.texts] == [f"#{k}" for k in range(count - 3, count)]
+
+
 def test_episode_plot_without_matplotlib_says_how_to_install_it(episode_dataset, monkeypatch, cli, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib.backends.backend_agg", None)
     with pytest.raises(ImportError, match=r"episode previews need matplotlib .*pip install 'tfshard\[preview\]'"):

@@ -102,8 +102,9 @@ def _windows_panel(figure, cell, steps: int, spec: WindowSpec, max_windows: int,
         return
     if count <= max_windows:
         groups = [list(range(count))]
-    else:  # the first ones and the last few, each zoomed, so both ends of the episode show
-        groups = [list(range(max_windows - 4)), list(range(count - 4, count))]
+    else:  # the first ones and the last few (four; three of max_windows 4), each zoomed: both ends of the episode show
+        last = min(4, max_windows - 1)
+        groups = [list(range(max_windows - last)), list(range(count - last, count))]
     inner = cell.subgridspec(1, len(groups), width_ratios=[len(g) for g in groups] if len(groups) > 1 else None)
     for column, numbers in enumerate(groups):
         ax = figure.add_subplot(inner[0, column])
@@ -132,7 +133,8 @@ def episode_figure(path: str, split: str = "train", episodes: int = 3, *, length
     """A matplotlib ``Figure``: a panel per feature, a strip per channel, the first ``episodes`` episodes over time,
     each strip drawn by its kind (``strips.py``) and titled with the manifest's mean and std; then where
     ``readers.windows(length=, shift=, time_range=)`` cuts the first episode (never across its end; the first
-    windows and the last four when there are more than ``max_windows``). ``episode_plot`` draws it.
+    windows and the last four (three of ``max_windows=4``) when there are more than ``max_windows``).
+    ``episode_plot`` draws it.
 
     Args:
       episodes: 1 to ``MAX_EPISODES`` (10); only those are read.
