@@ -67,6 +67,21 @@ def test_info_names_the_first_twenty_classes_of_many_and_json_all(tmp_path, cli)
     assert json.loads(cli("info", out, "--json").output)["class_names"] == classes
 
 
+def test_info_names_one_class_more_and_an_appends_many_new_classes_bounded_too(tmp_path, cli):
+    src, out = tmp_path / "src", tmp_path / "out"
+    make_tree(src, classes=[f"c{i:02d}" for i in range(21)], per_class=1, size=(8, 8))
+    convert_images(str(src), str(out), ConvertOptions(num_shards=1), workers=0, progress=False)
+    assert ", c19, ... 1 more class (all of them: --json)\n" in cli("info", out).output
+    new = [f"n{i:02d}" for i in range(22)]  # an append's new classes: their line named 20 and hid the rest
+    make_tree(src, classes=new, per_class=1, size=(8, 8), seed=50)
+    convert_images(str(src), str(out), ConvertOptions(num_shards=1), workers=0, progress=False, append=True)
+    info = cli("info", out)
+    assert info.exit_code == 0, info.output
+    assert "append 1: +22 records, new classes n00, n01," in info.output
+    assert ", n19, ... 2 more classes (all of them: --json); 0 changed" in info.output
+    assert "n21" not in info.output
+
+
 def test_info_counts_windows_and_the_episodes_too_short_for_one(image_tree, tmp_path, cli):
     import numpy as np
 

@@ -43,7 +43,8 @@ SHOWN_CLASSES = 20  # a line of `tfshard info` names this many classes at most; 
 def _first_of(items: list[str]) -> str:
     """``a, b, c``, or the first ``SHOWN_CLASSES`` of them and how many more (``--json`` lists them all)."""
     more = len(items) - SHOWN_CLASSES
-    return ", ".join(items[:SHOWN_CLASSES]) + (f", ... {more} more classes (all of them: --json)" if more > 0 else "")
+    tail = f", ... {more} more class{'es' if more > 1 else ''} (all of them: --json)" if more > 0 else ""
+    return ", ".join(items[:SHOWN_CLASSES]) + tail
 
 
 def window_of(length: int | None, shift: int | None, horizon: int | None) -> tuple[int, int, int] | None:
@@ -114,8 +115,8 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
             lines.append(f"  {name}: {split.records:,} images{': ' + counts + per if counts else ''}")
             lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
     for record in manifest.appends:  # what each --append added, and what it found changed or deleted
-        classes = f", new classes {', '.join(map(printable, record['new_classes'][:20]))}" if record["new_classes"] \
-            else ""
+        new = record["new_classes"]
+        classes = f", new classes {_first_of([printable(name) for name in new])}" if new else ""
         lines.append(f"  append {record['generation']}: +{record['records_added']:,} records{classes}; "
                      f"{record['changed']} changed and {record['deleted']} deleted inputs kept as converted")
     kind_options = "image" if manifest.kind == "images" else "episode"
