@@ -83,7 +83,8 @@ class ShardGuard:
         """``open_records(path)``'s records of shard ``index``, checked just before the open and after the last
         record (see the module docstring). Two functions per read, the fewest that place the checks: this one and
         the check after the last record (every function is traced when the pipeline is built and set up again by
-        each iterator, so each one costs a pipeline's first batch ~10-20 ms of CPU)."""
+        each iterator, so each one costs a pipeline's first batch ~10-20 ms of CPU). Not strict (``ignore_errors``):
+        also checked once open (``_skipped_if_swapped_at_its_open``)."""
         before = self.check(index, "before it was opened")
         if self.strict:
             with tf.control_dependencies([_assert_unchanged(before)]):
