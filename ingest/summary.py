@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from ..format import objects
@@ -44,15 +45,17 @@ def label_kind_text(manifest) -> str:
     score)``."""
     if manifest.labels == "value":
         columns = manifest.label_columns
-        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {_first(columns)})"
+        return "value (float32)" if len(columns) <= 1 else f"value (float32 [{len(columns)}]: {first_names(columns)})"
     names = manifest.class_names
     kind = "multi-label" if manifest.labels == "multi" else "class"
-    return f"{kind}, {len(names)} classes ({_first(names)})"
+    return f"{kind}, {len(names)} classes ({first_names(names)})"
 
 
-def _first(names: list[str], shown: int = 10) -> str:
-    """``a, b, ... 3 more``: a summary line stays one line however many names a labels file gives."""
-    return ", ".join(map(printable, names[:shown])) + (f", ... {len(names) - shown} more" if len(names) > shown else "")
+def first_names(names: list[str], shown: int = 10, more: Callable[[int], str] = "{} more".format) -> str:
+    """``a, b, ... 3 more`` (``more(3)``), each name ``printable``: a line stays one line however many names a
+    labels file or a manifest gives."""
+    tail = f", ... {more(len(names) - shown)}" if len(names) > shown else ""
+    return ", ".join(map(printable, names[:shown])) + tail
 
 
 def printable(text: str) -> str:
@@ -149,7 +152,7 @@ def append_lines(out: str, found, complete: bool, shown: int = 5, added: int | N
     and the inputs in the dataset that changed or were deleted since, which stay as they were converted."""
     lines = []
     if not complete:
-        classes = f" (new classes: {_first(found.new_classes, 20)})" if found.new_classes else ""
+        classes = f" (new classes: {first_names(found.new_classes, 20)})" if found.new_classes else ""
         left = "" if added is None or added == found.new_inputs else \
             f"; the other {found.new_inputs - added:,} were rejected or dropped as copies (see rejected)"
         of = "" if not left else f"{added:,} of "

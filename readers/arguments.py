@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sampling.plan import MAX_SEED
+from .sampling.plan import is_seed
 from .windowing.starts import INT32_LIMIT
 
 DEFAULT_READ_BUFFER_BYTES = 8 * 2**20  # per open shard: the readers' read_buffer_bytes default
@@ -50,7 +50,7 @@ def check_seed(seed, where) -> int | None:
     """
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+    if not is_seed(seed):
         raise ValueError(f"{where}: seed must be None or an integer in [0, 2**63 - 1] (got seed={seed!r}); pass an "
                          "int such as seed=0 for a reproducible order (a larger or negative one, as hash() or "
                          "getrandbits(64) give: seed % 2**63), or None for fresh randomness")

@@ -11,7 +11,7 @@ import json
 import re
 
 from ..format.records import data_features
-from ..ingest.summary import label_kind_text, printable, summary_lines
+from ..ingest.summary import first_names, label_kind_text, summary_lines
 
 
 def _short_list(values: list[float | None] | None, limit: int = 6) -> str:
@@ -34,7 +34,7 @@ def _label_counts(manifest, split) -> str:
     counts = [0] * len(manifest.class_names)
     for label in labels:
         counts[label] += 1
-    return _first_of([f"{printable(n)} {c}" for n, c in zip(manifest.class_names, counts)])
+    return _first_of([f"{n} {c}" for n, c in zip(manifest.class_names, counts)])
 
 
 SHOWN_CLASSES = 20  # a line of `tfshard info` names this many classes at most; --json lists them all
@@ -42,9 +42,8 @@ SHOWN_CLASSES = 20  # a line of `tfshard info` names this many classes at most; 
 
 def _first_of(items: list[str]) -> str:
     """``a, b, c``, or the first ``SHOWN_CLASSES`` of them and how many more (``--json`` lists them all)."""
-    more = len(items) - SHOWN_CLASSES
-    tail = f", ... {more} more class{'es' if more > 1 else ''} (all of them: --json)" if more > 0 else ""
-    return ", ".join(items[:SHOWN_CLASSES]) + tail
+    return first_names(items, SHOWN_CLASSES, lambda more: f"{more} more class{'es' if more > 1 else ''} (all of "
+                                                          "them: --json)")
 
 
 def window_of(length: int | None, shift: int | None, horizon: int | None) -> tuple[int, int, int] | None:
@@ -107,16 +106,16 @@ def describe_lines(out: str, manifest, window: tuple[int, int, int] | None = Non
         if manifest.labels is not None:
             lines.append(f"  labels: {label_kind_text(manifest)}")
         if manifest.labels != "value":
-            names = _first_of([printable(name) for name in manifest.class_names])
+            names = _first_of(manifest.class_names)
             lines.append(f"  classes ({len(manifest.class_names)}): {names}")
         for name, split in manifest.splits.items():
-            counts = _first_of([f"{printable(k)} {v}" for k, v in split.class_counts.items()])
+            counts = _first_of([f"{k} {v}" for k, v in split.class_counts.items()])
             per = " (images holding each class)" if manifest.labels == "multi" else ""
             lines.append(f"  {name}: {split.records:,} images{': ' + counts + per if counts else ''}")
             lines.append(f"    pixel mean {split.pixel_mean}, std {split.pixel_std}")
     for record in manifest.appends:  # what each --append added, and what it found changed or deleted
         new = record["new_classes"]
-        classes = f", new classes {_first_of([printable(name) for name in new])}" if new else ""
+        classes = f", new classes {_first_of(new)}" if new else ""
         lines.append(f"  append {record['generation']}: +{record['records_added']:,} records{classes}; "
                      f"{record['changed']} changed and {record['deleted']} deleted inputs kept as converted")
     kind_options = "image" if manifest.kind == "images" else "episode"

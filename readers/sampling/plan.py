@@ -41,6 +41,11 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def is_seed(value) -> bool:
+    """Whether ``value`` is a seed every reader takes: an int (numpy's too, not a bool) in ``[0, MAX_SEED]``."""
+    return _is_int(value) and 0 <= value <= MAX_SEED
+
+
 def _sequence(value, name: str) -> tuple:
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)) or len(value) == 0:
         raise ValueError(f"{name}: must be a non-empty sequence, one entry per source (got {name}={value!r})")
@@ -87,7 +92,7 @@ class StreamSpec:
         if not isinstance(self.shuffle, (bool, np.bool_)):
             raise ValueError(f"shuffle: must be True or False (got shuffle={self.shuffle!r})")
         object.__setattr__(self, "shuffle", bool(self.shuffle))
-        if not _is_int(self.seed) or not 0 <= self.seed <= MAX_SEED:
+        if not is_seed(self.seed):
             raise ValueError(f"seed: must be an integer in [0, 2**63 - 1] (got seed={self.seed!r}); pass the "
                              "seed the job started with")
         object.__setattr__(self, "seed", int(self.seed))
