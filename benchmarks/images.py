@@ -27,8 +27,9 @@ keras' ``image_dataset_from_directory``, ``readers.images`` training and evaluat
 ``readers.model_windows(...).starts`` and ``readers.episodes`` on ``--episodes`` generated episodes
 (``benchmarks/ingest.py``'s ``episode_set``: observation [T, 64], action [T, 8], reward [T]); the rounds are
 interleaved, the best of each is shown, as ratios to keras' (targets: <= 0.3 s and <= keras') and to the first batch's
-floor: a bare tf.data reader of the same shards (read, parse, the fused centre-crop decode, batch; no AutoGraph, no
-checks), which no tf.data reader of these shards that decodes the centre crop can beat.
+floor: a bare tf.data reader of the same shards (read, parse, the fused centre-crop decode fused with the batch; no
+AutoGraph, no checks, no static rewrites), which no tf.data reader of these shards that decodes the centre crop can
+beat.
 
 Each pass is ``time.perf_counter`` from creating the iterator to its end of data
 (a batch is only counted, not touched further); building the dataset is not timed.
@@ -155,9 +156,12 @@ FIRST_BATCH = ("keras image_dataset_from_directory", "readers.images (training)"
 
 def floor_first_batch(images_out: str, batch_size: int):
     """The least a tf.data evaluation reader of these shards does: read them, parse, the fused centre-crop decode in
-    parallel, batch, prefetch; no AutoGraph, no checks of any kind (the first batch's floor)."""
+    parallel fused with the batch, prefetch; no AutoGraph, no checks of any kind, tf.data's autotune and static rewrites
+    off, as the readers run (the first batch's floor)."""
     import tensorflow as tf
+    from tfshard.readers.image_batches import decoded_batches
     from tfshard.readers.image_ops import decode_center_crop, parse_image
+    from tfshard.readers.options import quiet_options
 
     @tf.autograph.experimental.do_not_convert
     def decode(record):
@@ -165,10 +169,9 @@ def floor_first_batch(images_out: str, batch_size: int):
         return decode_center_crop(encoded, SIZE, unit_float=True), label
 
     shards = sorted(tf.io.gfile.glob(os.path.join(images_out, "train-*.tfrecord")))
-    options = tf.data.Options()
-    options.autotune.enabled = False  # as the readers run
-    return tf.data.TFRecordDataset(shards).map(decode, num_parallel_calls=tf.data.AUTOTUNE).batch(
-        batch_size).prefetch(tf.data.AUTOTUNE).with_options(options)
+    batches = decoded_batches(tf.data.TFRecordDataset(shards), decode, batch_size=batch_size, drop_remainder=False,
+                              deterministic=None)
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(quiet_options())
 
 
 def first_batch_child(name: str, src: str, images_out: str, episodes_out: str, batch_size: int) -> None:

@@ -35,6 +35,7 @@ from .graph_ready import without_autograph
 from .guard import ShardGuard, checkpointable
 from .indexed.episodes import indexed_episodes
 from .indexed.request import episode_request
+from .options import quiet_options
 from .shard_cache.pipeline import ShardCacheArg
 
 # feature_schema, select_features and repair_hint are the episode readers' (windows/ reads them from here).
@@ -206,4 +207,5 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     guard = EpochGuard(dataset, split, shards)
     joined = joined if guard.covered_by_reads(session) else guard.ahead(joined)
     # A checkpoint of it restores only into a pipeline of the same shards (readers/epoch_guard.py).
-    return checkpointable(guard.stamp.lead(joined.apply(tf.data.experimental.assert_cardinality(count))))
+    ds = guard.stamp.lead(joined.apply(tf.data.experimental.assert_cardinality(count)))
+    return checkpointable(ds.prefetch(AUTOTUNE).with_options(quiet_options()))

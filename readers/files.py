@@ -24,6 +24,7 @@ from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .arguments import DEFAULT_READ_BUFFER_BYTES
 from .guard import ShardGuard, checkpointable
+from .options import quiet_options
 from .sampling import classes as sampling_classes
 from .shard_cache.pipeline import FETCH_AHEAD, ShardCacheArg
 from .windowing.targets import TargetsArg, check_label_targets, window_spec
@@ -363,7 +364,7 @@ def read_now(shards: list[ShardFile], *, compression: str | None, read_buffer_by
                 problem = guard.problem(index, when) or f"{shards[index].path}: shard changed {when}"
                 raise tf.errors.InvalidArgumentError(None, None, problem)
 
-    options = tf.data.Options()
+    options = quiet_options()  # each group's iterator without the static rewrites' set-up (options.py)
     options.deterministic = False
     for first in range(0, len(shards), at_once):
         group = range(first, min(first + at_once, len(shards)))

@@ -22,8 +22,8 @@ class Recipe:
     """Where each piece of work happens, decided once from the arguments.
 
     Attributes:
-      per_image: every image leaves the decode map finished (crop, flip, cast): a plain ``batch()`` then fuses
-        with the decode map, as keras' own loader is (evaluation +7-13% img/s, training ~+6%;
+      per_image: every image leaves the decode map finished (crop, flip, cast), the map fused with its batch
+        (``image_batches.decoded_batches``), as keras' own loader is (evaluation +7-13% img/s, training ~+6%;
         ``benchmarks/images.py``). Without a cache or a service, for evaluation and the default recipe (or none);
         colour jitter and callables stay batched, on uint8 batches.
       unit_float: the decode map yields float32 in [0, 1] itself.

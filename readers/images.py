@@ -14,7 +14,7 @@ Without a cache the decode itself is the random work: training shuffles the
 encoded records (~80 KB JPEGs, not 150 KB decoded images, in the buffer), then
 decodes only a random crop of each JPEG (``decode_and_crop_jpeg``) and, with
 the default recipe, flips it and casts it to the output dtype in the same map,
-so a plain batch() fuses with the decode. Colour jitter and callables run on
+which is fused with the batch. Colour jitter and callables run on
 uint8 batches after the batch.
 
 With ``service=`` (the tf.data service, see ``readers/service.py``) everything
@@ -48,7 +48,7 @@ from .arguments import (
 )
 from .epoch_guard import EpochGuard
 from .graph_ready import without_autograph
-from .image_batches import augmented, batched
+from .image_batches import augmented, batched, decoded_batches
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
     Recipe,
@@ -61,7 +61,7 @@ from .image_recipe import (
 from .indexed.images import indexed_images
 from .indexed.request import stream_request
 from .input_position import InputPosition, attach, skipped
-from .options import external_state_ignored, quiet_options
+from .options import external_state_ignored, quiet_options, shuffled
 from .shard_cache.pipeline import ShardCacheArg
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -270,14 +270,18 @@ def images(
             return read
         return epoch.ahead(read, skippable=ignore_errors)
 
-    ds = _decoded(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer, seed=worker_seed,
-                  repeat=repeat, start=start, batch_size=batch_size, deterministic=deterministic,
-                  ignore_errors=ignore_errors)
-    ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
-                              shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
-    ds = batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
+    ds, decode = _to_decode(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer,
+                            seed=worker_seed, repeat=repeat, start=start, batch_size=batch_size)
+    if cache is None:
+        ds = decoded_batches(ds, decode, batch_size=batch_size, drop_remainder=drop_remainder,
+                             deterministic=deterministic, ignore_errors=ignore_errors, fused=recipe.per_image)
+    else:
+        ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
+        ds = _cached_and_shuffled(ds.ignore_errors(log_warning=True) if ignore_errors else ds, recipe, cache,
+                                  cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
+                                  shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
+        ds = batched(ds, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
-    options.experimental_optimization.map_parallelization = True
     if deterministic is not None:
         options.deterministic = deterministic
     if resumable:  # its start, read in Python when the iterator opens, is not state an iterator checkpoint needs
@@ -317,12 +321,13 @@ def _shards(path: str, split: str, input_context, remote, drop_remainder: bool, 
     return dataset, files_lib.check_shards(dataset, split, chosen, warn_on_size=ignore_errors), mine
 
 
-def _decoded(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: ImageLabels, *, shuffle_buffer: int,
-             seed, repeat: bool, start: int | InputPosition, batch_size: int, deterministic,
-             ignore_errors: bool) -> tf.data.Dataset:
-    """Parse and decode, in parallel. In training without a cache the decode is the random crop: the *encoded*
-    records are shuffled first (as TF's model garden readers do: the buffer holds ~80 KB JPEGs instead of 150 KB
-    decoded images, and batch() stays fused with the decode map). ``records()`` builds the reads. ``start``: the
+def _to_decode(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: ImageLabels, *, shuffle_buffer: int,
+               seed, repeat: bool, start: int | InputPosition,
+               batch_size: int) -> tuple[tf.data.Dataset, Callable]:
+    """The records as the decode takes them, and the decode (parse and decode one record). In training without a
+    cache the decode is the random crop: the *encoded* records are shuffled first (as TF's model garden readers do:
+    the buffer holds ~80 KB JPEGs instead of 150 KB decoded images, and the batch stays fused with the decode map),
+    each zipped with its crop's seed. ``records()`` builds the reads. ``start``: the
     step a resumed job starts at (the records before it are read but not decoded), or the ``InputPosition`` that
     says it when the iterator opens (the reads, shuffles and seeds are then built for each iterator: see
     ``input_position.skipped``)."""
@@ -333,21 +338,18 @@ def _decoded(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: Ima
             encoded, label = parse_image(record, labels)
             return decode_random_crop(encoded, seed_, recipe.image_size, flip=flip, unit_float=recipe.unit_float), label
 
-        def shuffled() -> tf.data.Dataset:
-            read = records().shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-            return tf.data.Dataset.zip((read.repeat() if repeat else read, seed_stream(seed, salt=1)))
+        def decode_input() -> tf.data.Dataset:
+            return tf.data.Dataset.zip((shuffled(records(), shuffle_buffer, seed, repeat), seed_stream(seed, salt=1)))
     else:
         def decode(record):
             encoded, label = parse_image(record, labels)
             size, padding = recipe.stage["size"], recipe.stage["padding"]
             return decode_center_crop(encoded, size, padding, unit_float=recipe.unit_float), label
 
-        def shuffled() -> tf.data.Dataset:
+        def decode_input() -> tf.data.Dataset:
             read = records()
             return read.repeat() if repeat and not recipe.cached else read  # with a cache: after it, below
-    ds = skipped(shuffled, start, per_step=batch_size)
-    ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-    return ds.ignore_errors(log_warning=True) if ignore_errors else ds
+    return skipped(decode_input, start, per_step=batch_size), decode
 
 
 def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None, identity: dict, *,
@@ -359,5 +361,5 @@ def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None,
     ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache, identity)
     ds = epoch.ahead(ds)
     if recipe.training:
-        ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        return shuffled(ds, shuffle_buffer, seed, repeat)
     return ds.repeat() if repeat else ds

@@ -1038,6 +1038,25 @@ def test_images_iterator_checkpoint_replays_batch_augmentations(noisy_photos, tm
     assert _same_images(got, expected)
 
 
+@pytest.mark.parametrize("cache", [None, "memory"])
+def test_images_iterator_checkpoint_restored_into_a_fresh_reader_runs_on_exactly_across_epochs(photos, tmp_path,
+                                                                                               cache):
+    """The records' shuffle (or the decoded images', after a cache) and the repeat after it are one fused stage
+    (``options.shuffled``): without a cache, the unfused pair restored into a fresh pipeline of several shards
+    yielded another order from the second epoch after the restore on."""
+    def make():
+        return readers.images(photos, batch_size=4, image_size=8, seed=0, repeat=True, cache=cache)
+
+    def batches(iterator, count):
+        return [(labels.numpy().tolist(), images.numpy()) for images, labels in (next(iterator) for _ in range(count))]
+
+    iterator = iter(make())
+    want = batches(iter(make()), 20)  # 6 a pass
+    assert _same_images(batches(iterator, 5), want[:5])
+    restored = _restore(_save(iterator, tmp_path / "ckpt"), make())
+    assert _same_images(batches(restored, 15), want[5:])  # crosses two epoch ends
+
+
 # --- real processes: SIGKILL during a save, two resumes at once, a hang ----------------------------------------------
 
 SAVER_CHILD = textwrap.dedent("""

@@ -219,6 +219,22 @@ def test_unknown_split_and_missing_dataset(dataset, tmp_path):
         readers.images(str(tmp_path), batch_size=1)
 
 
+@pytest.mark.parametrize("kwargs, fused", [
+    (dict(training=False), {"MapAndBatchDataset"}),
+    (dict(seed=0), {"MapAndBatchDataset"}),
+    (dict(seed=0, repeat=True), {"MapAndBatchDataset", "ShuffleAndRepeatDatasetV2"}),
+    (dict(seed=0, repeat=True, cache="memory"), {"ShuffleAndRepeatDatasetV2"}),
+])
+def test_runs_without_tf_datas_static_rewrites_and_builds_their_fusions_itself(dataset, kwargs, fused):
+    """The rewrites cost every iterator a Grappler pass over the pipeline before its first batch (readers/options.py);
+    the decode map fused with its batch and a shuffle with its repeat are built directly instead."""
+    ds = readers.images(dataset, batch_size=4, image_size=8, **kwargs)
+    assert ds.options().experimental_optimization.apply_default_optimizations is False
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
+    ops = {node.op for node in graph.node} | {node.op for f in graph.library.function for node in f.node_def}
+    assert fused <= ops, sorted(op for op in ops if op.endswith("Dataset") or "Dataset" in op)
+
+
 def test_works_under_a_distribution_strategy(dataset):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     dist = strategy.distribute_datasets_from_function(

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..epoch_guard import Stamp
-from ..image_batches import augmented, batched
+from ..image_batches import augmented, decoded_batches
 from ..image_ops import decode_center_crop, decode_random_crop
 from ..image_recipe import Recipe
 from ..input_position import InputPosition, attach
@@ -66,16 +66,14 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
                                      [s.guard for s in sources], repeat=repeat, start_step=start_step,
                                      epoch_chunks=position.epoch_chunks(epoch_size, drop_remainder))
     records = pipeline_lib.read(elements, table, num_parallel_reads)
-    ds = records.map(_decoder(recipe, merged, seed, request.with_source), num_parallel_calls=AUTOTUNE,
-                     deterministic=True)
-    ds = batched(ds, recipe, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=True)
+    ds = decoded_batches(records, _decoder(recipe, merged, seed, request.with_source), batch_size=batch_size,
+                         drop_remainder=drop_remainder, deterministic=True, fused=recipe.per_image)
     ds = augmented(ds, recipe, batch_size=batch_size, seed=seed, start_step=start_step, deterministic=True,
                    element_seeds=not recipe.per_image)
     if not repeat:
         ds = ds.apply(tf.data.experimental.assert_cardinality(position.batches(epoch_size, drop_remainder)))
     ds = Stamp(where, [s.info.sha256 for source in sources for s in source.shards]).lead(ds)
     options = quiet_options()
-    options.experimental_optimization.map_parallelization = True
     ds = ds.prefetch(AUTOTUNE).with_options(options)
     ds = ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
     return attach(ds, start_step if isinstance(start_step, InputPosition) else None)

@@ -17,6 +17,7 @@ from ...format.records import LABEL_KEY, episode_parse_spec, parse_spec
 from .. import files as files_lib
 from ..arguments import DEFAULT_READ_BUFFER_BYTES
 from ..episodes import repair_hint
+from ..options import quiet_options
 from ..shard_cache.pipeline import ShardCacheArg
 from ..windowing.starts import WindowSpec
 from ..windowing.targets import label_array
@@ -165,7 +166,7 @@ def load_concatenated(
             shards, compression=compression, shuffle_files=False, seed=None, cycle_length=None,
             read_buffer_bytes=read_buffer_bytes, deterministic=False, shard_cache=session)
         parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, parse), num_parallel_calls=AUTOTUNE)
-        parsed = parsed.prefetch(AUTOTUNE)
+        parsed = parsed.prefetch(AUTOTUNE).with_options(quiet_options())
     for batch in parsed:
         columns = {key: values.numpy().tolist() for key, values in batch.items()}
         for i in range(len(columns["episode/id"])):

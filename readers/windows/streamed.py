@@ -143,7 +143,7 @@ def streamed_windows(dataset, split, layout, schema, request: WindowRequest, *, 
     if remote is not None:  # the workers send each gathered window once; (x, x) or past/future are made here
         # Workers cannot run the epoch check's Python: this client runs it at the start of each of its epochs.
         shards = files_lib.check_shards(dataset, split, sorted(mine))
-        batches = EpochGuard(dataset, split, shards).ahead(remote.distribute(batches))
+        batches = EpochGuard(dataset, split, shards).ahead(remote.distribute(batches.with_options(quiet_options())))
     else:
         # Every episode's length is asserted against the manifest as it is read, so the count is exact; knowing it
         # lets Keras end each epoch on it instead of warning that the input "ran out of data". Not with a service:
