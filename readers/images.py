@@ -48,7 +48,7 @@ from .arguments import (
 )
 from .epoch_guard import EpochGuard
 from .graph_ready import without_autograph
-from .image_batches import augmented, batched, decoded_batches
+from .image_batches import augmented, batched, decoded, decoded_batches
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
 from .image_recipe import (
     Recipe,
@@ -276,9 +276,8 @@ def images(
         ds = decoded_batches(ds, decode, batch_size=batch_size, drop_remainder=drop_remainder,
                              deterministic=deterministic, ignore_errors=ignore_errors, fused=recipe.per_image)
     else:
-        ds = ds.map(decode, num_parallel_calls=AUTOTUNE, deterministic=deterministic)
-        ds = _cached_and_shuffled(ds.ignore_errors(log_warning=True) if ignore_errors else ds, recipe, cache,
-                                  cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
+        ds = _cached_and_shuffled(decoded(ds, decode, deterministic=deterministic, ignore_errors=ignore_errors), recipe,
+                                  cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
                                   shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
         ds = batched(ds, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
@@ -356,8 +355,6 @@ def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None,
                          shuffle_buffer: int, seed, repeat: bool, epoch: EpochGuard) -> tf.data.Dataset:
     """Cache the deterministic decode (in memory, or to a file named by ``identity``), then shuffle the decoded
     images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check."""
-    if cache is None:
-        return ds
     ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache, identity)
     ds = epoch.ahead(ds)
     if recipe.training:
