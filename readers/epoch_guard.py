@@ -112,6 +112,14 @@ class EpochGuard:
         on, instead of failing every later pull (which ``ignore_errors`` would skip forever)."""
         return python_step(dataset, self.problem, once=skippable)
 
+    def behind(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """``dataset``, each iteration of which ends with the check, which then fails that pull and every later one
+        of the iteration: what a cache needs in front of it. A failed read is not: the parallel map after the reads
+        pulls again after its error, the reads go on to their end, and the cache took that end as a complete epoch
+        (a shard changed before its open, or swapped at it, when it was the last shard: the epoch failed and was
+        cached all the same, without that shard or with its new records)."""
+        return python_step(dataset, self.problem, after=True)
+
     def check(self) -> tf.Operation:
         """The check as one op, for a function that already runs once an epoch (the window index's epoch function):
         no dataset or function of its own (``ahead``'s costs a first batch ~20 ms). It fails that function, naming

@@ -10,8 +10,13 @@ locally inode and ctime) is taken at build time and checked again, every epoch,
    is never opened, none of its records is read;
 2. after its last record: a shard replaced in the instant between that check and
    the open (the open itself), or rewritten in place (never tfshard's way), fails
-   its read there, so the epoch fails before it ends and no cache is finalised
-   from it; its records up to then have been handed on.
+   its read there, so the epoch fails before it ends; its records up to then have
+   been handed on.
+
+A failed check fails one pull: the parallel stage after the reads pulls again and
+the reads go on (after the last shard, to their end). So a cache is preceded by a
+check of the whole dataset after the reads, which fails every pull of such an epoch
+(``epoch_guard.EpochGuard.behind``): no cache is finalised from it.
 
 A third check, once the file was open, would close that instant too, at a
 function set up by every iterator (~0.04-0.1 s of every first batch) and a

@@ -278,7 +278,8 @@ def images(
     else:
         ds = _cached_and_shuffled(decoded(ds, decode, deterministic=deterministic, ignore_errors=ignore_errors), recipe,
                                   cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
-                                  shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch)
+                                  shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch,
+                                  ignore_errors=ignore_errors)
         ds = batched(ds, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
     if deterministic is not None:
@@ -352,9 +353,14 @@ def _to_decode(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: I
 
 
 def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None, identity: dict, *,
-                         shuffle_buffer: int, seed, repeat: bool, epoch: EpochGuard) -> tf.data.Dataset:
+                         shuffle_buffer: int, seed, repeat: bool, epoch: EpochGuard,
+                         ignore_errors: bool) -> tf.data.Dataset:
     """Cache the deterministic decode (in memory, or to a file named by ``identity``), then shuffle the decoded
-    images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check."""
+    images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check. The
+    epoch that fills the cache ends with it too, so an epoch whose read failed never completes the cache
+    (``EpochGuard.behind``); with ``ignore_errors`` such reads are skipped on purpose, and the cache is of the rest."""
+    if not ignore_errors:
+        ds = epoch.behind(ds)
     ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache, identity)
     ds = epoch.ahead(ds)
     if recipe.training:

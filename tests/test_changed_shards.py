@@ -121,6 +121,40 @@ def test_a_shard_replaced_between_the_check_and_the_open_fails_the_epoch_by_the_
         assert glob.glob(os.path.join(cache_dir, "*.index")) == [], "an epoch that failed was saved as a cache"
 
 
+@pytest.mark.parametrize("when", ["before it was opened", "at its open"])
+def test_an_epoch_failed_by_its_last_shard_is_never_cached(two_trees, tmp_path, monkeypatch, when):
+    """The last shard changed before its open, or swapped at it: the read fails, the parallel map after it pulls
+    again, and the reads reach their end at once. The cache took that end as a complete epoch (without the shard, or
+    with its new records); the check after the reads fails every pull of the epoch instead."""
+    a, b, out = two_trees
+    other = os.path.join(os.path.dirname(out), "other")
+    convert_images(b, other, ConvertOptions(num_shards=8), workers=0, progress=False)
+    original = guard_lib.ShardGuard.problem
+    swapped = []
+
+    def swap(self, index, seen):  # "at its open": right after the check passed; else just before it
+        checked_first = original(self, index, seen) if when == "at its open" else None
+        last = self.shards[-1].path
+        if seen == "before it was opened" and index == len(self.shards) - 1 and not swapped:
+            os.replace(os.path.join(other, os.path.basename(last)), last)  # what --overwrite does
+            swapped.append(last)
+        return original(self, index, seen) if checked_first is None else checked_first
+
+    monkeypatch.setattr(guard_lib.ShardGuard, "problem", swap)
+    cache_dir = str(tmp_path / "cache")
+    ds = readers.images(out, training=False, batch_size=1, image_size=16, num_parallel_reads=1, cache=cache_dir)
+    seen = "before it was opened" if when == "before it was opened" else "by the end of its read"
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"train-00007-of-00008\.tfrecord: shard was replaced or "
+                                                             r"changed .*seen " + seen):
+        for _ in ds:
+            pass
+    assert swapped
+    assert glob.glob(os.path.join(cache_dir, "*.index")) == [], "an epoch that failed was saved as a cache"
+    with pytest.raises(tf.errors.InvalidArgumentError, match="changed|was replaced"):
+        for _ in ds:  # the next epoch of this pipeline neither serves a cache of the failed one nor reads on
+            pass
+
+
 def test_ignore_errors_skips_a_shard_replaced_between_the_check_and_the_open_with_none_of_its_records(
         two_trees, monkeypatch, caplog):
     """An ignore_errors epoch does not fail, so the check after the last record would only log a shard swapped at its
