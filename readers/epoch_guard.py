@@ -114,10 +114,9 @@ class EpochGuard:
 
     def behind(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """``dataset``, each iteration of which ends with the check, which then fails that pull and every later one
-        of the iteration: what a cache needs in front of it. A failed read is not: the parallel map after the reads
-        pulls again after its error, the reads go on to their end, and the cache took that end as a complete epoch
-        (a shard changed before its open, or swapped at it, when it was the last shard: the epoch failed and was
-        cached all the same, without that shard or with its new records)."""
+        of the iteration. A failed shard check fails one pull only (the stages after it pull again and read on), so
+        an epoch that read a shard swapped at its open reached its end, and a cache took it as complete; this one,
+        in front of the cache, makes such an epoch end in an error instead."""
         return python_step(dataset, self.problem, after=True)
 
     def check(self) -> tf.Operation:

@@ -13,10 +13,10 @@ locally inode and ctime) is taken at build time and checked again, every epoch,
    its read there, so the epoch fails before it ends; its records up to then have
    been handed on.
 
-A failed check fails one pull: the parallel stage after the reads pulls again and
-the reads go on (after the last shard, to their end). So a cache is preceded by a
-check of the whole dataset after the reads, which fails every pull of such an epoch
-(``epoch_guard.EpochGuard.behind``): no cache is finalised from it.
+A failed check fails one pull: the stages after the reads pull again and the reads
+go on to their end. So the epoch that fills a cache must also end with every record
+and with the dataset unchanged (``images._cached_and_shuffled``), else it ends in an
+error and the cache is not completed.
 
 A third check, once the file was open, would close that instant too, at a
 function set up by every iterator (~0.04-0.1 s of every first batch) and a

@@ -279,7 +279,7 @@ def images(
         ds = _cached_and_shuffled(decoded(ds, decode, deterministic=deterministic, ignore_errors=ignore_errors), recipe,
                                   cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
                                   shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch,
-                                  ignore_errors=ignore_errors)
+                                  records=None if ignore_errors else mine)
         ds = batched(ds, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
     if deterministic is not None:
@@ -354,13 +354,18 @@ def _to_decode(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: I
 
 def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None, identity: dict, *,
                          shuffle_buffer: int, seed, repeat: bool, epoch: EpochGuard,
-                         ignore_errors: bool) -> tf.data.Dataset:
+                         records: int | None) -> tf.data.Dataset:
     """Cache the deterministic decode (in memory, or to a file named by ``identity``), then shuffle the decoded
-    images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check. The
-    epoch that fills the cache ends with it too, so an epoch whose read failed never completes the cache
-    (``EpochGuard.behind``); with ``ignore_errors`` such reads are skipped on purpose, and the cache is of the rest."""
-    if not ignore_errors:
-        ds = epoch.behind(ds)
+    images in training and repeat from the cache; each epoch from the cache first runs the ``epoch`` check.
+
+    TensorFlow completes a cache at the end of the epoch that fills it, errors or not: an error fails one pull, and
+    the stages after it pull again and read on to the end. So, unless ``records`` is None (``ignore_errors``, whose
+    cache is of what could be read, on purpose), that epoch must reach its end with every one of the ``records``
+    images (a corrupt record, a JPEG that does not decode or a shard that failed its check leaves one out) and with
+    the dataset still the one it was built on (a shard swapped at its open: ``EpochGuard.behind``); else it ends in
+    an error, and so does every later pull of it, and the cache stays incomplete."""
+    if records is not None:
+        ds = epoch.behind(ds).apply(tf.data.experimental.assert_cardinality(records))
     ds = ds.cache() if cache == "memory" else cache_lib.cache_to_file(ds, cache, identity)
     ds = epoch.ahead(ds)
     if recipe.training:

@@ -591,6 +591,51 @@ def test_shard_repaired_byte_identically_after_a_cached_read_with_ignore_errors_
     assert sorted(labels_of(readers.images(out, cache=cache, ignore_errors=True, **EVAL))) == ALL
 
 
+def _damage_last_image(shard: str, damage: str) -> None:
+    """The shard's last record made unreadable in place, its size kept: a flipped byte of its data (its CRC fails), or
+    a JPEG of as many zero bytes (the record intact, the decode fails)."""
+    if damage == "a corrupt record":
+        with open(shard, "r+b") as f:
+            f.seek(-8, os.SEEK_END)  # inside the last record's data, before its 4-byte CRC
+            byte = f.read(1)
+            f.seek(-8, os.SEEK_END)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        return
+    records = [r.numpy() for r in tf.data.TFRecordDataset(shard)]
+    example = tf.train.Example.FromString(records[-1])
+    encoded = example.features.feature["image/encoded"].bytes_list.value
+    encoded[0] = bytes(len(encoded[0]))
+    records[-1] = example.SerializeToString()
+    with tf.io.TFRecordWriter(shard) as writer:
+        for record in records:
+            writer.write(record)
+
+
+@pytest.mark.parametrize("damage", ["a corrupt record", "a JPEG that does not decode"])
+def test_an_epoch_that_lost_an_image_never_completes_the_cache(dataset, tmp_path, damage):
+    """The last image of the split unreadable: its error fails one pull, the stages after it pull again and read on
+    to the end, and TensorFlow completed the cache there, one image short, served as whole from then on. The epoch
+    that fills a cache must yield every record it reads (readers/images.py, ``_cached_and_shuffled``)."""
+    _, out = dataset
+    shard = readers.info(out).shard_paths("train")[-1]
+    size = os.path.getsize(shard)
+    _damage_last_image(shard, damage)
+    assert os.path.getsize(shard) == size  # the pipeline's build-time checks pass: only the read can tell
+    cache = str(tmp_path / "cache")
+    for _ in range(2):  # neither the epoch that meets the error nor a later pipeline completes a cache
+        iterator = iter(readers.images(out, cache=cache, **EVAL))
+        errors = []
+        for _ in range(NUM_CLASSES + 3):  # pulls on after the error, as the stages after a failed read do
+            try:
+                next(iterator)
+            except StopIteration:
+                break
+            except tf.errors.OpError as error:
+                errors.append(error)
+        assert errors and re.search(r"expected to contain \d+ elements? but contained only", str(errors[-1]))
+        assert _cache_files(cache, "tfshard-*.index") == [], "an epoch one image short was saved as a whole cache"
+
+
 def test_ignore_errors_gets_a_cache_of_its_own(dataset, tmp_path):
     _, out = dataset
     cache = str(tmp_path / "cache")
