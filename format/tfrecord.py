@@ -110,7 +110,8 @@ def example_parts(features: Iterable[tuple[str, Value]]) -> list[bytes]:
     return [_FIELD_1 + _varint(features_size), *(p for entry in entries for p in entry)]  # Example.features = 1
 
 
-def _masked_crc(parts: Sequence[bytes]) -> int:
+def masked_crc(parts: Sequence[bytes]) -> int:
+    """The masked CRC32C a TFRecord frame stores of ``parts`` (its length's 8 bytes, or its data)."""
     crc = 0
     for part in parts:
         crc = google_crc32c.extend(crc, part)
@@ -123,7 +124,7 @@ def frame_records(records: Iterable[Sequence[bytes]]) -> tuple[bytes, tuple[int,
     for parts in records:
         size = sum(map(len, parts))
         length = _UINT64.pack(size)
-        out += [length, _UINT32.pack(_masked_crc([length])), *parts, _UINT32.pack(_masked_crc(parts))]
+        out += [length, _UINT32.pack(masked_crc([length])), *parts, _UINT32.pack(masked_crc(parts))]
         sizes.append(FRAME_OVERHEAD + size)
     return b"".join(out), tuple(sizes)
 

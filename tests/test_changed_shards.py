@@ -77,6 +77,35 @@ def test_training_pipelines_fail_too_and_never_yield_a_record_of_the_new_dataset
             pass
 
 
+@pytest.mark.parametrize("change", ["a reconversion", "a same-size file swapped in"])
+def test_a_stream_read_by_position_fails_on_a_changed_shard_and_never_reads_the_new_file(tmp_path, change):
+    """Records read by position (``shuffle="global"``: offsets found at build, read by ``pread``, no CRC) must not be
+    read from a file put in a shard's place since: at the old offsets they are other bytes, silently so when its
+    layout is the old one's (here one byte of an image's quantisation table changed: it decodes, to other
+    pixels)."""
+    a, out = str(tmp_path / "a"), str(tmp_path / "out")
+    make_tree(a, classes=("x", "y"), per_class=200, seed=0)
+    convert_images(a, out, ConvertOptions(num_shards=2), workers=0, progress=False)
+    ds = readers.images(out, batch_size=2, image_size=16, seed=0, shuffle="global", dtype="uint8", augment=None)
+    iterator = iter(ds)
+    next(iterator)  # the reads run ~3 batches of 64 records ahead: most of the 400 are read after the change
+    if change == "a reconversion":
+        make_tree(str(tmp_path / "b"), classes=("x", "y"), per_class=200, seed=1000)
+        _reconvert(str(tmp_path / "b"), out)
+    else:
+        for shard in readers.info(out).shard_paths("train"):
+            data = bytearray(open(shard, "rb").read())
+            data[data.index(b"\xff\xd8", len(data) // 2) + 60] ^= 1  # in a JPEG's quantisation table: it decodes
+            with open(shard + ".new", "wb") as f:
+                f.write(data)
+            os.replace(shard + ".new", shard)
+    # "is gone": read ahead in the background while the conversion had removed it
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"out/train-\d{5}-of-00002\.tfrecord: shard (is gone|"
+                       r"was replaced or changed) .*build the pipeline again"):
+        for _ in iterator:
+            pass
+
+
 def test_ignore_errors_skips_a_replaced_shard_with_a_warning(two_trees, caplog):
     a, b, out = two_trees
     ds = readers.images(out, training=False, batch_size=1, image_size=16, ignore_errors=True, num_parallel_reads=1)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import collections
 import contextlib
 import hashlib
+import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -242,6 +244,80 @@ def test_elastic_resume_under_mirrored_strategies(sets, strategies):
         resumed = run(strategies[2], 0, 2, from_function) + run(strategies[3], 2, 4, from_function)
         for step, (one, other) in enumerate(zip(whole, resumed)):
             np.testing.assert_array_equal(one, other, err_msg=f"step {step}, from_function={from_function}")
+
+
+@pytest.mark.parametrize("pipelines, replicas", [(1, 1), (1, 2), (1, 3), (2, 2), (2, 4), (3, 6)])
+@pytest.mark.parametrize("drop_remainder", [True, False])
+def test_a_pipeline_counts_a_batch_for_each_replica_it_feeds(pipelines, replicas, drop_remainder):
+    """One pipeline may feed several replicas (a ``MirroredStrategy``'s one pipeline for every GPU): its length is
+    the batches of the elements it reads, a per-replica batch for each replica in each step."""
+    batch = 2
+    for epoch_size in (1, 5, 12, 13, 23, 24, 37):
+        for pipeline in range(pipelines):
+            position = stream_lib.Position(pipelines, pipeline, batch * replicas, batch)
+            elements = len(position.epoch(0, epoch_size, drop_remainder))
+            read = elements // batch if drop_remainder else -(-elements // batch)
+            assert position.batches(epoch_size, drop_remainder) == read, (epoch_size, pipeline)
+
+
+def test_one_epoch_under_a_strategy_of_one_pipeline_for_two_replicas_reads_every_step(sets, episode_sets,
+                                                                                      strategies):
+    """``distribute_datasets_from_function`` under a 2-replica strategy: one input pipeline yields a batch for each
+    replica; its known length counted one a step, and the epoch failed half way ("expected to contain ... but
+    contained at least ...")."""
+    strategy, global_batch = strategies[2], 4
+    images = strategy.distribute_datasets_from_function(lambda context: readers.images(
+        sets["a"], batch_size=context.get_per_replica_batch_size(global_batch), image_size=SIZE, seed=2,
+        input_context=context, shuffle="global"))
+    for _ in range(2):  # two epochs, each to its end
+        assert sum(1 for _ in images) == 14 // global_batch  # 14 images, drop_remainder in training
+    episodes = strategy.distribute_datasets_from_function(lambda context: readers.episodes(
+        episode_sets["a"], seed=2, input_context=context, shuffle="global"))
+    read = [data.numpy() for step in episodes for data in strategy.experimental_local_results(step["data"])]
+    lengths = sorted(len(data) for data in read if len(data))  # the strategy pads the last step's empty replica
+    assert lengths == sorted([5, 9, 3, 12, 7, 1, 8])  # every episode of the epoch, once
+
+
+@pytest.mark.parametrize("rewrite, problem", [
+    (lambda text: text.replace(b"\n", b" 7\n", 1), "index file is not lines of 'offset size'"),
+    (lambda text: text.replace(b" ", b" x", 1), "index file is not lines of 'offset size'"),
+    (lambda text: b"\n".join(text.splitlines()[:-1]) + b"\n", "index file does not fit its shard (got 5 records, the "
+     "manifest counts 6)"),
+    (lambda text: text.replace(b"0 ", b"99999999 ", 1), "index file does not fit its shard (got offsets that do not "
+     "rise"),
+    (None, "index file is not the one the manifest records"),
+], ids=["a line of three", "not a number", "a record short", "offsets out of order", "not the manifest's"])
+def test_an_index_file_that_is_not_its_shards_is_refused_naming_it(sets, tmp_path, rewrite, problem):
+    out = tmp_path / "B"
+    shutil.copytree(sets["b"], out)
+    manifest = json.loads((out / "dataset.json").read_text())
+    shard = manifest["splits"]["train"]["shards"][0]
+    index = out / shard["index_file"]
+    text = index.read_bytes()
+    if rewrite is None:
+        index.write_bytes(text + b"0 16\n")  # the manifest keeps the old sha256
+    else:
+        index.write_bytes(rewrite(text))
+        shard["index_sha256"] = hashlib.sha256(index.read_bytes()).hexdigest()
+        (out / "dataset.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=re.escape(f"{index}: {problem}")):
+        readers.images(str(out), batch_size=2, image_size=SIZE, shuffle="global")
+
+
+def test_a_corrupt_record_read_by_position_fails_its_crc_naming_the_shard(sets, tmp_path):
+    """Read by position, a record's data is checked against the CRC32C its framing stores, as TensorFlow's reader
+    checks it (here one byte of a JPEG's quantisation table, which would decode, to other pixels)."""
+    out = tmp_path / "A"
+    shutil.copytree(sets["a"], out)
+    shard = out / json.loads((out / "dataset.json").read_text())["splits"]["train"]["shards"][1]["file"]
+    data = bytearray(shard.read_bytes())
+    data[data.index(b"\xff\xd8") + 60] ^= 1
+    shard.write_bytes(data)
+    ds = readers.images(str(out), batch_size=2, image_size=SIZE, seed=0, shuffle="global")
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(f"{shard}: record at byte ") + r"\d+ is corrupt "
+                       r"\(its data fails the CRC32C its framing stores\); run `tfshard verify`"):
+        for _ in ds:
+            pass
 
 
 # --- errors --------------------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def read(elements: tf.data.Dataset, table: records_lib.RecordTable, num_parallel
     records at a time (``pread``), remote ones (an index file, no shard cache) one ``FixedLengthRecordDataset`` per
     record."""
     if not any(is_url(f) for f in table.files):
-        read_batch_of = records_lib.pread_batch(table.files)
+        read_batch_of = records_lib.pread_batch(table.files, table.identities)
 
         def read_many(shard, offset, length, *carried):
             found = tf.numpy_function(read_batch_of, [shard, offset, length], tf.string, stateful=False)

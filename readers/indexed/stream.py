@@ -94,11 +94,13 @@ class Position:
         return epoch * epoch_size + indices[indices < epoch_size]
 
     def batches(self, epoch_size: int, drop_remainder: bool) -> int:
-        """Batches this pipeline yields of one epoch (no ``repeat``)."""
+        """Batches this pipeline yields of one epoch (no ``repeat``): a batch for each replica it feeds in each whole
+        step (its part of a step is ``global_batch // pipelines`` elements), and without ``drop_remainder`` its part
+        of the last, partial step in batches, the last one short."""
+        share = self.global_batch // self.pipelines
         whole, rest = divmod(epoch_size, self.global_batch)
-        mine = whole * self.batch + (0 if drop_remainder else min(max(0, rest - self.pipeline * self.batch),
-                                                                   self.batch))
-        return mine // self.batch if drop_remainder else -(-mine // self.batch)
+        last = 0 if drop_remainder else min(max(0, rest - self.pipeline * share), share)
+        return whole * (share // self.batch) + -(-last // self.batch)
 
 
 class EpochCount:
