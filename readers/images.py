@@ -46,7 +46,7 @@ from .arguments import (
     check_reading,
     check_seed,
 )
-from .epoch_guard import EpochGuard
+from .epoch_guard import EpochGuard, python_step
 from .graph_ready import without_autograph
 from .image_batches import augmented, batched, decoded, decoded_batches
 from .image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image, seed_stream
@@ -145,7 +145,8 @@ def images(
       read_buffer_bytes: read buffer per file (larger helps on gs://).
       ignore_errors: skip records that fail to read or decode, logging each,
         instead of stopping; a shard whose size differs from the manifest's is
-        then only logged. A missing shard is still an error up front.
+        then only logged. A missing shard is still an error up front. With ``repeat``, an epoch in which every
+        record was skipped fails, naming the dataset, instead of repeating for ever.
       service: ``"grpc://HOST:PORT"`` of a tf.data service dispatcher (``tfshard
         service dispatcher``): reading, decoding, cropping, shuffling and
         batching run on its workers; augmentation stays here. Each epoch's
@@ -270,16 +271,25 @@ def images(
             return read
         return epoch.ahead(read, skippable=ignore_errors)
 
+    # With ignore_errors, repeat comes after the decode (below): an epoch of records that all fail is then empty. Not
+    # on a service's workers, which cannot run the check's Python (readers/service.py).
+    skipping_repeat = ignore_errors and repeat and remote is None
     ds, decode = _to_decode(records, recipe, ImageLabels.of(dataset.manifest), shuffle_buffer=shuffle_buffer,
-                            seed=worker_seed, repeat=repeat, start=start, batch_size=batch_size)
-    if cache is None:
+                            seed=worker_seed, repeat=repeat and not skipping_repeat, start=start, batch_size=batch_size)
+    if cache is None and not skipping_repeat:
         ds = decoded_batches(ds, decode, batch_size=batch_size, drop_remainder=drop_remainder,
                              deterministic=deterministic, ignore_errors=ignore_errors, fused=recipe.per_image)
     else:
-        ds = _cached_and_shuffled(decoded(ds, decode, deterministic=deterministic, ignore_errors=ignore_errors), recipe,
-                                  cache, cache_identity(dataset, split, shards, recipe.stage, ignore_errors),
-                                  shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch,
-                                  records=None if ignore_errors else mine)
+        ds = decoded(ds, decode, deterministic=deterministic, ignore_errors=ignore_errors)
+        if cache is None:
+            ds = _no_empty_epoch(ds.repeat(), path, split)
+        else:
+            ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage,
+                                                                       ignore_errors),
+                                      shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch,
+                                      records=None if ignore_errors else mine)
+            if skipping_repeat:
+                ds = _no_empty_epoch(ds, path, split)
         ds = batched(ds, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
     if deterministic is not None:
@@ -350,6 +360,18 @@ def _to_decode(records: Callable[[], tf.data.Dataset], recipe: Recipe, labels: I
             read = records()
             return read.repeat() if repeat and not recipe.cached else read  # with a cache: after it, below
     return skipped(decode_input, start, per_step=batch_size), decode
+
+
+def _no_empty_epoch(repeated: tf.data.Dataset, path: str, split: str) -> tf.data.Dataset:
+    """``ignore_errors`` with ``repeat``: the decoded images, repeated, failing when an epoch gave none. tf.data's
+    repeat ends at an epoch that yields nothing (here: every record skipped), where a repeat of the records before
+    the decode looped for ever, skipping each one again; the step after it (``python_step``) makes that end an
+    error naming the dataset, on that pull and every later one (no quotes in it: TensorFlow's assertion escapes
+    them)."""
+    problem = (f"{path}: split {split}: an epoch gave no image, every record was skipped (ignore_errors=True: "
+               "each is in the warnings), so repeat=True would loop for ever; run `tfshard verify` on the dataset, "
+               "then convert it again")
+    return python_step(repeated, lambda: problem, after=True)
 
 
 def _cached_and_shuffled(ds: tf.data.Dataset, recipe: Recipe, cache: str | None, identity: dict, *,

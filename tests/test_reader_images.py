@@ -287,6 +287,40 @@ def test_ignore_errors_skips_an_undecodable_record_and_keeps_the_rest(dataset, t
     assert sorted(kept) == list(range(NUM_CLASSES))
 
 
+@pytest.fixture(scope="module")
+def undecodable(tmp_path_factory, dataset):
+    """A copy of ``dataset`` whose every record is undecodable, and one with a single undecodable record added."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("undecodable")
+    every, one = str(root / "every"), str(root / "one")
+    shutil.copytree(dataset, every)
+    shutil.copytree(dataset, one)
+    _write_undecodable_record(one)
+    bad = tf.train.Example(features=tf.train.Features(feature={
+        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"\xff\xd8\xff" + b"\0" * 50])),
+        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(value=[0])),
+    })).SerializeToString()
+    for i, shard in enumerate(read_manifest(every)["splits"]["train"]["shards"]):
+        _rewrite_shard(every, i, [bad] * shard["records"])
+    return every, one
+
+
+@pytest.mark.parametrize("kwargs", [dict(seed=0), dict(training=False), dict(seed=0, cache="memory")],
+                         ids=["training", "evaluation", "cached"])
+def test_ignore_errors_with_repeat_fails_an_epoch_that_gives_no_image_instead_of_looping(undecodable, kwargs):
+    every, one = undecodable
+    ds = readers.images(every, batch_size=2, image_size=8, ignore_errors=True, repeat=True, **kwargs)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(
+            f"{every}: split train: an epoch gave no image, every record was skipped (ignore_errors=True")):
+        next(iter(ds))
+    # one bad record among good ones: skipped, and the stream runs on across epochs
+    records = readers.info(one).num_records("train") - 1
+    ds = readers.images(one, batch_size=1, image_size=8, ignore_errors=True, repeat=True, **kwargs)
+    assert sorted(int(y[0]) for _, y in ds.take(3 * records)) == sorted(3 * labels_of(readers.images(
+        one, batch_size=1, image_size=8, training=False, ignore_errors=True)))
+
+
 def test_public_names_stay_functions_after_their_modules_load():
     import tfshard.readers.images  # noqa: F401  (binding the submodule must not shadow the function)
     from tfshard import ingest
