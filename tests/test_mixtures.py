@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import hashlib
 import json
+import os
 import re
 import shutil
 
@@ -376,6 +378,26 @@ def test_remote_global_shuffle_through_the_shard_cache_reads_each_record_once_an
     for epoch in range(2):
         assert sorted(h for h, _, _ in got[epoch * 14:(epoch + 1) * 14]) == sorted(records)
     assert got == _read(readers.images(sets["a"], **arguments), steps=2 * 7)
+
+
+def test_a_stream_keeps_its_shard_cache_copies_pinned_and_reads_on_while_another_reader_fetches_them(sets, tmp_path):
+    """The copies stay pinned while the pipeline lives (its sessions were dropped after the build, so another
+    process could evict them under it), and a second reader's fetch of them (which touches each copy, moving its
+    ctime) does not fail the first one's reads."""
+    records, directory = _records(sets["a"]), str(tmp_path / "cache")
+    arguments = {"batch_size": 2, "image_size": SIZE, "training": False, "seed": 1, "with_source": True,
+                 "shuffle": "global", "shard_cache": directory, "shard_cache_limit": LIMIT}
+    with _in_memory_bucket("ram://mixtures-pinned", sets["a"]) as bucket:
+        ds = readers.images(bucket, **arguments)
+        gc.collect()
+        pinned = {name.split(".")[0] for name in os.listdir(os.path.join(directory, "pins"))}
+        assert pinned == {s.sha256 for s in manifest_shards(sets["a"])}
+        iterator = iter(ds)
+        first = next(iterator)
+        other = readers.images(bucket, **arguments)  # fetches the same copies again
+        got = _read([first]) + _read(iterator)
+        assert sorted(h for h, _, _ in got) == sorted(records)
+        assert _read(other) == got
 
 
 def test_remote_without_index_or_shard_cache_is_refused(sets):

@@ -125,7 +125,8 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64, tf.int32],
                                      [s.guard for s in sources], repeat=repeat,
-                                     epoch_chunks=position.epoch_chunks(epoch_size, False))
+                                     epoch_chunks=position.epoch_chunks(epoch_size, False),
+                                     pinned=tuple(s.session for s in sources))
     read_batch = int(np.clip(_READ_BYTES // max(1, int(table.length.max(initial=1))), 1, pipeline_lib.READ_BATCH))
     records = pipeline_lib.read(elements, table, num_parallel_reads, read_batch)
     labelled = sources[0].dataset.labelled

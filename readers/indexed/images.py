@@ -64,7 +64,8 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int32],
                                      [s.guard for s in sources], repeat=repeat, start_step=start_step,
-                                     epoch_chunks=position.epoch_chunks(epoch_size, drop_remainder))
+                                     epoch_chunks=position.epoch_chunks(epoch_size, drop_remainder),
+                                     pinned=tuple(s.session for s in sources))
     records = pipeline_lib.read(elements, table, num_parallel_reads)
     ds = decoded_batches(records, _decoder(recipe, merged, seed, request.with_source), batch_size=batch_size,
                          drop_remainder=drop_remainder, deterministic=True, fused=recipe.per_image)

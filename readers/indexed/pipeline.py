@@ -20,14 +20,16 @@ READ_BATCH = 64  # local records read by one Python call
 
 
 def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool, epoch_chunks: int = 1,
-             start_step: int | InputPosition = 0) -> tf.data.Dataset:
+             start_step: int | InputPosition = 0, pinned: tuple = ()) -> tf.data.Dataset:
     """The rows of this pipeline's elements, in order, a chunk at a time: ``indices_of(number, start)`` the global
     elements of chunk ``number`` from start step ``start`` (with ``repeat``; without, chunk ``number`` of
     ``epoch_chunks`` of the iteration's epoch), ``rows(indices)`` their rows as 1-D arrays of ``dtypes``. Each chunk
     first runs every source's epoch check (``epoch_guard.py``). ``start_step``: an int, or an ``InputPosition``
-    read when the iterator opens (so ``readers.BackupAndRestore`` can move it, ``input_position.py``)."""
+    read when the iterator opens (so ``readers.BackupAndRestore`` can move it, ``input_position.py``). ``pinned``:
+    what must live as long as the dataset (the sources' shard-cache sessions, whose copies stay pinned while they
+    live): the chunks' Python holds it, as the dataset holds that."""
 
-    def chunk(number, start):
+    def chunk(number, start, _pinned=pinned):
         problem = next((p for p in (g.problem() for g in guards) if p), "")
         indices = indices_of(int(number), int(start))
         if problem:
