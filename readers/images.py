@@ -367,7 +367,8 @@ def _no_empty_epoch(repeated: tf.data.Dataset, path: str, split: str) -> tf.data
     repeat ends at an epoch that yields nothing (here: every record skipped), where a repeat of the records before
     the decode looped for ever, skipping each one again; the step after it (``python_step``) makes that end an
     error naming the dataset, on that pull and every later one (no quotes in it: TensorFlow's assertion escapes
-    them)."""
+    them). The cost: in training the records' shuffle is no longer fused with a repeat, so each epoch refills its
+    buffer and an iterator checkpoint restores exactly only the epoch it was saved in (``options.shuffled``)."""
     problem = (f"{path}: split {split}: an epoch gave no image, every record was skipped (ignore_errors=True: "
                "each is in the warnings), so repeat=True would loop for ever; run `tfshard verify` on the dataset, "
                "then convert it again")

@@ -283,12 +283,14 @@ def test_one_epoch_under_a_strategy_of_one_pipeline_for_two_replicas_reads_every
 @pytest.mark.parametrize("rewrite, problem", [
     (lambda text: text.replace(b"\n", b" 7\n", 1), "index file is not lines of 'offset size'"),
     (lambda text: text.replace(b" ", b" x", 1), "index file is not lines of 'offset size'"),
+    (lambda text: text.replace(b"0 ", b"99999999999999999999 ", 1), "index file is not lines of 'offset size'"),
     (lambda text: b"\n".join(text.splitlines()[:-1]) + b"\n", "index file does not fit its shard (got 5 records, the "
      "manifest counts 6)"),
     (lambda text: text.replace(b"0 ", b"99999999 ", 1), "index file does not fit its shard (got offsets that do not "
      "rise"),
     (None, "index file is not the one the manifest records"),
-], ids=["a line of three", "not a number", "a record short", "offsets out of order", "not the manifest's"])
+], ids=["a line of three", "not a number", "past int64", "a record short", "offsets out of order",
+        "not the manifest's"])
 def test_an_index_file_that_is_not_its_shards_is_refused_naming_it(sets, tmp_path, rewrite, problem):
     out = tmp_path / "B"
     shutil.copytree(sets["b"], out)
