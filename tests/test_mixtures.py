@@ -384,8 +384,8 @@ def test_remote_global_shuffle_through_the_shard_cache_reads_each_record_once_an
 
 def test_a_stream_keeps_its_shard_cache_copies_pinned_and_reads_on_while_another_reader_fetches_them(sets, tmp_path):
     """The copies stay pinned while the pipeline lives (its sessions were dropped after the build, so another
-    process could evict them under it), and a second reader's fetch of them (which touches each copy, moving its
-    ctime) does not fail the first one's reads."""
+    process could evict them under it) and are released with it, and a second reader's fetch of them (which touches
+    each copy, moving its ctime) does not fail the first one's reads."""
     records, directory = _records(sets["a"]), str(tmp_path / "cache")
     arguments = {"batch_size": 2, "image_size": SIZE, "training": False, "seed": 1, "with_source": True,
                  "shuffle": "global", "shard_cache": directory, "shard_cache_limit": LIMIT}
@@ -400,6 +400,9 @@ def test_a_stream_keeps_its_shard_cache_copies_pinned_and_reads_on_while_another
         got = _read([first]) + _read(iterator)
         assert sorted(h for h, _, _ in got) == sorted(records)
         assert _read(other) == got
+        del ds, iterator, other
+        gc.collect()
+        assert os.listdir(os.path.join(directory, "pins")) == []  # released with the pipelines
 
 
 def test_remote_without_index_or_shard_cache_is_refused(sets):

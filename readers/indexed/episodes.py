@@ -125,8 +125,7 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int64, tf.int32],
                                      [s.guard for s in sources], repeat=repeat,
-                                     epoch_chunks=position.epoch_chunks(epoch_size, False),
-                                     pinned=tuple(s.session for s in sources))
+                                     epoch_chunks=position.epoch_chunks(epoch_size, False))
     read_batch = int(np.clip(_READ_BYTES // max(1, int(table.length.max(initial=1))), 1, pipeline_lib.READ_BATCH))
     records = pipeline_lib.read(elements, table, num_parallel_reads, read_batch)
     labelled = sources[0].dataset.labelled
@@ -145,7 +144,8 @@ def indexed_episodes(request: StreamRequest, split: str, *, features, seed: int 
         ds = ds.apply(tf.data.experimental.assert_cardinality(position.batches(epoch_size, False)))
     ds = Stamp(where, [s.info.sha256 for source in sources for s in source.shards]).lead(ds)
     ds = ds.prefetch(AUTOTUNE).with_options(quiet_options())
-    return ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    ds = ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    return pipeline_lib.holding_sessions(ds, [s.session for s in sources])
 
 
 def _parser(schema, dataset, episodes: episode_table_lib.EpisodeTable, where: str, labelled: bool):

@@ -64,8 +64,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
 
     elements = pipeline_lib.elements(indices_of, rows, [tf.int32, tf.int64, tf.int64, tf.int64, tf.int32],
                                      [s.guard for s in sources], repeat=repeat, start_step=start_step,
-                                     epoch_chunks=position.epoch_chunks(epoch_size, drop_remainder),
-                                     pinned=tuple(s.session for s in sources))
+                                     epoch_chunks=position.epoch_chunks(epoch_size, drop_remainder))
     records = pipeline_lib.read(elements, table, num_parallel_reads)
     ds = decoded_batches(records, _decoder(recipe, merged, seed, request.with_source), batch_size=batch_size,
                          drop_remainder=drop_remainder, deterministic=True, fused=recipe.per_image)
@@ -77,6 +76,7 @@ def indexed_images(request: StreamRequest, split: str, *, batch_size: int, recip
     options = quiet_options()
     ds = ds.prefetch(AUTOTUNE).with_options(options)
     ds = ds.with_options(external_state_ignored())  # the chunks' Python holds only the epoch count
+    ds = pipeline_lib.holding_sessions(ds, [s.session for s in sources])
     return attach(ds, start_step if isinstance(start_step, InputPosition) else None)
 
 

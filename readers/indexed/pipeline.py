@@ -20,16 +20,14 @@ READ_BATCH = 64  # local records read by one Python call
 
 
 def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool, epoch_chunks: int = 1,
-             start_step: int | InputPosition = 0, pinned: tuple = ()) -> tf.data.Dataset:
+             start_step: int | InputPosition = 0) -> tf.data.Dataset:
     """The rows of this pipeline's elements, in order, a chunk at a time: ``indices_of(number, start)`` the global
     elements of chunk ``number`` from start step ``start`` (with ``repeat``; without, chunk ``number`` of
     ``epoch_chunks`` of the iteration's epoch), ``rows(indices)`` their rows as 1-D arrays of ``dtypes``. Each chunk
     first runs every source's epoch check (``epoch_guard.py``). ``start_step``: an int, or an ``InputPosition``
-    read when the iterator opens (so ``readers.BackupAndRestore`` can move it, ``input_position.py``). ``pinned``:
-    what must live as long as the dataset (the sources' shard-cache sessions, whose copies stay pinned while they
-    live): the chunks' Python holds it, as the dataset holds that."""
+    read when the iterator opens (so ``readers.BackupAndRestore`` can move it, ``input_position.py``)."""
 
-    def chunk(number, start, _pinned=pinned):
+    def chunk(number, start):
         problem = next((p for p in (g.problem() for g in guards) if p), "")
         indices = indices_of(int(number), int(start))
         if problem:
@@ -47,6 +45,18 @@ def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool, 
         return numbers.flat_map(lambda number: elements_of(number, start))
 
     return opened(start_step, from_step)
+
+
+SESSIONS_ATTRIBUTE = "_tfshard_shard_cache_sessions"
+
+
+def holding_sessions(ds: tf.data.Dataset, sessions) -> tf.data.Dataset:
+    """``ds`` holding the sources' shard-cache ``sessions`` (None for a source without one): their copies, read by
+    position, stay pinned while it lives (a dataset made from it, an iterator of it or a distributed one hold it
+    too) and are released with it. Not in a function of the pipeline: TensorFlow keeps those after the dataset is
+    gone, and the pins with them."""
+    setattr(ds, SESSIONS_ATTRIBUTE, tuple(s for s in sessions if s is not None))
+    return ds
 
 
 def read(elements: tf.data.Dataset, table: records_lib.RecordTable, num_parallel_reads: int | None,
