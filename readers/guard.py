@@ -48,6 +48,12 @@ from .options import external_state_ignored
 log = logging.getLogger(__name__)
 
 
+def changed_shard(path: str, what: str, when: str) -> str:
+    """The message for a shard that is no longer the file a pipeline was built on (``what`` happened to it)."""
+    return (f"{path}: shard {what} since the pipeline reading it was built (seen {when}); a conversion into its "
+            "folder must not run while a pipeline reads it: build the pipeline again to read the new data")
+
+
 class ShardGuard:
     """The build-time identities of a pipeline's shards, and the check of one against its file now.
 
@@ -72,9 +78,7 @@ class ShardGuard:
             if now == shard.identity:
                 return ""
             what = f"was replaced or changed (size {shard.identity[0]} -> {now[0]} bytes)"
-        message = (f"{shard.path}: shard {what} since the pipeline reading it was built (seen {when}); a conversion "
-                   "into its folder must not run while a pipeline reads it: build the pipeline again to read the new "
-                   "data")
+        message = changed_shard(shard.path, what, when)
         if not self.strict:
             log.warning("%s; skipping the rest of it (ignore_errors=True)", message)
         return message

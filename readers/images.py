@@ -281,15 +281,13 @@ def images(
                              deterministic=deterministic, ignore_errors=ignore_errors, fused=recipe.per_image)
     else:
         ds = decoded(ds, decode, deterministic=deterministic, ignore_errors=ignore_errors)
-        if cache is None:
-            ds = _no_empty_epoch(ds.repeat(), path, split)
-        else:
+        if cache is not None:
             ds = _cached_and_shuffled(ds, recipe, cache, cache_identity(dataset, split, shards, recipe.stage,
                                                                        ignore_errors),
                                       shuffle_buffer=shuffle_buffer, seed=worker_seed, repeat=repeat, epoch=epoch,
                                       records=None if ignore_errors else mine)
-            if skipping_repeat:
-                ds = _no_empty_epoch(ds, path, split)
+        if skipping_repeat:
+            ds = _no_empty_epoch(ds if cache is not None else ds.repeat(), path, split)
         ds = batched(ds, batch_size=batch_size, drop_remainder=drop_remainder, deterministic=deterministic)
     options = quiet_options()  # autotune off (readers/options.py)
     if deterministic is not None:

@@ -29,8 +29,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from ...format.storage import file_identity, file_sha256, is_url, join, open_for_reading, open_regular
+from ...format.storage import file_sha256, is_url, join, open_for_reading, open_regular
 from ...format.tfrecord import SLOW_CRC32C, masked_crc
+from ..guard import changed_shard
+from ..shard_cache.folder import copy_identity
 
 log = logging.getLogger(__name__)
 _HEADER, _FOOTER = 12, 4  # a framed record: uint64 length, uint32 masked CRC of it, the data, uint32 masked CRC
@@ -81,9 +83,10 @@ def record_table(dataset_path: str, shards, read_paths: list[str]) -> RecordTabl
     offsets, lengths, which, identities = [], [], [], []
     for i, (shard, read_path) in enumerate(zip(shards, read_paths)):
         info = shard.info
-        # the shard as checked at build, or its local copy as found now (before its framing is scanned)
+        # the shard as checked at build (file_identity: size, mtime, device, inode, ctime), or its local copy as found
+        # now (before its framing is scanned); ctime left out (see the module docstring)
         identities.append(None if is_url(read_path) else
-                          (shard.identity if read_path == shard.path else file_identity(read_path))[:4])
+                          shard.identity[:4] if read_path == shard.path else copy_identity(os.stat(read_path)))
         if info.index_file is not None:
             data, length = index_offsets(join(dataset_path, info.index_file), info)
         elif is_url(read_path):
@@ -198,14 +201,11 @@ def pread_batch(files: tuple[str, ...], identities: tuple[tuple, ...]):
     ``identities`` on the open file, before its records are read and after (else ``ValueError``, naming it)."""
 
     def unchanged(s: int, fd: int) -> None:
-        found = os.fstat(fd)
-        now, then = (found.st_size, found.st_mtime_ns, found.st_dev, found.st_ino), identities[s]
+        now, then = copy_identity(os.fstat(fd)), identities[s]
         if now != then:
             what = (f"size {then[0]} -> {now[0]} bytes" if now[0] != then[0] else
-                    "modified since" if now[1] != then[1] else "another file in its place")
-            raise ValueError(f"{files[s]}: shard was replaced or changed ({what}) since the pipeline reading it by "
-                             "position was built; a conversion into its folder must not run while a pipeline reads "
-                             "it: build the pipeline again to read the new data")
+                    "modified" if now[1] != then[1] else "another file in its place")
+            raise ValueError(changed_shard(files[s], f"was replaced or changed ({what})", "at a read by position"))
 
     check_crc = not SLOW_CRC32C
     if not check_crc:
@@ -222,8 +222,7 @@ def pread_batch(files: tuple[str, ...], identities: tuple[tuple, ...]):
                     try:
                         opened[s] = open_regular(files[s])
                     except FileNotFoundError:
-                        raise ValueError(f"{files[s]}: shard is gone since the pipeline reading it by position was "
-                                         "built; build the pipeline again") from None
+                        raise ValueError(changed_shard(files[s], "is gone", "at a read by position")) from None
                     unchanged(s, opened[s].fileno())
                 fd = opened[s].fileno()
                 out[i], footer = os.pread(fd, n, o), os.pread(fd, 4, o + n)
