@@ -39,6 +39,7 @@ from ..format.dataset import load_manifest, manifest_identity
 from ..format.storage import is_url
 from .files import DatasetInfo, ShardFile, stat_all
 from .options import external_state_ignored
+from .python_steps import py_step
 
 try:  # choose_from_datasets without its selector's rewrite for the tf.data service (see Stamp.lead)
     from tensorflow.python.data.ops.directed_interleave_op import _directed_interleave
@@ -123,7 +124,7 @@ class EpochGuard:
         """The check as one op, for a function that already runs once an epoch (the window index's epoch function):
         no dataset or function of its own (``ahead``'s costs a first batch ~20 ms). It fails that function, naming
         what changed; run again (the next epoch, or a pull that asks for one), it fails again."""
-        problem = tf.ensure_shape(tf.py_function(self.problem, [], tf.string), [])
+        problem = tf.ensure_shape(py_step(self.problem, [], tf.string), [])
         return tf.debugging.Assert(tf.equal(problem, ""), [problem])
 
     @property
@@ -196,7 +197,7 @@ def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool =
     no state tf.data would have to save: the result is still savable by ``tf.train.Checkpoint(iterator)``."""
 
     def passes(*_):  # never True: "" ends the step's dataset, a problem fails this pull (and the next: repeat())
-        problem = tf.ensure_shape(tf.py_function(step, [], tf.string), [])
+        problem = tf.ensure_shape(py_step(step, [], tf.string), [])
         with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, ""), [problem])]):
             return tf.logical_and(tf.equal(problem, ""), False)
 

@@ -44,6 +44,7 @@ import tensorflow as tf
 
 from ..format.storage import NotRegularFileError, file_identity
 from .options import external_state_ignored
+from .python_steps import py_step
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class ShardGuard:
 
     def check(self, index: tf.Tensor, when: str) -> tf.Tensor:
         """The graph op of ``problem``: a scalar string, empty when the shard is unchanged."""
-        found = tf.py_function(lambda i: self.problem(int(i), when), [index], tf.string)
+        found = py_step(lambda i: self.problem(int(i), when), [index], tf.string)
         return tf.ensure_shape(found, [])
 
     def read(self, index: tf.Tensor, path: tf.Tensor, open_records) -> tf.data.Dataset:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
+from .python_steps import numpy_step
+
 POSITION_ATTRIBUTE = "_tfshard_position"  # the returned dataset's strong reference to its position
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 
@@ -81,7 +83,7 @@ def opened(start: int | InputPosition, build) -> tf.data.Dataset:
 
     @tf.autograph.experimental.do_not_convert  # plain Python: autograph would convert `build` with it
     def build_now(_):
-        return build(tf.ensure_shape(tf.numpy_function(read, [], tf.int64, stateful=True), []))
+        return build(tf.ensure_shape(numpy_step(read, [], tf.int64, stateful=True), []))
 
     return tf.data.Dataset.range(1).flat_map(build_now)
 

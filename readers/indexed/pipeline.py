@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from ...format.storage import is_url
 from ..input_position import InputPosition, opened
+from ..python_steps import numpy_step
 from . import records as records_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -35,7 +36,7 @@ def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool, 
         return (*rows(indices), np.array(problem.encode()))
 
     def elements_of(number, start):
-        *found, problem = tf.numpy_function(chunk, [number, start], [*dtypes, tf.string], stateful=True)
+        *found, problem = numpy_step(chunk, [number, start], [*dtypes, tf.string], stateful=True)
         with tf.control_dependencies([tf.debugging.Assert(tf.equal(problem, b""), [problem])]):
             found[0] = tf.identity(found[0])
         return tf.data.Dataset.from_tensor_slices(tuple(tf.ensure_shape(t, [None]) for t in found))
@@ -68,7 +69,7 @@ def read(elements: tf.data.Dataset, table: records_lib.RecordTable, num_parallel
         read_batch_of = records_lib.pread_batch(table.files, table.identities)
 
         def read_many(shard, offset, length, *carried):
-            found = tf.numpy_function(read_batch_of, [shard, offset, length], tf.string, stateful=False)
+            found = numpy_step(read_batch_of, [shard, offset, length], tf.string, stateful=False)
             return (tf.ensure_shape(found, [None]), *carried)
 
         return elements.batch(read_batch).map(read_many, num_parallel_calls=AUTOTUNE, deterministic=True).unbatch()

@@ -22,6 +22,7 @@ import tensorflow as tf
 from ..epoch_guard import Stamp
 from ..indexed.stream import EpochCount, Position, Stream
 from ..input_position import InputPosition, opened
+from ..python_steps import numpy_step
 from ..sampling import classes as sampling_classes
 from ..sampling.plan import StreamSpec
 from ..windowing.starts import WindowSpec
@@ -100,7 +101,7 @@ def stream_batches(
 
     def chunk_of(stamp_element, number, start):
         number = once_checked(number, stamp, stamp_element, number, epoch_check)
-        full, tail = tf.numpy_function(chunk, [number, start], [dtype, dtype], stateful=True)
+        full, tail = numpy_step(chunk, [number, start], [dtype, dtype], stateful=True)
         return tf.ensure_shape(full, [None, batch]), tf.ensure_shape(tail, [None])
 
     def batches_of(full, tail):

@@ -21,6 +21,7 @@ import tensorflow as tf
 from .. import files as files_lib
 from ..indexed.request import StreamRequest
 from ..indexed.stream import CHUNK_ELEMENTS, EpochCount
+from ..python_steps import numpy_step
 from ..sampling.plan import StreamSpec, elements
 from .layout import Layout
 from .request import WindowRequest
@@ -51,7 +52,7 @@ def choices(spec: StreamSpec) -> tf.data.Dataset:
         return elements(spec, indices)[0].astype(np.int64)
 
     def chunk(number):
-        return tf.ensure_shape(tf.numpy_function(sources_of, [number], tf.int64, stateful=True), [None])
+        return tf.ensure_shape(numpy_step(sources_of, [number], tf.int64, stateful=True), [None])
 
     return tf.data.Dataset.range(-(-size // CHUNK_ELEMENTS)).map(chunk).unbatch()
 
