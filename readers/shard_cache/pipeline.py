@@ -36,6 +36,7 @@ from tensorflow.python.ops import script_ops  # the registry of Python ops, to r
 from ...format.objects import scheme_of, uses_fsspec
 from ...format.sizes import parse_size
 from ...format.storage import default_cache_folder
+from ..python_steps import register_exit_hook
 from . import budget
 from .ahead import MAX_THREADS, FetchPool, UnknownTicket
 from .folder import checked_directory, held_bytes
@@ -197,6 +198,7 @@ class CacheSession:
         (which takes inputs well ahead) had 48 downloads share the bandwidth, none done until nearly all were, and
         nothing to read meanwhile (an epoch from an empty cache at 0.52-0.63x the reader without one).
         """
+        register_exit_hook()  # Python ops of the pipeline (python_steps.py)
         shas = tf.constant([s.sha256 for s in self.shards])
         sizes = tf.constant([s.size for s in self.shards], tf.int64)
         key = tf.constant(self.id)
