@@ -35,7 +35,7 @@ from .graph_ready import without_autograph
 from .guard import ShardGuard, checkpointable
 from .indexed.episodes import indexed_episodes
 from .indexed.request import episode_request
-from .options import quiet_options
+from .options import quiet_options, seeded_shuffle
 from .shard_cache.pipeline import ShardCacheArg
 
 # feature_schema, select_features and repair_hint are the episode readers' (windows/ reads them from here).
@@ -187,7 +187,7 @@ def stream_episodes(dataset: files_lib.DatasetInfo, split: str, schema: dict, *,
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(shards), dtype=tf.int64), [s.path for s in shards]))
     cycle = (num_parallel_reads or min(len(shards), 16)) if shuffle_files else 1
     if shuffle_files:
-        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
+        files = seeded_shuffle(files, len(shards), seed)
     if session is not None:  # fetched into the cache a few files ahead of the reads, in this epoch's order
         files = session.localized(files, ahead=min(len(shards), cycle + files_lib.FETCH_AHEAD))
     if shuffle_files:  # read in parallel; otherwise one shard after another, in manifest order, cache or not

@@ -24,7 +24,7 @@ from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .arguments import DEFAULT_READ_BUFFER_BYTES
 from .guard import ShardGuard, checkpointable
-from .options import quiet_options
+from .options import quiet_options, seeded_shuffle
 from .sampling import classes as sampling_classes
 from .shard_cache.pipeline import FETCH_AHEAD, ShardCacheArg
 from .windowing.targets import TargetsArg, check_label_targets, window_spec
@@ -321,7 +321,7 @@ def interleave_records(
 
     files = tf.data.Dataset.from_tensor_slices((tf.range(len(paths), dtype=tf.int64), paths))
     if shuffle_files and len(paths) > 1:
-        files = files.shuffle(len(paths), seed=seed, reshuffle_each_iteration=True)
+        files = seeded_shuffle(files, len(paths), seed)
     cycle = 1 if len(paths) == 1 else cycle_length or min(len(paths), 16)  # one file: no interleave stage or thread
     if shard_cache is not None:  # fetched a few files ahead into the cache; each read from its copy, or remotely
         files = shard_cache.localized(files, ahead=min(len(paths), cycle + FETCH_AHEAD))

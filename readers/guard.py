@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from ..format.storage import NotRegularFileError, file_identity
 from .options import external_state_ignored
-from .python_steps import py_step
+from .python_steps import no_problem, problem_step
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +86,7 @@ class ShardGuard:
 
     def check(self, index: tf.Tensor, when: str) -> tf.Tensor:
         """The graph op of ``problem``: a scalar string, empty when the shard is unchanged."""
-        found = py_step(lambda i: self.problem(int(i), when), [index], tf.string)
-        return tf.ensure_shape(found, [])
+        return problem_step(lambda i: self.problem(int(i), when), [index])
 
     def read(self, index: tf.Tensor, path: tf.Tensor, open_records) -> tf.data.Dataset:
         """``open_records(path)``'s records of shard ``index``, checked just before the open and after the last
@@ -100,13 +99,13 @@ class ShardGuard:
             with tf.control_dependencies([_assert_unchanged(before)]):
                 records = open_records(tf.identity(path))
         else:  # a shard gone or changed is skipped without opening it (TensorFlow would retry a failed open forever)
-            records = tf.data.Dataset.from_tensors(path).filter(lambda _: tf.equal(before, "")).flat_map(open_records)
+            records = tf.data.Dataset.from_tensors(path).filter(lambda _: no_problem(before)).flat_map(open_records)
             records = self._skipped_if_swapped_at_its_open(index, records)
 
         def after_the_last(_):  # never True: the check after the last record, as a filter of one placeholder
             problem = self.check(index, "by the end of its read")
             if not self.strict:
-                return tf.logical_and(tf.equal(problem, ""), False)
+                return tf.logical_and(no_problem(problem), False)
             with tf.control_dependencies([_assert_unchanged(problem)]):
                 return tf.constant(False)
 
@@ -118,7 +117,7 @@ class ShardGuard:
         read may (its epoch fails anyway). The check rides on a dataset zipped beside the records: ``zip`` asks the
         records first, so it runs once the file is open and its first record read; then a constant repeats. Three
         functions more, for the ``ignore_errors`` reads only."""
-        first = tf.data.Dataset.from_tensors(index).map(lambda i: tf.equal(self.check(i, "once it was opened"), ""))
+        first = tf.data.Dataset.from_tensors(index).map(lambda i: no_problem(self.check(i, "once it was opened")))
         marks = first.concatenate(tf.data.Dataset.from_tensors(tf.constant(True)).repeat())
         return tf.data.Dataset.zip((records, marks)).take_while(lambda record, ok: ok).map(lambda record, ok: record)
 
@@ -131,4 +130,4 @@ def checkpointable(dataset: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def _assert_unchanged(problem: tf.Tensor) -> tf.Operation:
-    return tf.debugging.Assert(tf.equal(problem, ""), [problem])
+    return tf.debugging.Assert(no_problem(problem), [problem])

@@ -3,6 +3,11 @@
 Both decodes decode only the crop they keep (fused ``decode_and_crop_jpeg``) and
 resize it, then round to the pixel values a uint8 image holds, returned as uint8
 or as float32 in [0, 1] (the uint8 values / 255, without a uint8 round trip).
+
+Their windows are computed in the fewest pairs of op and ``T`` (its dtype attribute): the first iterator of a
+process sets up each new pair in ~1.5 ms (oneDNN's graph pass, on by default on x86, scans every registered
+kernel for it; docs/design.md). The centre crop's window reuses the float32 ops of the resize and the clip
+(``Cast`` and ``GatherV2`` have no ``T``): 8 int32 pairs fewer, ~10 ms off evaluation's first batch.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..format.records import IMAGE_LABEL_KEYS, image_features, parse_spec
+from .options import random_numbers
 
 CROP_PADDING = 32  # the eval centre crop keeps image_size / (image_size + 32) of the shorter side
 
@@ -89,11 +95,13 @@ def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
-    window = tf.concat([begin[:2], crop_size[:2]], 0)  # offset and size, height and width
+    window = tf.gather(tf.concat([begin, crop_size], 0), [0, 1, 3, 4])  # offset and size, height and width
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     pixels = _pixels(tf.image.resize(image, size))
     if flip:
-        heads = tf.random.stateless_uniform([], tf.random.experimental.stateless_fold_in(seed, 1)) < 0.5
+        # a 0 or 1 of a seed folded off the crop's (one Philox stream each); drawn as an int, cast: no float ops
+        heads = tf.cast(tf.random.stateless_uniform([], tf.random.experimental.stateless_fold_in(seed, 1), 0, 2,
+                                                    tf.int32), tf.bool)
         pixels = tf.cond(heads, lambda: tf.reverse(pixels, axis=[1]), lambda: pixels)
     return _output(pixels, unit_float)
 
@@ -105,17 +113,28 @@ def decode_center_crop(encoded: tf.Tensor, size: tuple[int, int], padding: int =
     uint8, or with ``unit_float`` float32 in [0, 1] straight from the resize, equal to the uint8 values / 255
     (the uint8 round trip and a separate batch map cost ~10% of an evaluation pass's CPU, by TensorFlow's profiler).
     """
-    sides = tf.io.extract_jpeg_shape(encoded)[:2]  # height, width
-    # the kept share in float32, as TensorFlow divides: the same side to the pixel, in half the ops to trace
-    share = np.float32(size[0]) / np.float32(size[0] + padding)
-    side = tf.maximum(tf.cast(tf.cast(tf.reduce_min(sides), tf.float32) * share, tf.int32), 1)
-    window = tf.concat([(sides - side + 1) // 2, tf.stack([side, side])], 0)
+    window = center_crop_window(tf.io.extract_jpeg_shape(encoded), size[0], padding)
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     return _output(_pixels(tf.image.resize(image, size)), unit_float)
 
 
+def center_crop_window(shape: tf.Tensor, size: int, padding: int = CROP_PADDING) -> tf.Tensor:
+    """The crop window ``[top, left, side, side]`` (int32) of an image of ``shape`` ``[height, width, channels]``:
+    the centred square of ``side = max(int(min(height, width) * share), 1)``, ``share = size / (size + padding)`` in
+    float32 as TensorFlow divides; offsets ``(height - side + 1) // 2``, ``(width - side + 1) // 2``.
+
+    Computed in float32 with the ops the resize and the clip use anyway (``Cast`` and ``GatherV2`` have no ``T``:
+    see the module docstring), exactly: whole and half pixels below 2**23."""
+    shape = tf.cast(shape, tf.float32)
+    share = np.float32(size) / np.float32(size + padding)
+    side = tf.minimum(tf.gather(shape, 0), tf.gather(shape, 1)) * share
+    side = tf.maximum(tf.cast(tf.cast(side, tf.int32), tf.float32), 1.0)  # truncated, as an int32 cast truncates
+    offsets_and_side = shape * (0.5, 0.5, 0.0) + side * (-0.5, -0.5, 1.0) + (0.5, 0.5, 0.0)
+    return tf.cast(tf.gather(offsets_and_side, [0, 1, 2, 2]), tf.int32)
+
+
 def seed_stream(seed: int | None, salt: int) -> tf.data.Dataset:
     """An endless stream of stateless seeds ``[2]``, new each epoch; reproducible when ``seed`` is set."""
-    return tf.data.Dataset.random(
-        seed=None if seed is None else seed + salt, rerandomize_each_iteration=True
+    return random_numbers(
+        None if seed is None else seed + salt, rerandomize_each_iteration=True
     ).batch(2)

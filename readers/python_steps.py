@@ -46,6 +46,21 @@ def py_step(func: Callable, inp: list, Tout) -> tf.Tensor:  # noqa: N803
     return tf.py_function(func, inp, Tout)
 
 
+def problem_step(func: Callable, inp: list) -> tf.Tensor:
+    """``py_step`` of a check that returns ``""`` or what is wrong: a scalar string (its shape set, not checked by
+    an op: each op kind costs an iterator's setup, see ``no_problem``)."""
+    problem = py_step(func, inp, tf.string)
+    problem.set_shape([])
+    return problem
+
+
+def no_problem(problem: tf.Tensor) -> tf.Tensor:
+    """``problem == ""``, as a regex match: an op without a ``T`` attribute. Setting up a function with a new pair
+    of op and ``T`` costs ~1.5 ms on the first iterator of a process (oneDNN's graph pass, on by default on x86,
+    scans every registered kernel for it; see docs/design.md), and the readers' checks are in every pipeline."""
+    return tf.strings.regex_full_match(problem, "")
+
+
 def keep_open_iterators() -> int:
     """Leaves every tf.data iterator still open, single- or multi-device, to the process's end: its resource gets a
     reference never dropped, so Python's finalization never destroys it (module docstring) and the operating system

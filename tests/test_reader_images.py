@@ -24,6 +24,7 @@ from helpers import (
 from PIL import Image
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, ImageOptions, convert_images
+from tfshard.readers import image_ops, options, python_steps
 
 NUM_CLASSES = 24
 
@@ -233,6 +234,64 @@ def test_runs_without_tf_datas_static_rewrites_and_builds_their_fusions_itself(d
     graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph().numpy())
     ops = {node.op for node in graph.node} | {node.op for f in graph.library.function for node in f.node_def}
     assert fused <= ops, sorted(op for op in ops if op.endswith("Dataset") or "Dataset" in op)
+
+
+def _op_dtype_pairs(ds: tf.data.Dataset) -> set[tuple[str, str]]:
+    graph = tf.compat.v1.GraphDef.FromString(ds._as_serialized_graph(
+        external_state_policy=tf.data.experimental.ExternalStatePolicy.WARN).numpy())
+    nodes = [*graph.node, *(node for f in graph.library.function for node in f.node_def)]
+    return {(node.op, tf.as_dtype(node.attr["T"].type).name) for node in nodes if node.attr["T"].type}
+
+
+def test_evaluation_sets_up_no_int32_arithmetic_and_no_check_op_of_its_own(dataset):
+    """Each new pair of op and T costs the first iterator of a process ~1.5 ms (oneDNN's graph pass;
+    readers/image_ops.py): the centre crop's window is in the float32 ops the resize uses, and the shard checks use
+    ops without T (python_steps.no_problem)."""
+    pairs = _op_dtype_pairs(readers.images(dataset, batch_size=4, image_size=8, training=False))
+    assert not {pair for pair in pairs if pair[1] == "int32"}, sorted(pairs)
+    assert not pairs & {("EnsureShape", "string"), ("Equal", "string"), ("Sub", "int64")}, sorted(pairs)
+    assert len(pairs) <= 16, sorted(pairs)
+
+
+@pytest.mark.parametrize("size, padding", [(224, 32), (299, 32), (8, 32), (1, 0), (512, 3)])
+def test_the_centre_crop_window_is_the_centred_square_to_the_pixel(size, padding):
+    rng = np.random.default_rng(size)
+    small = np.stack(np.meshgrid(np.arange(1, 26), np.arange(1, 26)), -1).reshape(-1, 2)
+    sides = np.concatenate([rng.integers(1, 65536, (40, 2)), small])
+    share = np.float32(size) / np.float32(size + padding)
+    for height, width in sides.tolist():
+        side = max(int(np.float32(min(height, width)) * share), 1)
+        expected = [(height - side + 1) // 2, (width - side + 1) // 2, side, side]
+        assert image_ops.center_crop_window(tf.constant([height, width, 3]), size, padding).numpy().tolist() == \
+            expected, (height, width)
+
+
+@pytest.mark.parametrize("global_seed", [None, 5])
+@pytest.mark.parametrize("seed", [0, 3, 2**40])
+def test_seeded_datasets_built_without_eager_ops_give_tf_datas_orders(seed, global_seed):
+    def two_epochs(ds):
+        return [[int(x) for x in ds] for _ in range(2)]
+
+    def built(make):
+        if global_seed is not None:
+            tf.random.set_seed(global_seed)
+        try:
+            return make()
+        finally:
+            tf.random.set_seed(None)
+
+    ours = built(lambda: [options.seeded_shuffle(tf.data.Dataset.range(40), 16, seed),
+                          options.random_numbers(seed).take(4), options.random_numbers(seed, True).take(4)])
+    tfs = built(lambda: [tf.data.Dataset.range(40).shuffle(16, seed=seed, reshuffle_each_iteration=True),
+                         tf.data.Dataset.random(seed=seed).take(4),
+                         tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).take(4)])
+    for a, b in zip(ours, tfs):
+        assert two_epochs(a) == two_epochs(b)
+
+
+def test_a_check_passes_only_an_empty_problem():
+    problems = tf.constant(["", "x", "\n", " ", "a\nb"])
+    assert python_steps.no_problem(problems).numpy().tolist() == [True, False, False, False, False]
 
 
 def test_works_under_a_distribution_strategy(dataset):

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from ..epoch_guard import Stamp
 from ..input_position import InputPosition, opened
-from ..options import external_state_ignored, quiet_options
+from ..options import external_state_ignored, quiet_options, random_numbers
 from ..windowing.starts import INT32_LIMIT  # tf.data's skip() takes a C++ int: a larger count silently wraps
 from .layout import Concatenated, Layout
 
@@ -88,12 +88,12 @@ def index_batches(
 
         def from_step(step):
             first_epoch, first_batch = step // per_epoch, step % per_epoch
-            seeds = stamped(tf.data.Dataset.random(seed=seed).batch(2, drop_remainder=True).skip(first_epoch))
+            seeds = stamped(random_numbers(seed).batch(2, drop_remainder=True).skip(first_epoch))
             return seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)).skip(
                 tf.where(e_seed[0] == 0, first_batch, tf.constant(0, tf.int64))))
 
         return rows(opened(start_step, from_step))
-    seeds = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
+    seeds = random_numbers(seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
     seeds = stamped(seeds)
     return rows(seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)))).apply(
         tf.data.experimental.assert_cardinality(per_epoch))

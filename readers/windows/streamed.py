@@ -15,7 +15,7 @@ from .. import files as files_lib
 from ..arguments import check_not_empty
 from ..episodes import stream_episodes
 from ..epoch_guard import EpochGuard
-from ..options import quiet_options
+from ..options import quiet_options, seeded_shuffle
 from ..windowing.targets import LABEL
 from .layout import pad_fill
 from .request import WindowRequest
@@ -108,7 +108,7 @@ def source_windows(dataset, split, layout, schema, request: WindowRequest, *, in
 
     windows_ = episodes.flat_map(to_windows)
     if request.shuffle:
-        windows_ = windows_.shuffle(request.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        windows_ = seeded_shuffle(windows_, request.shuffle_buffer, seed)
     return windows_
 
 
