@@ -96,8 +96,8 @@ class ShardGuard:
         also checked once open (``_skipped_if_swapped_at_its_open``)."""
         before = self.check(index, "before it was opened")
         if self.strict:
-            with tf.control_dependencies([_assert_unchanged(before)]):
-                records = open_records(tf.identity(path))
+            with tf.control_dependencies([_assert_unchanged(before)]):  # on the dataset ops made here
+                records = open_records(path)
         else:  # a shard gone or changed is skipped without opening it (TensorFlow would retry a failed open forever)
             records = tf.data.Dataset.from_tensors(path).filter(lambda _: no_problem(before)).flat_map(open_records)
             records = self._skipped_if_swapped_at_its_open(index, records)

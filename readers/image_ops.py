@@ -95,7 +95,8 @@ def decode_random_crop(encoded: tf.Tensor, seed: tf.Tensor, size: tuple[int, int
         max_attempts=10,
         use_image_if_no_bounding_boxes=True,
     )
-    window = tf.gather(tf.concat([begin, crop_size], 0), [0, 1, 3, 4])  # offset and size, height and width
+    # offset and size, height and width: a stack as the flip's seed fold stacks, a GatherNd (no T), no concat
+    window = tf.gather_nd(tf.stack([begin, crop_size]), [[0, 0], [0, 1], [1, 0], [1, 1]])
     image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
     pixels = _pixels(tf.image.resize(image, size))
     if flip:
