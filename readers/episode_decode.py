@@ -157,7 +157,7 @@ def manifest_lookup(episodes: list[EpisodeInfo], label_dtype: tf.DType | None = 
     def lookup(meta):  # gathers and the raw search: a third of the ops of searchsorted and indexing
         episode_id = meta["id"]
         at = tf.raw_ops.LowerBound(sorted_inputs=rows, values=tf.reshape(episode_id, [1, 1]), out_type=tf.int32)
-        i = tf.minimum(tf.reshape(at, []), len(order) - 1)
+        i = tf.minimum(tf.gather_nd(at, [0, 0]), len(order) - 1)  # GatherNd: no T to set up (image_ops)
         listed = tf.equal(tf.gather(ids, i), episode_id)
         return tf.where(listed, tf.gather(lengths, i), tf.constant(-1, tf.int64)), tf.gather(labels, i)
 
@@ -184,7 +184,7 @@ def decode_episode(schema, where: str, fix: str, manifest_lookup, with_keys: boo
         episode = {n: decode_feature(joined[n], *schema[n], meta["length"] if 0 in schema[n][1] else None)
                    for n in schema}
         for n, values in episode.items():  # Assert, not assert_equal: a tenth of the ops to set up per shard read
-            rows = tf.shape(values, out_type=tf.int64)[0]
+            rows = tf.gather(tf.shape(values, out_type=tf.int64), 0)  # no strided slice to set up
             assert_that(tf.equal(rows, meta["length"]), [
                 f"{where}: feature {n!r} does not match the episode length (got", rows, "steps, the records say",
                 meta["length"], f"); {fix}"])
