@@ -39,7 +39,7 @@ from ..format.dataset import load_manifest, manifest_identity
 from ..format.storage import is_url
 from .files import DatasetInfo, ShardFile, stat_all
 from .options import external_state_ignored
-from .python_steps import no_problem, problem_step
+from .python_steps import assert_no_problem, problem_step
 
 try:  # choose_from_datasets without its selector's rewrite for the tf.data service (see Stamp.lead)
     from tensorflow.python.data.ops.directed_interleave_op import _directed_interleave
@@ -124,8 +124,7 @@ class EpochGuard:
         """The check as one op, for a function that already runs once an epoch (the window index's epoch function):
         no dataset or function of its own (``ahead``'s costs a first batch ~20 ms). It fails that function, naming
         what changed; run again (the next epoch, or a pull that asks for one), it fails again."""
-        problem = problem_step(self.problem, [])
-        return tf.debugging.Assert(no_problem(problem), [problem])
+        return assert_no_problem(problem_step(self.problem, []))
 
     @property
     def stamp(self) -> Stamp:
@@ -162,9 +161,7 @@ class Stamp:
 
     def check(self, element: tf.Tensor, index: tf.Tensor | int = 0) -> tf.Operation:
         """Asserts ``element`` is this pipeline's stamp at position ``index`` of ``stamps``."""
-        if isinstance(index, int):  # no subtraction op to set up (see python_steps.no_problem)
-            return tf.debugging.Assert(tf.equal(element, self.value + index), [self.refused])
-        return tf.debugging.Assert(tf.equal(element - index, self.value), [self.refused])
+        return tf.debugging.Assert(tf.equal(element, self.value + index), [self.refused])
 
     def lead(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """``dataset``'s elements, each chosen by an endless stream of zeros (a ``flat_map`` of ``stamps``' first
@@ -200,8 +197,8 @@ def python_step(dataset: tf.data.Dataset, step: Callable[[], str], after: bool =
 
     def passes(*_):  # never True: "" ends the step's dataset, a problem fails this pull (and the next: repeat())
         problem = problem_step(step, [])
-        with tf.control_dependencies([tf.debugging.Assert(no_problem(problem), [problem])]):
-            return tf.logical_and(no_problem(problem), False)
+        with tf.control_dependencies([assert_no_problem(problem)]):
+            return tf.constant(False)
 
     # One function over repeats of one placeholder of the element spec (each function of a dataset is set up anew
     # with every iterator: a map, filter and map cost twice this one's setup).

@@ -44,7 +44,7 @@ import tensorflow as tf
 
 from ..format.storage import NotRegularFileError, file_identity
 from .options import external_state_ignored
-from .python_steps import no_problem, problem_step
+from .python_steps import assert_no_problem, no_problem, problem_step
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class ShardGuard:
         also checked once open (``_skipped_if_swapped_at_its_open``)."""
         before = self.check(index, "before it was opened")
         if self.strict:
-            with tf.control_dependencies([_assert_unchanged(before)]):  # on the dataset ops made here
+            with tf.control_dependencies([assert_no_problem(before)]):  # on the dataset ops made here
                 records = open_records(path)
         else:  # a shard gone or changed is skipped without opening it (TensorFlow would retry a failed open forever)
             records = tf.data.Dataset.from_tensors(path).filter(lambda _: no_problem(before)).flat_map(open_records)
@@ -106,7 +106,7 @@ class ShardGuard:
             problem = self.check(index, "by the end of its read")
             if not self.strict:
                 return tf.logical_and(no_problem(problem), False)
-            with tf.control_dependencies([_assert_unchanged(problem)]):
+            with tf.control_dependencies([assert_no_problem(problem)]):
                 return tf.constant(False)
 
         return records.concatenate(tf.data.Dataset.from_tensors(tf.constant(b"")).filter(after_the_last))
@@ -127,7 +127,3 @@ def checkpointable(dataset: tf.data.Dataset) -> tf.data.Dataset:
     function is "external state" to tf.data, which refuses to save it by default, but it holds no state (each
     check stats the file anew), so there is nothing to save or restore."""
     return dataset.with_options(external_state_ignored())
-
-
-def _assert_unchanged(problem: tf.Tensor) -> tf.Operation:
-    return tf.debugging.Assert(no_problem(problem), [problem])

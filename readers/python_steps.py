@@ -61,6 +61,11 @@ def no_problem(problem: tf.Tensor) -> tf.Tensor:
     return tf.strings.regex_full_match(problem, "")
 
 
+def assert_no_problem(problem: tf.Tensor) -> tf.Operation:
+    """An op failing, with ``problem`` as its message, unless ``problem`` is ``""``."""
+    return tf.debugging.Assert(no_problem(problem), [problem])
+
+
 def keep_open_iterators() -> int:
     """Leaves every tf.data iterator still open, single- or multi-device, to the process's end: its resource gets a
     reference never dropped, so Python's finalization never destroys it (module docstring) and the operating system

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from ...format.storage import is_url
 from ..input_position import InputPosition, opened
-from ..python_steps import no_problem, numpy_step
+from ..python_steps import assert_no_problem, numpy_step
 from . import records as records_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -37,9 +37,9 @@ def elements(indices_of, rows, dtypes: list[tf.DType], guards, *, repeat: bool, 
 
     def elements_of(number, start):
         *found, problem = numpy_step(chunk, [number, start], [*dtypes, tf.string], stateful=True)
-        for column in found:  # one row each, as chunk() makes them: set, not checked by an op (no_problem)
+        for column in found:  # one row each, as chunk() makes them: set, not checked by an op (python_steps.no_problem)
             column.set_shape([None])
-        with tf.control_dependencies([tf.debugging.Assert(no_problem(problem), [problem])]):
+        with tf.control_dependencies([assert_no_problem(problem)]):
             found[0] = tf.identity(found[0])
         return tf.data.Dataset.from_tensor_slices(tuple(found))
 
