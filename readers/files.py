@@ -24,7 +24,7 @@ from ..format.records import data_features
 from ..format.storage import NotRegularFileError, file_identity, is_url, join, prefer_small_gcs_blocks
 from .arguments import DEFAULT_READ_BUFFER_BYTES
 from .guard import ShardGuard, checkpointable
-from .options import quiet_options, seeded_shuffle
+from .options import seeded_shuffle
 from .sampling import classes as sampling_classes
 from .shard_cache.pipeline import FETCH_AHEAD, ShardCacheArg
 from .windowing.targets import TargetsArg, check_label_targets, window_spec
@@ -340,41 +340,6 @@ def interleave_records(
                                    deterministic=deterministic)
     # The guard's checks and the cache's fetch are Python, holding no state to save.
     return checkpointable(records) if checks is not None or shard_cache is not None else records
-
-
-def read_now(shards: list[ShardFile], *, compression: str | None, read_buffer_bytes: int,
-             batch_size: int = 16, at_once: int = 16) -> Iterator[tf.Tensor]:
-    """Batches of ``batch_size`` serialized records of ``shards`` (as ``check_shards`` found them), read now, eagerly
-    and in any order: a bulk load's read (resident episodes), which reads each shard once. Nothing to trace (the
-    guarded pipeline's functions cost a load ~0.1 s of CPU before its first record), and one guard for the whole
-    read: after its last record every shard must still be the file ``check_shards`` saw, so a shard replaced before
-    its open, or changed while it was read, fails the load (``InvalidArgumentError`` naming it, as the pipelines'
-    guard does) instead of mixing two datasets in one load. Shards are read ``at_once`` at a time, each group checked
-    just before it is opened too: a shard turned into a FIFO meanwhile would block its open for ever.
-
-    Example:
-      sum(len(batch) for batch in read_now(check_shards(dataset, "train", [0, 1]), compression=None,
-                                           read_buffer_bytes=DEFAULT_READ_BUFFER_BYTES))  # 64
-    """
-    guard = ShardGuard(shards, strict=True)
-
-    def unchanged(indices: range, when: str) -> None:
-        for index, (found, error) in zip(indices, stat_all([shards[i].path for i in indices])):
-            if error is not None or found != shards[index].identity:
-                problem = guard.problem(index, when) or f"{shards[index].path}: shard changed {when}"
-                raise tf.errors.InvalidArgumentError(None, None, problem)
-
-    options = quiet_options()  # each group's iterator without the static rewrites' set-up (options.py)
-    options.deterministic = False
-    for first in range(0, len(shards), at_once):
-        group = range(first, min(first + at_once, len(shards)))
-        unchanged(group, "before it was opened")
-        records = tf.data.TFRecordDataset([shards[i].path for i in group],
-                                          compression_type=tf_compression_type(compression),
-                                          buffer_size=read_buffer_bytes,
-                                          num_parallel_reads=None if len(group) == 1 else len(group))
-        yield from records.batch(batch_size).with_options(options)
-    unchanged(range(len(shards)), "by the end of its read")
 
 
 def tfrecord_file(path: tf.Tensor, compression_type: str | None, buffer_size: int) -> tf.data.Dataset:

@@ -266,48 +266,79 @@ def test_a_guarded_pipeline_still_checkpoints_and_costs_no_epoch(two_trees, tmp_
 
 @pytest.mark.parametrize("when", ["before the read", "during the read"])
 def test_a_bulk_load_of_a_shard_replaced_before_or_while_it_is_read_fails_naming_it(two_trees, when):
-    """``files.read_now`` (resident episodes' one read): a shard swapped after ``check_shards`` saw it, whether before
-    its open or mid-read, fails the load once the read ends, instead of loading two datasets into one."""
-    from tfshard.readers import files
+    """``bulk_read.read_now`` (resident episodes' one read): a shard swapped after ``check_shards`` saw it, whether
+    before its open or mid-read, fails the load once the read ends, instead of loading two datasets into one."""
+    from tfshard.readers import bulk_read, files
 
     a, b, out = two_trees
     other = os.path.join(os.path.dirname(out), "other")
     convert_images(b, other, ConvertOptions(num_shards=8), workers=0, progress=False)
     dataset = readers.info(out)
     shards = files.check_shards(dataset, "train", [0, 1])
-    batches = files.read_now(shards, compression=None, read_buffer_bytes=1 << 16, batch_size=1)
-    if when == "during the read":
-        next(batches)
     swapped = shards[1].path
-    os.replace(os.path.join(other, os.path.basename(swapped)), swapped)  # what --overwrite does
-    seen = "before it was opened" if when == "before the read" else "by the end of its read"
+    seen = []
+
+    def swap():  # what --overwrite does
+        os.replace(os.path.join(other, os.path.basename(swapped)), swapped)
+
+    def each(record, path):
+        if not seen and when == "during the read":
+            swap()
+        seen.append(path)
+
+    if when == "before the read":
+        swap()
+    seen_when = "before it was opened" if when == "before the read" else "by the end of its read"
     with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(swapped) + r": shard was replaced or changed "
-                                                             r".*seen " + seen):
-        for _ in batches:
-            pass
+                                                             r".*seen " + seen_when):
+        bulk_read.read_now(shards, each, compression=None, fix="")
     # Unchanged shards load whole, with no error.
     again = files.check_shards(readers.info(other), "train", [0, 2])  # its shard 1 went to OUT
-    assert sum(len(batch) for batch in files.read_now(again, compression=None, read_buffer_bytes=1 << 16)) == sum(
-        s.info.records for s in again)
+    records = []
+    bulk_read.read_now(again, lambda record, path: records.append((record, path)), compression=None, fix="")
+    assert sorted(records) == sorted((r, s.path) for s in again for r in tf.data.TFRecordDataset(s.path)
+                                     .as_numpy_iterator())
 
 
 def test_a_bulk_load_whose_later_shard_became_a_fifo_fails_naming_it_instead_of_hanging(two_trees):
-    """``files.read_now`` opens ``at_once`` shards at a time: a later group is checked again just before its open,
-    which a FIFO would block for ever."""
-    from tfshard.readers import files
+    """``bulk_read.read_now`` opens ``at_once`` shards at a time: a later group is checked again just before its
+    open, which a FIFO would block for ever."""
+    from tfshard.readers import bulk_read, files
 
     a, b, out = two_trees
     shards = files.check_shards(readers.info(out), "train", [0, 1, 2, 3])
-    batches = files.read_now(shards, compression=None, read_buffer_bytes=1 << 16, batch_size=1, at_once=2)
-    next(batches)
-    os.remove(shards[3].path)
-    os.mkfifo(shards[3].path)
 
-    def rest():
+    def each(record, path):
+        if os.path.exists(shards[3].path) and not os.path.isfile(shards[3].path):
+            return
+        os.remove(shards[3].path)
+        os.mkfifo(shards[3].path)
+
+    def load():
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match=re.escape(shards[3].path) + r": shard cannot be read as it was .*seen before it was "
                                                              r"opened"):
-            for _ in batches:
-                pass
+            bulk_read.read_now(shards, each, compression=None, fix="", at_once=2)
 
-    within(60, rest)
+    within(60, load)
+
+
+def test_a_bulk_load_of_a_corrupt_record_names_its_shard_offset_and_the_fix(two_trees):
+    """A flipped byte the shard's size cannot show: ``DataLossError`` naming the shard and where, as TensorFlow's
+    reader would fail, and no record of that shard after it is handed on."""
+    from tfshard.readers import bulk_read, files
+
+    a, b, out = two_trees
+    shards = files.check_shards(readers.info(out), "train", [0, 1])
+    with open(shards[1].path, "r+b") as f:
+        f.seek(shards[1].size - 10)
+        byte = f.read(1)
+        f.seek(shards[1].size - 10)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    shards = files.check_shards(readers.info(out), "train", [0, 1])  # the same size: only its CRC can tell
+    last = shards[1].info.records - 1
+    seen = []
+    with pytest.raises(tf.errors.DataLossError, match=re.escape(shards[1].path) + r": corrupted record at byte \d+: "
+                                                      r"its data fails its CRC; run the repair"):
+        bulk_read.read_now(shards, lambda record, path: seen.append(path), compression=None, fix="run the repair")
+    assert seen.count(shards[1].path) == last

@@ -578,6 +578,51 @@ def test_resident_windows_refuse_a_chunk_that_disagrees_with_the_manifest(chunke
         readers.windows(out, length=2, batch_size=2)
 
 
+def _without(example, key: str):
+    example = tf.train.Example.FromString(example.SerializeToString())
+    del example.features.feature[key]
+    return example
+
+
+def _as_floats(example, key: str):
+    example = tf.train.Example.FromString(example.SerializeToString())
+    example.features.feature[key].float_list.value[:] = [1.0, 2.0]
+    return example
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda e, i: e[:i] + [_without(e[i], "episode/steps")] + e[i + 1:],
+     "a chunk record whose 'episode/steps' is not one int64 value (got no such key)"),
+    (lambda e, i: e[:i] + [_as_floats(e[i], "episode/id")] + e[i + 1:],
+     "a chunk record whose 'episode/id' is not one int64 value (got 2 float_list values)"),
+    (lambda e, i: e[:i] + [_as_floats(e[i], "data/obs")] + e[i + 1:],
+     "a chunk record whose 'data/obs' is not one string value (got 2 float_list values)"),
+])
+def test_resident_windows_refuse_a_record_that_is_no_chunk_naming_its_shard(chunked, tmp_path, edit, problem):
+    out = _copy(chunked, tmp_path)
+    _rewrite_shard(out, 1, edit(_shard_examples(out, 1), 0))
+    shard = readers.info(out).shard_paths("train")[1]
+    with pytest.raises(ValueError, match=re.escape(f"{shard}: {problem}; run `tfshard verify {out}`")):
+        readers.windows(out, length=2, batch_size=2)
+
+
+def test_resident_windows_refuse_a_corrupt_shard_of_the_manifest_size_naming_it(chunked, tmp_path):
+    """A damaged byte inside a gzip shard (its size unchanged): ``DataLossError`` naming the shard and the fix, as
+    TensorFlow's reader fails; the streamed reader fails too."""
+    out = _copy(chunked, tmp_path)
+    shard = readers.info(out).shard_paths("train")[2]
+    with open(shard, "r+b") as f:
+        data = bytearray(f.read())
+        data[len(data) // 2] ^= 0xFF
+        f.seek(0)
+        f.write(data)
+    fix = re.escape(f"; run `tfshard verify {out}`")
+    with pytest.raises(tf.errors.DataLossError, match=re.escape(shard) + ".*" + fix):
+        readers.windows(out, length=2, batch_size=2)
+    with pytest.raises(tf.errors.OpError):
+        list(readers.windows(out, length=2, batch_size=2, resident=False))
+
+
 @pytest.mark.parametrize("read", [
     lambda out: readers.episodes(out),
     lambda out: readers.windows(out, length=2, batch_size=2),

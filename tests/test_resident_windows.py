@@ -205,3 +205,27 @@ def test_a_sampling_rate_no_window_can_span_is_refused_up_front():
     with pytest.raises(ValueError, match="sampling_rate"):
         readers.resident_windows(episodes, length=2, batch_size=2, features="x", sampling_rate=2**44,
                                  padding="start")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.int8, np.uint16, np.float16, np.complex64])
+def test_a_loaded_array_becomes_a_tensor_of_its_own_through_dlpack(dtype):
+    """``host_tensor``: an aligned array is copied into a tensor TensorFlow owns (through a DLPack view, not its
+    slow conversion), equal to it and independent of it; an unaligned, strided or empty array, or a dtype DLPack does
+    not carry, is handed back for TensorFlow to convert."""
+    import tensorflow as tf
+    from tfshard.readers.windows.layout import ALIGNMENT, aligned_empty
+    from tfshard.readers.windows.resident import host_tensor
+
+    array = aligned_empty((1000, 3), dtype)
+    assert array.ctypes.data % ALIGNMENT == 0 and array.flags.c_contiguous
+    array[:] = np.arange(3000).reshape(1000, 3)
+    tensor = host_tensor(array)
+    assert isinstance(tensor, tf.Tensor) and tensor.dtype == tf.as_dtype(dtype)
+    with tf.device("/CPU:0"):
+        variable = tf.Variable(tensor, trainable=False)
+    np.testing.assert_array_equal(variable.numpy(), array)
+    array[7, 1] = 99  # the variable's buffer is its own: what the array does later never reaches it
+    assert variable[7, 1].numpy() == tensor[7, 1].numpy() == 7 * 3 + 1
+    unaligned = aligned_empty((3001,), dtype)[1:].reshape(1000, 3)
+    for refused in (unaligned, array[:, :2], array[:0], aligned_empty((4,), bool)):
+        assert host_tensor(refused) is refused

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import os
 import random
 
@@ -17,7 +18,7 @@ import pytest
 import tensorflow as tf
 from helpers import make_tree, save_episodes, tfrecord_bytes
 from tfshard.format.records import IMAGE_FEATURES, serialize
-from tfshard.format.tfrecord import example_parts, frame_records, gzip_member
+from tfshard.format.tfrecord import CorruptRecordError, example_parts, frame_records, gzip_member, read_records
 from tfshard.ingest import ConvertOptions, convert_episodes, convert_images
 from tfshard.ingest.write import Sha256Thread, ShardWriter
 
@@ -79,6 +80,51 @@ def test_gzip_members_read_back_with_tensorflow_and_gzip():
         assert list(tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator()) == records
     finally:
         os.remove(path)
+
+
+def test_read_records_reads_what_tensorflow_writes_plain_and_gzip():
+    records = [b"", b"x", os.urandom(127), os.urandom(70_000), _tf_example([("a", 1)])]
+    assert list(read_records(io.BytesIO(tfrecord_bytes(records)), "mem")) == records
+    members = b"".join(gzip_member(frame_records([[r]])[0]) for r in records)  # what the converter writes
+    with gzip.GzipFile(fileobj=io.BytesIO(members)) as stream:
+        assert list(read_records(stream, "mem")) == records
+    with gzip.GzipFile(fileobj=io.BytesIO(tfrecord_bytes(records, "GZIP"))) as stream:  # what TensorFlow writes
+        assert list(read_records(stream, "mem")) == records
+
+
+def _damaged(data: bytes, at: int, value: bytes) -> io.BytesIO:
+    return io.BytesIO(data[:at] + value + data[at + len(value):])
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda d, second: _damaged(d, second + 12 + 5, bytes([d[second + 17] ^ 1])), "its data fails its CRC"),
+    (lambda d, second: _damaged(d, second + 2, b"\x09"), "its length fails its CRC"),
+    (lambda d, second: _damaged(d, len(d) - 2, b"\0\0"), "its data fails its CRC"),
+    (lambda d, second: io.BytesIO(d[: second + 7]), r"the file ends inside its header \(7 of 12 bytes\)"),
+    (lambda d, second: io.BytesIO(d[: second + 30]), r"the file ends inside its data \(18 of 100 bytes\)"),
+    (lambda d, second: io.BytesIO(d[:-3]), "the file ends before its data's CRC"),
+])
+def test_read_records_refuses_a_damaged_or_cut_frame_naming_its_offset(damage, problem):
+    data = tfrecord_bytes([b"a" * 40, os.urandom(100)])
+    second = 40 + 16  # the second frame's offset
+    records = read_records(damage(data, second), "shard-7")
+    assert next(records) == b"a" * 40
+    with pytest.raises(CorruptRecordError, match=f"shard-7: corrupted record at byte {second}: {problem}"):
+        next(records)
+
+
+def test_read_records_believes_no_forged_length_beyond_the_bytes_there():
+    """A length of 2**60 with a matching CRC: an error once the data runs out, never a 1 EiB allocation."""
+    length = (1 << 60).to_bytes(8, "little")
+    forged = length + _masked_crc(length) + b"z" * 1000
+    with pytest.raises(CorruptRecordError, match=r"ends inside its data \(1000 of 1152921504606846976 bytes\)"):
+        list(read_records(io.BytesIO(forged), "forged"))
+
+
+def _masked_crc(data: bytes) -> bytes:
+    from tfshard.format.tfrecord import masked_crc
+
+    return masked_crc([data]).to_bytes(4, "little")
 
 
 def test_out_of_range_and_mistyped_values_are_refused():

@@ -120,6 +120,19 @@ def check_window_args(length: int, shift: int, batch_size: int, where: str) -> N
         check_count(value, name, where, high=high)
 
 
+ALIGNMENT = 64  # bytes: TensorFlow's allocator alignment, which a tensor sharing an array's memory needs
+
+
+def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)`` starting at a multiple of ``ALIGNMENT`` bytes, so a CPU tensor can share its
+    memory (``resident.host_tensor``) instead of copying it."""
+    dtype = np.dtype(dtype)
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    buffer = np.empty(size + ALIGNMENT, np.uint8)
+    skip = -buffer.ctypes.data % ALIGNMENT
+    return buffer[skip : skip + size].view(dtype).reshape(shape)
+
+
 @dataclasses.dataclass
 class Concatenated:
     """Episodes laid end to end in source (episode id) order, as the windows of ``spec`` need them: each episode's
@@ -159,7 +172,8 @@ class Concatenated:
 
     def empty(self, dtype: np.dtype, shape: tuple[int, ...], pad_value=0) -> np.ndarray:
         """An array for one feature: ``pad_value`` in every history padding, zeros elsewhere."""
-        out = np.zeros((self.steps, *shape), dtype)
+        out = aligned_empty((self.steps, *shape), dtype)
+        out.fill(0)
         if self.pad and pad_value:
             for offset in self.offsets.tolist():
                 out[offset : offset + self.pad] = pad_value

@@ -11,9 +11,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from ...format.manifest import EpisodeInfo
-from ...format.records import LABEL_KEY, episode_parse_spec, parse_spec
+from ...format.records import DATA_PREFIX, EPISODE_FEATURES, LABEL_KEY
+from .. import bulk_read
 from .. import files as files_lib
 from ..arguments import DEFAULT_READ_BUFFER_BYTES
 from ..episodes import repair_hint
@@ -21,16 +23,17 @@ from ..options import quiet_options
 from ..shard_cache.pipeline import ShardCacheArg
 from ..windowing.starts import WindowSpec
 from ..windowing.targets import label_array
-from .layout import Concatenated, pad_fill
+from .layout import Concatenated, aligned_empty, pad_fill
 
 AUTOTUNE = tf.data.AUTOTUNE
+_LISTS = {"int64": "int64_list", "float32": "float_list", "string": "bytes_list"}
 
 
 class _Placer:
     """Copies chunk records straight to their place in the concatenated arrays, checking each against the manifest.
 
     The episodes are laid out as ``layout`` says (in its order; each episode's ``time_range`` slice after its
-    history padding, then zeros to whole rows). The arrays are made with ``np.empty`` and only the padding is
+    history padding, then zeros to whole rows). The arrays are made with ``aligned_empty`` and only the padding is
     filled: every chunk must belong to an episode the manifest lists for the shards read, carry that episode's
     length (and label), lie inside it, hold ``steps`` rows of every feature and be seen once, and ``arrays()`` then
     checks that each episode's chunks tile it exactly, so a row that no chunk filled is never handed out.
@@ -48,7 +51,7 @@ class _Placer:
         # each episode's label as its records hold it (int64 or float32), made once, not per chunk record
         labelled = [e for e in episodes if e.label is not None]
         self.labels = dict(zip([e.id for e in labelled], label_array([e.label for e in labelled]))) if labelled else {}
-        self._arrays = {n: np.empty((layout.steps, *shape), dtype) for n, (dtype, shape) in schema.items()}
+        self._arrays = {n: aligned_empty((layout.steps, *shape), dtype) for n, (dtype, shape) in schema.items()}
         fills = {n: pad_fill(pad_value, dtype, n, where) if pad else 0 for n, (dtype, _) in schema.items()}
         for (_, begin, lo, hi), next_start in zip(self.episodes.values(), offsets[1:] + [layout.steps]):
             for n, array in self._arrays.items():
@@ -153,23 +156,47 @@ def load_concatenated(
                           label_array([e.label for e in episodes]) if labels else None)
     placer = _Placer(f"{dataset.path}: split {split!r}", repair_hint(dataset.path), episodes, layout, schema, chosen,
                      pad_value)
-    parse = episode_parse_spec(schema)
+    kinds = {**{key: spec["dtype"] for key, spec in EPISODE_FEATURES.items()},
+             **{f"{DATA_PREFIX}{n}": "string" for n in schema}}
     if labels:
-        parse.update(parse_spec(dataset.manifest.features, [LABEL_KEY]))
+        kinds[LABEL_KEY] = dataset.manifest.features[LABEL_KEY]["dtype"]
+
+    def place(record: bytes, source: str) -> None:
+        placer.place(chunk_fields(record, kinds, source, placer.fix))
+
     session = (shard_cache or ShardCacheArg()).session(dataset.path, shards)
     compression = dataset.manifest.compression
-    if session is None:  # read once, now: parsed eagerly, nothing to trace
-        parsed = (tf.io.parse_example(batch, parse) for batch in files_lib.read_now(
-            shards, compression=compression, read_buffer_bytes=read_buffer_bytes))
+    if session is None:  # read once, now: plain file reads, nothing to trace
+        bulk_read.read_now(shards, place, compression=compression, fix=placer.fix)
     else:  # through the shard cache's pipeline
         records = files_lib.interleave_records(
             shards, compression=compression, shuffle_files=False, seed=None, cycle_length=None,
             read_buffer_bytes=read_buffer_bytes, deterministic=False, shard_cache=session)
-        parsed = records.batch(16).map(lambda r: tf.io.parse_example(r, parse), num_parallel_calls=AUTOTUNE)
-        parsed = parsed.prefetch(AUTOTUNE).with_options(quiet_options())
-    for batch in parsed:
-        columns = {key: values.numpy().tolist() for key, values in batch.items()}
-        for i in range(len(columns["episode/id"])):
-            placer.place({key: values[i] for key, values in columns.items()})
+        for batch in records.batch(16).prefetch(AUTOTUNE).with_options(quiet_options()):
+            for record in batch.numpy():
+                place(record, f"{dataset.path}: split {split!r}")
     layout.arrays = placer.arrays()
     return layout
+
+
+def chunk_fields(record: bytes, kinds: dict[str, str], source: str, fix: str) -> dict:
+    """The values of one chunk record (a ``tf.train.Example`` of scalar features), ``{key: int, float or bytes}``
+    for each key of ``kinds`` (``"int64"``, ``"float32"`` or ``"string"``), each exactly one value of its kind.
+
+    Raises:
+      ValueError: not an Example, or a key missing, of another kind or not one value, naming ``source``.
+    """
+    try:
+        features = tf.train.Example.FromString(record).features.feature
+    except DecodeError as e:
+        raise ValueError(f"{source}: a record that is not a tf.train.Example ({e}); {fix}") from None
+    fields = {}
+    for key, kind in kinds.items():
+        found = features[key] if key in features else None
+        held = None if found is None else found.WhichOneof("kind")
+        values = [] if held is None else getattr(found, held).value
+        if held != _LISTS[kind] or len(values) != 1:
+            got = "no such key" if found is None else f"{len(values)} {held} values" if held else "an empty feature"
+            raise ValueError(f"{source}: a chunk record whose {key!r} is not one {kind} value (got {got}); {fix}")
+        fields[key] = values[0]
+    return fields

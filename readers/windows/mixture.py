@@ -23,7 +23,7 @@ from ..indexed.stream import Position, Stream, pipeline_position
 from ..input_position import InputPosition
 from ..windowing.starts import row_steps_of, start_rows
 from .index import Episodes, gather_batches
-from .layout import LABEL_ARRAY, Concatenated, Layout
+from .layout import LABEL_ARRAY, Concatenated, Layout, aligned_empty
 from .request import WindowRequest
 from .resident import (
     Source,
@@ -109,7 +109,7 @@ def combine(stream: StreamRequest, split: str, planned: Sequence[tuple[files_lib
     def load(shards, row):  # shards: one source, so always every episode (None)
         parts = [s.load(None, row) for s in sources]
         labels_of = None if parts[0].labels is None else np.concatenate([p.labels for p in parts])
-        return Concatenated({n: np.concatenate([p.arrays[n] for p in parts]) for n in parts[0].arrays},
+        return Concatenated({n: joined([p.arrays[n] for p in parts]) for n in parts[0].arrays},
                             [t for p in parts for t in p.lengths], [i for p in parts for i in p.ids], row,
                             layout.spec, labels_of)
 
@@ -216,3 +216,9 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
         return tf.data.Dataset.choose_from_datasets(datasets, tf.data.Dataset.range(local).repeat())
 
     return with_arrays(strategy.distribute_datasets_from_function(worker_dataset), per_device, start)
+
+
+def joined(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(arrays)`` into an aligned array (``layout.aligned_empty``): the resident variable shares it."""
+    out = aligned_empty((sum(len(a) for a in arrays), *arrays[0].shape[1:]), np.result_type(*arrays))
+    return np.concatenate(arrays, out=out)
