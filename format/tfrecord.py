@@ -145,11 +145,13 @@ class CorruptRecordError(ValueError):
 READ_PIECE = 1 << 24  # a record's data is read at most this much at a time: memory follows the bytes that arrive
 
 
-def read_records(f: BinaryIO, where: str) -> Iterator[bytes]:
+def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[bytes]:
     """The records of a TFRecord stream ``f`` (a file, or ``gzip.GzipFile`` of one), each frame's two CRCs checked.
 
-    A record's length is believed only once its CRC matches, and its data is read a piece at a time, so a forged
-    length takes no more memory than the bytes actually there.
+    A record's length is believed only once its CRC matches, and only as far as the stream goes: with ``size``
+    (the file's bytes, for an uncompressed file) a record must fit in what is left, and its data is read at once;
+    without (a gzip stream) it is read ``READ_PIECE`` at a time, so a forged length takes no more memory than the
+    bytes actually there.
 
     Raises:
       CorruptRecordError: a frame cut short or failing a CRC, naming ``where`` and the frame's byte offset (of the
@@ -170,15 +172,18 @@ def read_records(f: BinaryIO, where: str) -> Iterator[bytes]:
             return
         if len(header) < _UINT64.size + _UINT32.size:
             raise fail(f"the file ends inside its header ({len(header)} of 12 bytes)")
-        length = header[: _UINT64.size]
-        if _UINT32.unpack_from(header, _UINT64.size)[0] != masked_crc([length]):
+        length_bytes = header[: _UINT64.size]
+        if _UINT32.unpack_from(header, _UINT64.size)[0] != masked_crc([length_bytes]):
             raise fail("its length fails its CRC")
-        size = _UINT64.unpack(length)[0]
-        pieces, missing = [], size
+        length = _UINT64.unpack(length_bytes)[0]
+        there = None if size is None else size - offset - len(header)  # the bytes left after the header
+        if there is not None and length > there:
+            raise fail(f"the file ends inside its data ({there} of {length} bytes)")
+        pieces, missing = [], length
         while missing:
-            piece = f.read(min(missing, READ_PIECE))
+            piece = f.read(missing if size is not None else min(missing, READ_PIECE))
             if not piece:
-                raise fail(f"the file ends inside its data ({size - missing} of {size} bytes)")
+                raise fail(f"the file ends inside its data ({length - missing} of {length} bytes)")
             pieces.append(piece)
             missing -= len(piece)
         data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
@@ -188,7 +193,7 @@ def read_records(f: BinaryIO, where: str) -> Iterator[bytes]:
         if _UINT32.unpack(footer)[0] != masked_crc([data]):
             raise fail("its data fails its CRC")
         yield data
-        offset += FRAME_OVERHEAD + size
+        offset += FRAME_OVERHEAD + length
 
 
 def record_frames(f: BinaryIO, most: int) -> Iterator[tuple[int, int]]:

@@ -60,7 +60,7 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
                                                  or f"{path}: {e}") from e
         with file as f, (gzip.GzipFile(fileobj=f) if compression == "gzip" else f) as stream:
             try:
-                for record in read_records(stream, path):
+                for record in read_records(stream, path, None if compression == "gzip" else shards[index].size):
                     if stop.is_set():
                         return
                     with lock:

@@ -104,10 +104,12 @@ def _damaged(data: bytes, at: int, value: bytes) -> io.BytesIO:
     (lambda d, second: io.BytesIO(d[: second + 30]), r"the file ends inside its data \(18 of 100 bytes\)"),
     (lambda d, second: io.BytesIO(d[:-3]), "the file ends before its data's CRC"),
 ])
-def test_read_records_refuses_a_damaged_or_cut_frame_naming_its_offset(damage, problem):
+@pytest.mark.parametrize("sized", [False, True], ids=["stream", "file of known size"])
+def test_read_records_refuses_a_damaged_or_cut_frame_naming_its_offset(damage, problem, sized):
     data = tfrecord_bytes([b"a" * 40, os.urandom(100)])
     second = 40 + 16  # the second frame's offset
-    records = read_records(damage(data, second), "shard-7")
+    damaged = damage(data, second)
+    records = read_records(damaged, "shard-7", len(damaged.getvalue()) if sized else None)
     assert next(records) == b"a" * 40
     with pytest.raises(CorruptRecordError, match=f"shard-7: corrupted record at byte {second}: {problem}"):
         next(records)
@@ -119,6 +121,8 @@ def test_read_records_believes_no_forged_length_beyond_the_bytes_there():
     forged = length + _masked_crc(length) + b"z" * 1000
     with pytest.raises(CorruptRecordError, match=r"ends inside its data \(1000 of 1152921504606846976 bytes\)"):
         list(read_records(io.BytesIO(forged), "forged"))
+    with pytest.raises(CorruptRecordError, match=r"ends inside its data \(1000 of 1152921504606846976 bytes\)"):
+        list(read_records(io.BytesIO(forged), "forged", len(forged)))  # refused before any read of the data
 
 
 def _masked_crc(data: bytes) -> bytes:

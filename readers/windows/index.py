@@ -69,9 +69,11 @@ def index_batches(
     def rows(index: tf.data.Dataset) -> tf.data.Dataset:
         return index if then is None else index.map(then, num_parallel_calls=AUTOTUNE, deterministic=True)
 
-    def stamped(seeds: tf.data.Dataset) -> tf.data.Dataset:  # (stamp element, (epoch, seed pair)): no map to flatten
-        stamps = stamp.stamps() if stamp is not None else tf.data.Dataset.range(0, 2**63 - 1)
-        return tf.data.Dataset.zip((stamps, seeds.enumerate()))
+    def stamped(seeds: tf.data.Dataset) -> tf.data.Dataset:  # (stamp element, epoch, seed pair): no map to flatten
+        # One zip with the epoch's count (enumerate() would add a second zip and a graph rewrite to set up); without
+        # a stamp, the count is its element too.
+        epochs = tf.data.Dataset.range(0, 2**63 - 1)
+        return tf.data.Dataset.zip((stamp.stamps(), epochs, seeds) if stamp is not None else (epochs, epochs, seeds))
 
     def checked(stamp_element, e, seed_pair):  # the epoch's seed, once its stamp and its data are checked
         return once_checked(seed_pair, stamp, stamp_element, e, epoch_check)
@@ -89,13 +91,13 @@ def index_batches(
         def from_step(step):
             first_epoch, first_batch = step // per_epoch, step % per_epoch
             seeds = stamped(random_numbers(seed).batch(2, drop_remainder=True).skip(first_epoch))
-            return seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)).skip(
-                tf.where(e_seed[0] == 0, first_batch, tf.constant(0, tf.int64))))
+            return seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)).skip(
+                tf.where(e == 0, first_batch, tf.constant(0, tf.int64))))
 
         return rows(opened(start_step, from_step))
     seeds = random_numbers(seed, rerandomize_each_iteration=True).batch(2, drop_remainder=True).take(1)
     seeds = stamped(seeds)
-    return rows(seeds.flat_map(lambda s, e_seed: epoch(checked(s, *e_seed)))).apply(
+    return rows(seeds.flat_map(lambda s, e, seed_pair: epoch(checked(s, e, seed_pair)))).apply(
         tf.data.experimental.assert_cardinality(per_epoch))
 
 
@@ -149,13 +151,14 @@ class Episodes:
 
 
 def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
-    """A gather straight from the variable's buffer, never a read of the whole array. A mirrored variable in a
-    replica's step gives that replica's own copy (``tf.gather`` would read it whole first: no ``sparse_read``)."""
+    """The rows of the variable's own buffer: a dense read, which hands over the buffer itself, then a gather. A
+    sparse read (``ResourceGather``) would first copy the whole buffer of a variable that shares it with the loaded
+    array (``resident.host_tensor``). A mirrored variable in a replica's step gives that replica's own copy."""
     try:
         handle = array.handle
     except ValueError:  # a mirrored variable outside any replica's step: tf.gather reads its primary copy
         return tf.gather(array, rows)
-    return tf.raw_ops.ResourceGather(resource=handle, indices=rows, dtype=array.dtype)
+    return tf.gather(tf.raw_ops.ReadVariableOp(resource=handle, dtype=array.dtype), rows)
 
 
 def gather_windows(arrays: dict, starts: tf.Tensor, ranges: dict[str, tuple[int, int]],

@@ -90,7 +90,8 @@ class WindowRequest:
         the ones before had been read: a job that saved only its step count
         (under a strategy, whose distributed iterators TensorFlow cannot
         checkpoint) resumes exactly from it.
-      read_buffer_bytes: read buffer per shard.
+      read_buffer_bytes: read buffer per shard of a tf.data read (streamed windows, a shard cache's
+        copies); a resident load reads each record whole.
       resident: False streams episodes from the shards instead (data larger than
         device memory); windows are then mixed by a buffer of ``shuffle_buffer``.
       shuffle_buffer: streamed mode: windows the shuffle buffer holds.

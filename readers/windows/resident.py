@@ -113,23 +113,23 @@ def check_batch_divides(batch_size: int, replicas: int, where: str) -> None:
 
 
 def host_tensor(array: np.ndarray) -> tf.Tensor | np.ndarray:
-    """``array`` copied into a CPU tensor of TensorFlow's own at memory speed, when it can be: viewed through DLPack
-    (C-contiguous, aligned as TensorFlow's allocator aligns: ``layout.aligned_empty``; not empty; a dtype DLPack
-    carries), then one ``DeepCopy``. Else ``array`` itself, for TensorFlow to convert.
+    """``array`` as a CPU tensor over the same memory (a DLPack view), when TensorFlow can take it so: C-contiguous,
+    aligned as its allocator aligns (``layout.aligned_empty``), not empty, of a dtype DLPack carries. Else ``array``
+    itself, for TensorFlow to convert (a copy).
 
-    TensorFlow's own conversion of an array copies ~10x slower than memory does (0.7 s against 0.07 s for
-    256 MB here), and a variable made straight from the view would copy it all again at its first gather (a
-    buffer it does not own alone is copied on first sparse read). A variable on a GPU copies the tensor once.
+    A CPU variable made from the view holds the loaded array itself, so a load is one copy of the data in memory,
+    made once: TensorFlow's conversion of an array copies ~10x slower than memory does (0.7 s against 0.07 s for
+    256 MB here). The gathers read such a variable densely (``index.gather_windows``): a sparse read
+    (``ResourceGather``) of a buffer the variable does not own alone would copy it all first. A variable on a GPU
+    copies the view to the device once. The array must never change afterwards (the resident arrays never do).
     """
     if not (array.size and array.flags.c_contiguous and array.flags.writeable
             and array.ctypes.data % ALIGNMENT == 0 and array.dtype.kind in "iufc"):
         return array
     try:
-        view = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     except (BufferError, TypeError, ValueError, tf.errors.OpError):  # a dtype DLPack or TensorFlow does not take
         return array
-    with tf.device("/CPU:0"):
-        return tf.raw_ops.DeepCopy(x=view)
 
 
 def resident_variables(data: Concatenated) -> dict[str, tf.Variable]:
@@ -147,8 +147,9 @@ def variables_on(data: Concatenated, devices: Sequence[str]) -> list[dict[str, t
     the strategy scope and its variable creator per thread, so these stay plain
     per-device variables instead of becoming mirrored ones (whose multi-worker
     creation would broadcast worker 0's values over every worker's own share).
-    Outside one, on this thread: a fresh thread pays TensorFlow's per-thread
-    set-up of each kind of op again.
+    Outside one, on this thread (a fresh thread pays TensorFlow's per-thread
+    set-up of each kind of op again), so a ``tf.variable_creator_scope`` of the
+    caller's sees them.
     """
 
     def make():
