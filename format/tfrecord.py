@@ -149,7 +149,8 @@ def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[b
     """The records of a TFRecord stream ``f`` (a file, or ``gzip.GzipFile`` of one), each frame's two CRCs checked.
 
     A record's length is believed only once its CRC matches, and only as far as the stream goes: with ``size``
-    (the file's bytes, for an uncompressed file) a record must fit in what is left, and its data is read at once;
+    (the file's bytes when its size was taken, for an uncompressed file) the read stops there, a record must fit in
+    what is left, and its data is read at once;
     without (a gzip stream) it is read ``READ_PIECE`` at a time, so a forged length takes no more memory than the
     bytes actually there.
 
@@ -167,6 +168,8 @@ def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[b
         return CorruptRecordError(f"{where}: corrupted record at byte {offset}: {problem}")
 
     while True:
+        if size is not None and offset >= size:  # bytes a file gained since its size was taken are not read
+            return
         header = f.read(_UINT64.size + _UINT32.size)
         if not header:
             return

@@ -25,7 +25,8 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
              at_once: int = 16) -> None:
     """Calls ``each(record, shard path)`` for every serialized record of ``shards`` (as ``check_shards`` found them),
     one call at a time (under a lock), from up to ``at_once`` reader threads, in no set order; returns once all are
-    read. The first error of a read or of ``each`` stops the other readers and is raised.
+    read. The first error of a read or of ``each`` stops the other readers; the error raised is the first in shard
+    order among those that failed.
 
     One guard covers the whole read: after its last record every shard must still be the file ``check_shards`` saw,
     so a shard replaced before its open, or changed while it was read, fails the load (``InvalidArgumentError``
@@ -52,6 +53,13 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
                 raise tf.errors.InvalidArgumentError(None, None, problem)
 
     def read(index: int) -> None:
+        try:
+            read_shard(index)
+        except BaseException:
+            stop.set()  # the other readers stop at their next record
+            raise
+
+    def read_shard(index: int) -> None:
         path = shards[index].path
         try:
             file = open_for_reading(path)
@@ -61,10 +69,14 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
         with file as f, (gzip.GzipFile(fileobj=f) if compression == "gzip" else f) as stream:
             try:
                 for record in read_records(stream, path, None if compression == "gzip" else shards[index].size):
-                    if stop.is_set():
-                        return
                     with lock:
-                        each(record, path)
+                        if stop.is_set():  # checked under the lock: no record is handed on after a failure
+                            return
+                        try:
+                            each(record, path)
+                        except BaseException:
+                            stop.set()
+                            raise
             except CorruptRecordError as e:
                 raise tf.errors.DataLossError(None, None, f"{e}; {fix}") from e
             except (EOFError, gzip.BadGzipFile, zlib.error) as e:
@@ -79,9 +91,11 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
         with concurrent.futures.ThreadPoolExecutor(len(group)) as pool:
             futures = [pool.submit(read, i) for i in group]
             try:
-                for future in concurrent.futures.as_completed(futures):
-                    future.result()
-            except BaseException:
-                stop.set()  # the others stop at their next record; the pool then waits for them
+                concurrent.futures.wait(futures)  # a reader that fails stops the others (read); the pool waits for them
+            except BaseException:  # interrupted
+                stop.set()
                 raise
+        failed = [future.exception() for future in futures if future.exception() is not None]
+        if failed:  # the first shard's error in shard order, whichever reader failed first
+            raise failed[0]
     unchanged(range(len(shards)), "by the end of its read")

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes, within
+from helpers import convert_episode_tree, make_tree, random_episodes, save_episodes, tfrecord_bytes, within
 from tfshard import readers
 from tfshard.ingest import ConvertOptions, convert_images
 from tfshard.readers import guard as guard_lib
@@ -342,3 +342,45 @@ def test_a_bulk_load_of_a_corrupt_record_names_its_shard_offset_and_the_fix(two_
                                                       r"its data fails its CRC; run the repair"):
         bulk_read.read_now(shards, lambda record, path: seen.append(path), compression=None, fix="run the repair")
     assert seen.count(shards[1].path) == last
+
+
+def test_a_bulk_load_whose_callback_fails_raises_its_error_and_leaves_no_reader_running(two_trees):
+    """``bulk_read.read_now`` with 4 readers: the error of ``each`` is raised as it is, once every reader stopped."""
+    import threading
+
+    from tfshard.readers import bulk_read, files
+
+    a, b, out = two_trees
+    shards = files.check_shards(readers.info(out), "train", [0, 1, 2, 3])
+    before = threading.active_count()
+    calls = []
+
+    def each(record, path):
+        calls.append(path)
+        if len(calls) == 3:
+            raise KeyError("the third record")
+
+    with pytest.raises(KeyError, match="the third record"):
+        bulk_read.read_now(shards, each, compression=None, fix="", at_once=4)
+    assert threading.active_count() == before
+    assert len(calls) == 3  # no record is handed on after the failure
+
+
+def test_a_bulk_load_of_a_shard_that_grows_while_it_is_read_fails_as_changed_not_as_corrupt(two_trees):
+    """A record appended to a shard mid-load: the read stops at the size ``check_shards`` took, and the end-of-read
+    check names the shard as changed (as the pipelines' guard does)."""
+    from tfshard.readers import bulk_read, files
+
+    a, b, out = two_trees
+    shards = files.check_shards(readers.info(out), "train", [0])
+    grown = []
+
+    def each(record, path):
+        if not grown:
+            with open(path, "ab") as f:
+                f.write(tfrecord_bytes([b"x" * 100]))
+            grown.append(path)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(shards[0].path) + r": shard was replaced or "
+                                                             r"changed .*seen by the end of its read"):
+        bulk_read.read_now(shards, each, compression=None, fix="")

@@ -103,15 +103,13 @@ def _autoencoder():
 
 
 def _gathers(concrete) -> list:
-    """The reads of a resident array that feed a gather (``ReadVariableOp`` -> ``GatherV2``) in a traced function,
-    its nested function bodies included: each read's input is the array's handle."""
+    """The ResourceGather ops of a traced function, its nested function bodies included."""
     graphs, found = [concrete.graph], []
     while graphs:
         graph = graphs.pop()
         for op in graph.get_operations():
-            if op.type == "GatherV2" and op.inputs[0].op.type == "ReadVariableOp":
-                assert op.device == op.inputs[0].op.device  # the gather runs where the array is read
-                found.append(op.inputs[0].op)
+            if op.type == "ResourceGather":
+                found.append(op)
         graphs += [f.graph for f in getattr(graph, "_functions", {}).values() if hasattr(f, "graph")]
     return found
 

@@ -208,10 +208,11 @@ def test_a_sampling_rate_no_window_can_span_is_refused_up_front():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.int8, np.uint16, np.float16, np.complex64])
-def test_a_loaded_array_is_held_once_the_cpu_variable_and_its_gathers_share_it(dtype):
-    """``host_tensor``: an aligned array becomes a CPU tensor and variable over the same memory (a load is one copy,
-    not two), and the windows' gather reads it without copying it; an unaligned, strided or empty array, or a dtype
-    DLPack does not carry, is handed back for TensorFlow to convert."""
+def test_a_loaded_array_becomes_a_tensor_of_its_own_through_dlpack(dtype):
+    """``host_tensor``: an aligned array is copied into a tensor TensorFlow owns (through a DLPack view, not its
+    slow conversion), equal to it and independent of it, so a sparse read of the variable made from it (the windows'
+    gather, or a user's ``tf.gather``) never copies it again; an unaligned, strided or empty array, or a dtype DLPack
+    does not carry, is handed back for TensorFlow to convert."""
     import tensorflow as tf
     from tfshard.readers.windows.index import _gather_rows
     from tfshard.readers.windows.layout import ALIGNMENT, aligned_empty
@@ -220,12 +221,15 @@ def test_a_loaded_array_is_held_once_the_cpu_variable_and_its_gathers_share_it(d
     array = aligned_empty((1000, 3), dtype)
     assert array.ctypes.data % ALIGNMENT == 0 and array.flags.c_contiguous
     array[:] = np.arange(3000).reshape(1000, 3)
+    tensor = host_tensor(array)
+    assert isinstance(tensor, tf.Tensor) and tensor.dtype == tf.as_dtype(dtype)
     with tf.device("/CPU:0"):
-        variable = tf.Variable(host_tensor(array), trainable=False)
+        variable = tf.Variable(tensor, trainable=False)
+    del tensor
     gather = tf.function(lambda rows: _gather_rows(variable, rows))
     np.testing.assert_array_equal(gather(tf.constant([7, 0])).numpy(), array[[7, 0]])
-    array[7, 1] = 99  # never done to resident arrays: here it shows the variable still reads the array's own memory
-    assert gather(tf.constant([7])).numpy()[0, 1] == 99 and variable.numpy()[7, 1] == 99
+    array[7, 1] = 99  # the variable's buffer is its own: what the array does later never reaches it
+    assert gather(tf.constant([7])).numpy()[0, 1] == variable.numpy()[7, 1] == 7 * 3 + 1
     unaligned = aligned_empty((3001,), dtype)[1:].reshape(1000, 3)
     for refused in (unaligned, array[:, :2], array[:0], aligned_empty((4,), bool)):
         assert host_tensor(refused) is refused

@@ -125,6 +125,14 @@ def test_read_records_believes_no_forged_length_beyond_the_bytes_there():
         list(read_records(io.BytesIO(forged), "forged", len(forged)))  # refused before any read of the data
 
 
+def test_read_records_of_a_sized_file_stops_at_that_size():
+    """Bytes a file gained after its size was taken (a record appended) are not read: the caller's check of the
+    file's identity afterwards reports the change."""
+    data = tfrecord_bytes([b"a" * 40, b"b" * 7])
+    grown = io.BytesIO(data + tfrecord_bytes([b"c" * 100]))
+    assert list(read_records(grown, "shard", len(data))) == [b"a" * 40, b"b" * 7]
+
+
 def _masked_crc(data: bytes) -> bytes:
     from tfshard.format.tfrecord import masked_crc
 

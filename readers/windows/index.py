@@ -151,14 +151,13 @@ class Episodes:
 
 
 def _gather_rows(array: tf.Variable, rows: tf.Tensor) -> tf.Tensor:
-    """The rows of the variable's own buffer: a dense read, which hands over the buffer itself, then a gather. A
-    sparse read (``ResourceGather``) would first copy the whole buffer of a variable that shares it with the loaded
-    array (``resident.host_tensor``). A mirrored variable in a replica's step gives that replica's own copy."""
+    """A gather straight from the variable's buffer, never a read of the whole array. A mirrored variable in a
+    replica's step gives that replica's own copy (``tf.gather`` would read it whole first: no ``sparse_read``)."""
     try:
         handle = array.handle
     except ValueError:  # a mirrored variable outside any replica's step: tf.gather reads its primary copy
         return tf.gather(array, rows)
-    return tf.gather(tf.raw_ops.ReadVariableOp(resource=handle, dtype=array.dtype), rows)
+    return tf.raw_ops.ResourceGather(resource=handle, indices=rows, dtype=array.dtype)
 
 
 def gather_windows(arrays: dict, starts: tf.Tensor, ranges: dict[str, tuple[int, int]],

@@ -113,23 +113,26 @@ def check_batch_divides(batch_size: int, replicas: int, where: str) -> None:
 
 
 def host_tensor(array: np.ndarray) -> tf.Tensor | np.ndarray:
-    """``array`` as a CPU tensor over the same memory (a DLPack view), when TensorFlow can take it so: C-contiguous,
-    aligned as its allocator aligns (``layout.aligned_empty``), not empty, of a dtype DLPack carries. Else ``array``
-    itself, for TensorFlow to convert (a copy).
+    """``array`` copied into a CPU tensor of TensorFlow's own at memory speed, when it can be: viewed through DLPack
+    (C-contiguous, aligned as TensorFlow's allocator aligns: ``layout.aligned_empty``; not empty; a dtype DLPack
+    carries), then one ``DeepCopy``. Else ``array`` itself, for TensorFlow to convert.
 
-    A CPU variable made from the view holds the loaded array itself, so a load is one copy of the data in memory,
-    made once: TensorFlow's conversion of an array copies ~10x slower than memory does (0.7 s against 0.07 s for
-    256 MB here). The gathers read such a variable densely (``index.gather_windows``): a sparse read
-    (``ResourceGather``) of a buffer the variable does not own alone would copy it all first. A variable on a GPU
-    copies the view to the device once. The array must never change afterwards (the resident arrays never do).
+    TensorFlow's own conversion of an array copies ~10x slower than memory does (0.7 s against 0.07 s for 256 MB
+    here). A variable made straight from the view would share the array's memory, but a buffer the variable does not
+    own alone is copied whole at its first sparse read (``ResourceGather``), and once a variable has been read so,
+    every later dense read copies it whole too: the gathers could only read densely, and one ``tf.gather`` of
+    ``resident_arrays`` by a user would make every later batch copy all the data. A variable on a GPU copies the
+    tensor once.
     """
     if not (array.size and array.flags.c_contiguous and array.flags.writeable
             and array.ctypes.data % ALIGNMENT == 0 and array.dtype.kind in "iufc"):
         return array
     try:
-        return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+        view = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
     except (BufferError, TypeError, ValueError, tf.errors.OpError):  # a dtype DLPack or TensorFlow does not take
         return array
+    with tf.device("/CPU:0"):
+        return tf.raw_ops.DeepCopy(x=view)
 
 
 def resident_variables(data: Concatenated) -> dict[str, tf.Variable]:
