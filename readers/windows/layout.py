@@ -124,8 +124,8 @@ ALIGNMENT = 64  # bytes: TensorFlow's allocator alignment, which a tensor sharin
 
 
 def aligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)`` starting at a multiple of ``ALIGNMENT`` bytes, so a CPU tensor can share its
-    memory (``resident.host_tensor``) instead of copying it."""
+    """``np.empty(shape, dtype)`` starting at a multiple of ``ALIGNMENT`` bytes, so TensorFlow can view it through
+    DLPack and copy it at memory speed (``resident.host_tensor``) instead of converting it."""
     dtype = np.dtype(dtype)
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     buffer = np.empty(size + ALIGNMENT, np.uint8)
