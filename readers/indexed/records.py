@@ -23,18 +23,16 @@ local and a remote dataset too).
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 
 import numpy as np
 import tensorflow as tf
 
 from ...format.storage import file_sha256, is_url, join, open_for_reading, open_regular
-from ...format.tfrecord import SLOW_CRC32C, masked_crc
+from ...format.tfrecord import check_data_crcs, masked_crc
 from ..guard import changed_shard
 from ..shard_cache.folder import copy_identity
 
-log = logging.getLogger(__name__)
 _HEADER, _FOOTER = 12, 4  # a framed record: uint64 length, uint32 masked CRC of it, the data, uint32 masked CRC
 _FRAME = _HEADER + _FOOTER
 _MAX_INDEX_LINE = 42  # two uint64 in decimal, a space and a newline
@@ -207,11 +205,7 @@ def pread_batch(files: tuple[str, ...], identities: tuple[tuple, ...]):
                     "modified" if now[1] != then[1] else "another file in its place")
             raise ValueError(changed_shard(files[s], f"was replaced or changed ({what})", "at a read by position"))
 
-    check_crc = not SLOW_CRC32C
-    if not check_crc:
-        log.warning("google-crc32c has no C implementation here (its pure-Python one takes ~25 ms an 80 KB record), "
-                    "so records read by position are not checked against their CRC32C; reinstall google-crc32c "
-                    "from a wheel for this platform")
+    check_crc = check_data_crcs()
 
     def read(shard, offset, length):
         out = np.empty(len(shard), dtype=object)

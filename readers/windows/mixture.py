@@ -219,6 +219,7 @@ def mixture_windows(source: Source, layout: Layout, request: WindowRequest, mixt
 
 
 def joined(arrays: list[np.ndarray]) -> np.ndarray:
-    """``np.concatenate(arrays)`` into an aligned array (``layout.aligned_empty``): the resident variable shares it."""
+    """``np.concatenate(arrays)`` into an aligned array (``layout.aligned_empty``), which ``resident.host_tensor``
+    copies into its variable at memory speed."""
     out = aligned_empty((sum(len(a) for a in arrays), *arrays[0].shape[1:]), np.result_type(*arrays))
     return np.concatenate(arrays, out=out)
