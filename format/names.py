@@ -1,4 +1,4 @@
-"""File names in a dataset folder, and compression names. Pure Python.
+"""File names in a dataset folder, compression names, and names made printable for messages. Pure Python.
 
     shard_file_name("train", 3, 10)        # 'train-00003-of-00010.tfrecord'
     shard_file_name("train", 0, 2, generation=1)        # 'train-g0001-00000-of-00002.tfrecord' (an append's)
@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Any
 
 MANIFEST_NAME = "dataset.json"
@@ -78,3 +79,18 @@ def tf_compression_type(compression: str | None) -> str:
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression: must be one of {COMPRESSIONS} (got {compression!r})")
     return "GZIP" if compression == "gzip" else ""
+
+
+def printable(text: str) -> str:
+    """``text`` as one line any terminal or log shows as it is: control characters (a newline, ESC), format
+    characters (a right-to-left override) and bytes of a name that was no UTF-8 (kept as surrogates, which a strict
+    UTF-8 stdout cannot write) as escapes: ``\\n``, ``\\x1b``, ``\\u202e``, ``\\xff``. Other Unicode stays.
+
+    Example:
+      printable("a/evil\\n.jpg")  # 'a/evil\\\\n.jpg'
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else
+                   f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else
+                   ch.encode("unicode_escape").decode("ascii") for ch in text)

@@ -159,7 +159,7 @@ class CorruptRecordError(ValueError):
 READ_PIECE = 1 << 24  # a record's data is read at most this much at a time: memory follows the bytes that arrive
 
 
-def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[bytes]:
+def read_records(f: BinaryIO, where: str, size: int | None = None, most: int | None = None) -> Iterator[bytes]:
     """The records of a TFRecord stream ``f`` (a file, or ``gzip.GzipFile`` of one), each frame's two CRCs checked
     (the data's as ``check_data_crcs`` says).
 
@@ -167,7 +167,8 @@ def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[b
     (the file's bytes when its size was taken, for an uncompressed file) the read stops there, a record must fit in
     what is left, and its data is read at once;
     without (a gzip stream) it is read ``READ_PIECE`` at a time, so a forged length takes no more memory than the
-    bytes actually there.
+    bytes actually there. ``most``: the most bytes a record may hold; a longer length is refused before its data is
+    read (a gzip stream's few megabytes can inflate to gigabytes).
 
     Raises:
       CorruptRecordError: a frame cut short or failing a CRC, naming ``where`` and the frame's byte offset (of the
@@ -186,6 +187,8 @@ def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[b
         if size is not None and offset >= size:  # bytes a file gained since its size was taken are not read
             return
         header = f.read(_UINT64.size + _UINT32.size)
+        if not header and size is not None:
+            raise fail(f"the file ends there, before the {size} bytes it had")
         if not header:
             return
         if len(header) < _UINT64.size + _UINT32.size:
@@ -194,6 +197,8 @@ def read_records(f: BinaryIO, where: str, size: int | None = None) -> Iterator[b
         if _UINT32.unpack_from(header, _UINT64.size)[0] != masked_crc([length_bytes]):
             raise fail("its length fails its CRC")
         length = _UINT64.unpack(length_bytes)[0]
+        if most is not None and length > most:
+            raise fail(f"its length says {length} bytes, more than the {most} a record here can hold")
         there = None if size is None else size - offset - len(header)  # the bytes left after the header
         if there is not None and length > there:
             raise fail(f"the file ends inside its data ({there} of {length} bytes)")

@@ -9,12 +9,12 @@ Pure: the library never prints; ``ConversionResult.summary()`` joins these lines
 from __future__ import annotations
 
 import dataclasses
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 
 from ..format import objects
 from ..format.manifest import Manifest
+from ..format.names import printable
 from .holdout import HELD_OUT
 
 
@@ -56,21 +56,6 @@ def first_names(names: list[str], shown: int = 10, more: Callable[[int], str] = 
     labels file or a manifest gives."""
     tail = f", ... {more(len(names) - shown)}" if len(names) > shown else ""
     return ", ".join(map(printable, names[:shown])) + tail
-
-
-def printable(text: str) -> str:
-    """``text`` as one line any terminal or log shows as it is: control characters (a newline, ESC), format
-    characters (a right-to-left override) and bytes of a name that was no UTF-8 (kept as surrogates, which a strict
-    UTF-8 stdout cannot write) as escapes: ``\\n``, ``\\x1b``, ``\\u202e``, ``\\xff``. Other Unicode stays.
-
-    Example:
-      printable("a/evil\\n.jpg")  # 'a/evil\\\\n.jpg'
-    """
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() or unicodedata.category(ch) == "Zs" else
-                   f"\\x{ord(ch) - 0xDC00:02x}" if 0xDC80 <= ord(ch) <= 0xDCFF else
-                   ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _split_rule(manifest) -> str | None:

@@ -22,7 +22,7 @@ from .guard import ShardGuard
 
 
 def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, compression: str | None, fix: str,
-             at_once: int = 16) -> None:
+             most_record_bytes: int | None = None, at_once: int = 16) -> None:
     """Calls ``each(record, shard path)`` for every serialized record of ``shards`` (as ``check_shards`` found them),
     one call at a time (under a lock), from up to ``at_once`` reader threads, in no set order; returns once all are
     read. The first error of a read or of ``each`` stops the other readers; the error raised is the first in shard
@@ -32,7 +32,8 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
     so a shard replaced before its open, or changed while it was read, fails the load (``InvalidArgumentError``
     naming it, as the pipelines' guard does) instead of mixing two datasets in one load. Shards are read ``at_once``
     at a time, each group checked just before it is opened too; a local shard is opened without blocking, so one
-    turned into a FIFO meanwhile is refused, never waited on.
+    turned into a FIFO meanwhile is refused, never waited on. A record longer than ``most_record_bytes`` is refused
+    unread; a read that fails on a shard no longer the one checked reports the change, not the damage.
 
     Raises:
       tf.errors.InvalidArgumentError: a shard replaced, changed or gone since ``check_shards``.
@@ -68,7 +69,8 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
                                                  or f"{path}: {e}") from e
         with file as f, (gzip.GzipFile(fileobj=f) if compression == "gzip" else f) as stream:
             try:
-                for record in read_records(stream, path, None if compression == "gzip" else shards[index].size):
+                for record in read_records(stream, path, None if compression == "gzip" else shards[index].size,
+                                           most_record_bytes):
                     with lock:
                         if stop.is_set():  # checked under the lock: no record is handed on after a failure
                             return
@@ -77,10 +79,12 @@ def read_now(shards: list[ShardFile], each: Callable[[bytes, str], None], *, com
                         except BaseException:
                             stop.set()
                             raise
-            except CorruptRecordError as e:
-                raise tf.errors.DataLossError(None, None, f"{e}; {fix}") from e
-            except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-                raise tf.errors.DataLossError(None, None, f"{path}: not a whole gzip stream ({e}); {fix}") from e
+            except (CorruptRecordError, EOFError, gzip.BadGzipFile, zlib.error) as e:
+                changed = guard.problem(index, "while it was read")  # a shard rewritten mid-read reads as damaged
+                if changed:
+                    raise tf.errors.InvalidArgumentError(None, None, changed) from e
+                problem = e if isinstance(e, CorruptRecordError) else f"{path}: not a whole gzip stream ({e})"
+                raise tf.errors.DataLossError(None, None, f"{problem}; {fix}") from e
 
     for first in range(0, len(shards), at_once):
         group = range(first, min(first + at_once, len(shards)))

@@ -477,17 +477,22 @@ def _shard_examples(out: str, index: int) -> list:
     return [tf.train.Example.FromString(r.numpy()) for r in tf.data.TFRecordDataset(path, compression_type=compression)]
 
 
-def _rewrite_shard(out: str, index: int, examples: list) -> None:
-    """Writes train shard ``index`` anew and records its count, size and sha256, so only its records disagree."""
+def _rewrite_shard(out: str, index: int, examples: list, data: bytes | None = None) -> None:
+    """Writes train shard ``index`` anew (``examples``, or the file bytes ``data``) and records its count, size and
+    sha256, so only its records disagree."""
     manifest = read_manifest(out)
     shard = manifest["splits"]["train"]["shards"][index]
     path = os.path.join(out, shard["file"])
-    options = tf.io.TFRecordOptions(compression_type="GZIP" if manifest["compression"] == "gzip" else "")
-    with tf.io.TFRecordWriter(path, options) as writer:
-        for example in examples:
-            writer.write(example.SerializeToString())
-    with open(path, "rb") as f:
-        data = f.read()
+    if data is None:
+        options = tf.io.TFRecordOptions(compression_type="GZIP" if manifest["compression"] == "gzip" else "")
+        with tf.io.TFRecordWriter(path, options) as writer:
+            for example in examples:
+                writer.write(example.SerializeToString())
+        with open(path, "rb") as f:
+            data = f.read()
+    else:
+        with open(path, "wb") as f:
+            f.write(data)
     shard.update(records=len(examples), bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
     split = manifest["splits"]["train"]  # the split's totals too: a manifest whose totals disagree is refused on load
     split.update(records=sum(s["records"] for s in split["shards"]), bytes=sum(s["bytes"] for s in split["shards"]))
@@ -538,6 +543,12 @@ def _other_id(examples, i):
     return examples[:i] + [_set(examples[i], "episode/id", 999)] + examples[i + 1 :]
 
 
+def _other_id_and_source(examples, i):
+    example = _set(examples[i], "episode/id", 999)
+    example.features.feature["episode/source"].bytes_list.value[:] = [b"evil\xff\x1b[31m.npz"]
+    return examples[:i] + [example] + examples[i + 1 :]
+
+
 def _other_length(examples, i):
     longer = _set(examples[i], "episode/length", _get(examples[i], "episode/length") + 1)
     return examples[:i] + [longer] + examples[i + 1 :]
@@ -562,6 +573,7 @@ def _overlapping(examples, i):
     (_drop_second, r"steps 4\.\.8 are covered by no chunk"),
     (_other_id, r"999 \(runs/ep\d+\.npz\): not an episode the manifest lists for shards \[0, 1, 2\] "
                 r"\(got episode/id=999\)"),
+    (_other_id_and_source, r"999 \(evil\\xff\\x1b\[31m\.npz\): not an episode the manifest lists"),
     (_other_length, r"its records say \d+ steps, the manifest says \d+"),
     (_past_the_end, r"chunk 1 lies outside the episode's \d+ steps \(got episode/start=\d+, episode/steps=4\)"),
     (_fewer_steps, r"chunk 0 feature '\w+' holds \d+ bytes, not 3 steps"),
@@ -603,6 +615,22 @@ def test_resident_windows_refuse_a_record_that_is_no_chunk_naming_its_shard(chun
     _rewrite_shard(out, 1, edit(_shard_examples(out, 1), 0))
     shard = readers.info(out).shard_paths("train")[1]
     with pytest.raises(ValueError, match=re.escape(f"{shard}: {problem}; run `tfshard verify {out}`")):
+        readers.windows(out, length=2, batch_size=2)
+
+
+def test_resident_windows_refuse_a_record_longer_than_any_chunk_before_reading_it(chunked, tmp_path):
+    """A gzip shard whose first frame claims 1 GiB (its length's CRC valid) and holds a few MB of zeros: refused at
+    its header, unread, instead of inflating gigabytes into memory."""
+    from tfshard.format.tfrecord import gzip_member, masked_crc
+
+    out = _copy(chunked, tmp_path)
+    length = (1 << 30).to_bytes(8, "little")
+    forged = length + masked_crc([length]).to_bytes(4, "little") + bytes(1 << 22)
+    _rewrite_shard(out, 0, [None], data=gzip_member(forged))
+    shard = readers.info(out).shard_paths("train")[0]
+    with pytest.raises(tf.errors.DataLossError, match=re.escape(f"{shard}: corrupted record at byte 0: its length says "
+                                                                f"{1 << 30} bytes, more than the ") + r"\d+ a record "
+                                                      r"here can hold; " + re.escape(f"run `tfshard verify {out}`")):
         readers.windows(out, length=2, batch_size=2)
 
 

@@ -123,6 +123,9 @@ def test_read_records_believes_no_forged_length_beyond_the_bytes_there():
         list(read_records(io.BytesIO(forged), "forged"))
     with pytest.raises(CorruptRecordError, match=r"ends inside its data \(1000 of 1152921504606846976 bytes\)"):
         list(read_records(io.BytesIO(forged), "forged", len(forged)))  # refused before any read of the data
+    with pytest.raises(CorruptRecordError, match=r"at byte 0: its length says 1152921504606846976 bytes, more than the "
+                                                 r"500 a record here can hold"):
+        list(read_records(io.BytesIO(forged), "forged", most=500))  # a gzip stream has no size to go by
 
 
 def test_read_records_of_a_sized_file_stops_at_that_size():
@@ -131,6 +134,9 @@ def test_read_records_of_a_sized_file_stops_at_that_size():
     data = tfrecord_bytes([b"a" * 40, b"b" * 7])
     grown = io.BytesIO(data + tfrecord_bytes([b"c" * 100]))
     assert list(read_records(grown, "shard", len(data))) == [b"a" * 40, b"b" * 7]
+    with pytest.raises(CorruptRecordError, match=r"shard: corrupted record at byte 56: the file ends there, before the "
+                                                 r"\d+ bytes it had"):  # cut at a frame's end: still not its size
+        list(read_records(io.BytesIO(data[:56]), "shard", len(data)))
 
 
 def _masked_crc(data: bytes) -> bytes:

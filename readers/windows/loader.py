@@ -14,6 +14,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from ...format.manifest import EpisodeInfo
+from ...format.names import printable
 from ...format.records import DATA_PREFIX, EPISODE_FEATURES, LABEL_KEY
 from .. import bulk_read
 from .. import files as files_lib
@@ -27,6 +28,7 @@ from .layout import Concatenated, aligned_empty, pad_fill
 
 AUTOTUNE = tf.data.AUTOTUNE
 _LISTS = {"int64": "int64_list", "float32": "float_list", "string": "bytes_list"}
+MAX_CHUNK_KEYS_BYTES = 1 << 16  # a chunk record's keys and their framing besides its data and source: ~200 bytes
 
 
 class _Placer:
@@ -60,6 +62,15 @@ class _Placer:
         self._row_bytes = {n: dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for n, (dtype, shape) in
                            schema.items()}
 
+    def most_record_bytes(self) -> int:
+        """The most bytes a chunk record of these episodes can hold: a whole episode of the longest one's steps,
+        plus its keys and source (``MAX_CHUNK_KEYS_BYTES``). A longer record's length is refused unread: in a gzip
+        shard, a forged one could otherwise inflate to gigabytes from a few megabytes."""
+        longest = max((entry.length for entry, *_ in self.episodes.values()), default=0)
+        source = max((len(entry.source.encode("utf-8", "surrogateescape")) for entry, *_ in self.episodes.values()),
+                     default=0)
+        return longest * sum(self._row_bytes.values()) + source + MAX_CHUNK_KEYS_BYTES
+
     def _error(self, episode_id: int, source: str, problem: str) -> ValueError:
         return ValueError(f"{self.where}: episode {episode_id} ({source}): {problem}; {self.fix}")
 
@@ -68,7 +79,7 @@ class _Placer:
         episode_id, chunk = record["episode/id"], record["episode/chunk"]
         start, steps, length = record["episode/start"], record["episode/steps"], record["episode/length"]
         if episode_id not in self.episodes:
-            source = record["episode/source"].decode("utf-8", "surrogateescape")
+            source = printable(record["episode/source"].decode("utf-8", "surrogateescape"))
             raise self._error(episode_id, source, f"not an episode the manifest lists for shards {self.shards} "
                                                   f"(got episode/id={episode_id})")
         entry, begin, lo, hi = self.episodes[episode_id]
@@ -167,7 +178,8 @@ def load_concatenated(
     session = (shard_cache or ShardCacheArg()).session(dataset.path, shards)
     compression = dataset.manifest.compression
     if session is None:  # read once, now: plain file reads, nothing to trace
-        bulk_read.read_now(shards, place, compression=compression, fix=placer.fix)
+        bulk_read.read_now(shards, place, compression=compression, fix=placer.fix,
+                           most_record_bytes=placer.most_record_bytes())
     else:  # through the shard cache's pipeline
         records = files_lib.interleave_records(
             shards, compression=compression, shuffle_files=False, seed=None, cycle_length=None,
