@@ -634,6 +634,22 @@ def test_resident_windows_refuse_a_record_longer_than_any_chunk_before_reading_i
         readers.windows(out, length=2, batch_size=2)
 
 
+def test_resident_windows_of_some_features_load_records_holding_all_of_them(tmp_path):
+    """A record holds every feature, whichever ``features=`` the reader loads: the longest a record can be is counted
+    over all of them. Here the unloaded ``big`` (160 bytes a step) makes each record ~96 KB more than ``small`` alone
+    (4 bytes a step) and the keys' allowance can hold; bounding by the loaded feature refused every record."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    rng = np.random.default_rng(3)
+    episodes = {f"ep{i}.npz": {"small": rng.normal(size=(600,)).astype(np.float32),
+                               "big": rng.normal(size=(600, 40)).astype(np.float32)} for i in range(2)}
+    save_episodes(src, episodes)
+    manifest = convert_episode_tree(src, out)
+    in_order = [episodes[e.source]["small"] for e in sorted(manifest.splits["train"].episodes, key=lambda e: e.id)]
+    windows = readers.windows(str(out), length=600, batch_size=2, features="small")
+    got = np.concatenate([batch.numpy() for batch in windows])  # shuffled: one window per episode, any order
+    np.testing.assert_array_equal(got[np.argsort(got[:, 0])], np.stack(sorted(in_order, key=lambda e: e[0])))
+
+
 def test_resident_windows_refuse_a_corrupt_shard_of_the_manifest_size_naming_it(chunked, tmp_path):
     """A damaged byte inside a gzip shard (its size unchanged): ``DataLossError`` naming the shard and the fix, as
     TensorFlow's reader fails; the streamed reader fails too."""

@@ -19,6 +19,7 @@ from ...format.records import DATA_PREFIX, EPISODE_FEATURES, LABEL_KEY
 from .. import bulk_read
 from .. import files as files_lib
 from ..arguments import DEFAULT_READ_BUFFER_BYTES
+from ..episode_decode import feature_schema
 from ..episodes import repair_hint
 from ..options import quiet_options
 from ..shard_cache.pipeline import ShardCacheArg
@@ -59,17 +60,19 @@ class _Placer:
             for n, array in self._arrays.items():
                 array[begin - pad : begin] = fills[n]
                 array[begin + hi - lo : next_start] = 0
-        self._row_bytes = {n: dtype.itemsize * int(np.prod(shape, dtype=np.int64)) for n, (dtype, shape) in
-                           schema.items()}
+        self._row_bytes = {n: _row_bytes(dtype, shape) for n, (dtype, shape) in schema.items()}
 
-    def most_record_bytes(self) -> int:
-        """The most bytes a chunk record of these episodes can hold: a whole episode of the longest one's steps,
-        plus its keys and source (``MAX_CHUNK_KEYS_BYTES``). A longer record's length is refused unread: in a gzip
-        shard, a forged one could otherwise inflate to gigabytes from a few megabytes."""
+    def most_record_bytes(self, record_schema: dict) -> int:
+        """The most bytes a chunk record of these episodes can hold: a whole episode of the longest one's steps of
+        every feature of ``record_schema`` (the manifest's, all of them: a record holds every feature, whichever
+        ``features=`` the reader loads), plus its keys and source (``MAX_CHUNK_KEYS_BYTES``). A longer record's
+        length is refused unread: in a gzip shard, a forged one could otherwise inflate to gigabytes from a few
+        megabytes."""
         longest = max((entry.length for entry, *_ in self.episodes.values()), default=0)
         source = max((len(entry.source.encode("utf-8", "surrogateescape")) for entry, *_ in self.episodes.values()),
                      default=0)
-        return longest * sum(self._row_bytes.values()) + source + MAX_CHUNK_KEYS_BYTES
+        return longest * sum(_row_bytes(dtype, shape) for dtype, shape in record_schema.values()) + source + (
+            MAX_CHUNK_KEYS_BYTES)
 
     def _error(self, episode_id: int, source: str, problem: str) -> ValueError:
         return ValueError(f"{self.where}: episode {episode_id} ({source}): {problem}; {self.fix}")
@@ -179,7 +182,7 @@ def load_concatenated(
     compression = dataset.manifest.compression
     if session is None:  # read once, now: plain file reads, nothing to trace
         bulk_read.read_now(shards, place, compression=compression, fix=placer.fix,
-                           most_record_bytes=placer.most_record_bytes())
+                           most_record_bytes=placer.most_record_bytes(feature_schema(dataset)))
     else:  # through the shard cache's pipeline
         records = files_lib.interleave_records(
             shards, compression=compression, shuffle_files=False, seed=None, cycle_length=None,
@@ -189,6 +192,11 @@ def load_concatenated(
                 place(record, f"{dataset.path}: split {split!r}")
     layout.arrays = placer.arrays()
     return layout
+
+
+def _row_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+    """The bytes one step of a feature of ``dtype`` and trailing ``shape`` takes."""
+    return dtype.itemsize * int(np.prod(shape, dtype=np.int64))
 
 
 def chunk_fields(record: bytes, kinds: dict[str, str], source: str, fix: str) -> dict:
