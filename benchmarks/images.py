@@ -19,7 +19,9 @@ On one generated set of 500x375 photo-like JPEGs (``benchmarks/ingest.py``'s
 
 Evaluation is also set against its own floor: the reader's fused centre-crop decode to float32 over the same
 bytes in RAM, with fixed parallelism (one decode per core, autotune off, as the readers run) and with autotune
-(which made it bimodal on 2 cores): img/s and CPU per image as ratios (targets >= 0.95x, <= 1.05x).
+(which made it bimodal on 2 cores): img/s and CPU per image as ratios (targets >= 0.95x, <= 1.05x). A third floor
+reads the shards themselves with tf.data and no checks (``bench.floor_read_center_crop``): the two shares it gives
+split evaluation's gap into what reading the shards costs and what the reader's checks cost.
 
 First batch (unless ``--first-batch-rounds 0``): each reader in a fresh process (``--first-batch-child``),
 imports done and TensorFlow's eager context up, timed from the call that builds it to its first batch:
@@ -29,7 +31,8 @@ keras' ``image_dataset_from_directory``, ``readers.images`` training and evaluat
 interleaved, the best of each is shown, as ratios to keras' (targets: <= 0.3 s and <= keras') and to the first batch's
 floor: a bare tf.data reader of the same shards (read, parse, the fused centre-crop decode fused with the batch; no
 AutoGraph, no checks, no static rewrites), which no tf.data reader of these shards that decodes the centre crop can
-beat.
+beat. keras, both ``readers.images`` and that floor are timed again with ``TF_ENABLE_ONEDNN_OPTS=0`` in the child's
+environment: TensorFlow's oneDNN graph rewrite, a fixed cost of each process's first pipelines (docs/design.md).
 
 Each pass is ``time.perf_counter`` from creating the iterator to its end of data
 (a batch is only counted, not touched further); building the dataset is not timed.
@@ -152,26 +155,11 @@ def fit_figures(make_reader, batch_size: int, images: int, epochs: int = 3) -> d
 FIRST_BATCH = ("keras image_dataset_from_directory", "readers.images (training)", "readers.images (evaluation)",
                "readers.windows", "readers.model_windows .starts", "readers.episodes",
                "floor: tf.data read + centre crop")
-
-
-def floor_first_batch(images_out: str, batch_size: int):
-    """The least a tf.data evaluation reader of these shards does: read them, parse, the fused centre-crop decode in
-    parallel fused with the batch, prefetch; no AutoGraph, no checks of any kind, tf.data's autotune and static rewrites
-    off, as the readers run (the first batch's floor)."""
-    import tensorflow as tf
-    from tfshard.readers.image_batches import decoded_batches
-    from tfshard.readers.image_ops import decode_center_crop, parse_image
-    from tfshard.readers.options import quiet_options
-
-    @tf.autograph.experimental.do_not_convert
-    def decode(record):
-        encoded, label = parse_image(record)
-        return decode_center_crop(encoded, SIZE, unit_float=True), label
-
-    shards = sorted(tf.io.gfile.glob(os.path.join(images_out, "train-*.tfrecord")))
-    batches = decoded_batches(tf.data.TFRecordDataset(shards), decode, batch_size=batch_size, drop_remainder=False,
-                              deterministic=None)
-    return batches.prefetch(tf.data.AUTOTUNE).with_options(quiet_options())
+# Also timed with TensorFlow's oneDNN graph rewrites off (TF_ENABLE_ONEDNN_OPTS=0 in the child's environment): the
+# rewrite searches TensorFlow's whole kernel registry once per op type and thread, a fixed cost of every loader's
+# first pipeline in a process (docs/design.md, "Where a first batch goes").
+ONEDNN_OFF = (FIRST_BATCH[0], FIRST_BATCH[1], FIRST_BATCH[2], FIRST_BATCH[-1])
+ONEDNN_OFF_SUFFIX = " [oneDNN off]"
 
 
 def first_batch_child(name: str, src: str, images_out: str, episodes_out: str, batch_size: int) -> None:
@@ -180,6 +168,7 @@ def first_batch_child(name: str, src: str, images_out: str, episodes_out: str, b
     import keras
     import tensorflow as tf
     from tfshard import readers
+    from tfshard.tools import bench
 
     tf.constant(0)  # the eager context, which any first op of a process starts
     window = {"length": 64, "shift": 16, "batch_size": batch_size, "features": "observation", "seed": 0}
@@ -191,7 +180,7 @@ def first_batch_child(name: str, src: str, images_out: str, episodes_out: str, b
         FIRST_BATCH[3]: lambda: readers.windows(episodes_out, **window),
         FIRST_BATCH[4]: lambda: readers.model_windows(episodes_out, **window).starts,
         FIRST_BATCH[5]: lambda: readers.episodes(episodes_out),
-        FIRST_BATCH[6]: lambda: floor_first_batch(images_out, batch_size),
+        FIRST_BATCH[6]: lambda: bench.floor_read_center_crop(images_out, "train", batch_size, SIZE),
     }[name]
     start = time.perf_counter()
     dataset = make()
@@ -202,13 +191,16 @@ def first_batch_child(name: str, src: str, images_out: str, episodes_out: str, b
 
 def first_batches(rounds: int, src: str, images_out: str, episodes_out: str, batch_size: int) -> dict:
     """Name -> the seconds to the first batch of each round (``first_batch_child`` in a fresh process each)."""
-    times = {name: [] for name in FIRST_BATCH}
+    runs = [(name, name, {}) for name in FIRST_BATCH] + [
+        (name + ONEDNN_OFF_SUFFIX, name, {"TF_ENABLE_ONEDNN_OPTS": "0"}) for name in ONEDNN_OFF]
+    times = {key: [] for key, _, _ in runs}
     for _ in range(rounds):  # interleaved: drift on the machine hits every loader alike
-        for name in FIRST_BATCH:
+        for key, name, env in runs:
             out = subprocess.run([sys.executable, __file__, "--first-batch-child", name, "--src", src,
                                   "--images-out", images_out, "--episodes-out", episodes_out,
-                                  "--batch-size", str(batch_size)], capture_output=True, text=True, check=True)
-            times[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+                                  "--batch-size", str(batch_size)], capture_output=True, text=True, check=True,
+                                 env={**os.environ, **env})
+            times[key].append(json.loads(out.stdout.strip().splitlines()[-1]))
     return times
 
 
@@ -219,12 +211,21 @@ def print_first_batches(times: dict) -> None:
           f"{len(next(iter(times.values())))} interleaved rounds):")
     print(f"{'loader':<36} {'build s':>7} {'first s':>7} {'worst s':>7} {'/ keras':>7} {'/ floor':>7}  "
           "target <= 0.3 s and <= keras")
-    for name, run in best.items():
+    for name in FIRST_BATCH:
+        run = best[name]
         ratio = run["first"] / keras_s
         met = "" if name in (FIRST_BATCH[0], FIRST_BATCH[-1]) else (
             "met" if run["first"] <= 0.3 and ratio <= 1.0 else "MISSED")
         print(f"{name:<36} {run['build']:7.3f} {run['first']:7.3f} {max(r['first'] for r in times[name]):7.3f} "
               f"{ratio:6.2f}x {run['first'] / floor_s:6.2f}x  {met}")
+    off = {name: best[name + ONEDNN_OFF_SUFFIX] for name in ONEDNN_OFF if name + ONEDNN_OFF_SUFFIX in best}
+    if off:
+        keras_off = off[FIRST_BATCH[0]]["first"]
+        print("\nthe same with TF_ENABLE_ONEDNN_OPTS=0 in the process (TensorFlow's oneDNN graph rewrites off):")
+        print(f"{'loader':<36} {'build s':>7} {'first s':>7} {'/ on':>7} {'/ keras':>7}")
+        for name, run in off.items():
+            print(f"{name:<36} {run['build']:7.3f} {run['first']:7.3f} {run['first'] / best[name]['first']:6.2f}x "
+                  f"{run['first'] / keras_off:6.2f}x")
 
 
 def main() -> None:
@@ -311,6 +312,8 @@ def main() -> None:
         print(f"{'eval CPU per image / ' + floor[7:]:<40} {value:5.2f}x  (target <= 1.05x: "
               f"{'met' if value <= 1.05 else 'MISSED'})")
     print(f"{'eval / ' + bench.FLOOR_EVAL_AUTOTUNE[7:]:<40} {rate[bench.EVAL] / rate[bench.FLOOR_EVAL_AUTOTUNE]:5.2f}x")
+    for label, value in bench.shares(rate):
+        print(f"{label:<40} {value:5.2f}x")
     print(f"{'training uint8 / training float32':<40} {rate[bench.UINT8] / rate[bench.DEFAULT]:5.2f}x")
     print(f"{'augment=color / default':<40} {rate[bench.COLOR] / rate[bench.DEFAULT]:5.2f}x")
     if fit is not None:

@@ -161,11 +161,12 @@ def test_bench_compare_gives_every_row_and_every_image_ratio(image_tree, tmp_pat
     convert_images(src, str(out), ConvertOptions(num_shards=2), workers=0, progress=False)
     result = cli("bench", out, "--compare", "--src", src, "--batch-size", "4", "--image-size", "16")
     assert result.exit_code == 0, result.output
-    for name in (bench.FLOOR_CROP, bench.FLOOR_DECODE, bench.FLOOR_EVAL, bench.FLOOR_EVAL_AUTOTUNE, bench.KERAS,
+    for name in (bench.FLOOR_CROP, bench.FLOOR_DECODE, bench.FLOOR_EVAL, bench.FLOOR_EVAL_AUTOTUNE,
+                 bench.FLOOR_EVAL_READ, bench.KERAS,
                  bench.EVAL, bench.NO_AUGMENT, bench.DEFAULT, bench.UINT8, bench.COLOR,
                  bench.CACHE_FIRST, bench.CACHE_AGAIN):
         assert name in result.output and "img/s" in result.output
-    for label, *_ in bench.IMAGE_RATIOS:
+    for label, *_ in bench.IMAGE_RATIOS + bench.IMAGE_SHARES:
         assert label in result.output
     without_keras = cli("bench", out, "--compare", "--batch-size", "4", "--image-size", "16", "--limit", "8")
     assert without_keras.exit_code == 0, without_keras.output

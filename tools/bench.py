@@ -20,8 +20,10 @@ import tensorflow as tf
 
 from ..format import stops
 from ..readers.files import DatasetInfo, info, records_in_order
+from ..readers.image_batches import decoded_batches
 from ..readers.image_ops import ImageLabels, decode_center_crop, decode_random_crop, parse_image
 from ..readers.images import images
+from ..readers.options import quiet_options
 from ..readers.windows.dataset import windows
 from ..readers.windows.resident import default_device
 
@@ -64,6 +66,7 @@ FLOOR_CROP = "floor: fused random crop, bytes in RAM"
 FLOOR_DECODE = "floor: full decode + resize, bytes in RAM"
 FLOOR_EVAL = "floor: fused centre crop, fixed parallelism"
 FLOOR_EVAL_AUTOTUNE = "floor: fused centre crop, autotune"
+FLOOR_EVAL_READ = "floor: tf.data read + centre crop, no checks"
 KERAS = "keras image_dataset_from_directory"
 EVAL = "tfshard eval (training=False)"
 NO_AUGMENT = "tfshard training, augment=None"
@@ -81,6 +84,13 @@ IMAGE_RATIOS = [
     ("eval / its fused centre-crop floor", EVAL, FLOOR_EVAL, 0.95),
     ("training default / augment=None", DEFAULT, NO_AUGMENT, 0.9),
     ("cached epoch / first epoch", CACHE_AGAIN, CACHE_FIRST, 3.0),
+]
+
+
+# (label, numerator, denominator): where evaluation's time against its floor goes, no goal of their own.
+IMAGE_SHARES = [
+    ("reading the shards: bare read / in RAM", FLOOR_EVAL_READ, FLOOR_EVAL),
+    ("the reader's checks: eval / bare read", EVAL, FLOOR_EVAL_READ),
 ]
 
 
@@ -126,6 +136,28 @@ def floor_center_crop(blobs: list[bytes], labels: list[int], batch_size: int, im
     return ds.with_options(options)
 
 
+def floor_read_center_crop(path: str, split: str, batch_size: int, image_size: tuple[int, int]) -> tf.data.Dataset:
+    """The least a tf.data evaluation reader of a dataset's shards does: read them (``TFRecordDataset``, with its
+    CRC check), parse, the fused centre-crop decode fused with the batch, prefetch; no checks of any kind, no
+    AutoGraph, tf.data's autotune and static rewrites off, as the readers run. Against ``floor_center_crop`` (the
+    same decode of bytes in RAM) it shows what reading the shards costs; against evaluation, what the reader's
+    checks cost."""
+    dataset = info(path)
+    kind = ImageLabels.of(dataset.manifest)
+
+    @tf.autograph.experimental.do_not_convert
+    def decode(record):
+        encoded, label = parse_image(record, kind)
+        return decode_center_crop(encoded, image_size, unit_float=True), label
+
+    parts = list(records_in_order(dataset, split))
+    records = parts[0]
+    for part in parts[1:]:
+        records = records.concatenate(part)
+    batches = decoded_batches(records, decode, batch_size=batch_size, drop_remainder=False, deterministic=None)
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(quiet_options())
+
+
 def floor_full_decode(blobs: list[bytes], labels: list[int], batch_size: int, image_size: tuple[int, int]):
     """A full ``decode_jpeg`` + resize over bytes in RAM, on all cores: what any full-decode loader costs."""
     def decode(encoded, label):
@@ -156,6 +188,7 @@ def image_methods(path: str, split: str, *, batch_size: int, image_size: tuple[i
         FLOOR_DECODE: lambda: floor_full_decode(blobs, labels, batch_size, image_size),
         FLOOR_EVAL: lambda: floor_center_crop(blobs, labels, batch_size, image_size),
         FLOOR_EVAL_AUTOTUNE: lambda: floor_center_crop(blobs, labels, batch_size, image_size, autotune=True),
+        FLOOR_EVAL_READ: lambda: floor_read_center_crop(path, split, batch_size, image_size),
     }
     if src is not None:
         methods[KERAS] = lambda: keras_folder(src, batch_size, image_size)
@@ -168,6 +201,11 @@ def ratios(rates: dict[str, float]) -> list[tuple[str, float, float]]:
     """``(label, measured, target)`` for each of ``IMAGE_RATIOS`` whose two rows were measured."""
     return [(label, rates[num] / rates[den], target) for label, num, den, target in IMAGE_RATIOS
             if num in rates and den in rates]
+
+
+def shares(rates: dict[str, float]) -> list[tuple[str, float]]:
+    """``(label, measured)`` for each of ``IMAGE_SHARES`` whose two rows were measured."""
+    return [(label, rates[num] / rates[den]) for label, num, den in IMAGE_SHARES if num in rates and den in rates]
 
 
 # --- what `tfshard bench` runs ----------------------------------------------------------------------------------------
@@ -240,6 +278,8 @@ def _compare(out: str, split: str, batch_size: int, size: tuple[int, int], src: 
             yield f"  {name:<44} {rates[name]:>8,.0f} img/s"
     for label, value, goal in ratios(rates):
         yield f"  {label:<44} {value:>7.2f}x  (goal >= {goal}x: {'met' if value >= goal else 'missed'})"
+    for label, value in shares(rates):
+        yield f"  {label:<44} {value:>7.2f}x"
 
 
 def _window_epochs(out: str, dataset: DatasetInfo, split: str, window: int | None, shift: int, batch_size: int,
