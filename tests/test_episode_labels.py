@@ -140,14 +140,17 @@ def test_an_unreadable_file_counts_for_the_class_folder_rule(tmp_path):
     assert manifest.labels is None and [r["path"] for r in manifest.rejected] == ["loose.npy"]
 
 
-def test_a_feature_named_label_is_refused_in_a_labelled_dataset_only(tmp_path):
+@pytest.mark.parametrize("name", ["label", "episode/label"])
+def test_a_feature_named_label_is_refused_in_a_labelled_dataset_only(tmp_path, name):
+    """Both names a labelled dataset gives its labels: ``label`` (what readers yield) and ``episode/label`` (the
+    records' key and the resident arrays' one, where such a feature's array was overwritten by the labels)."""
     src = tmp_path / "src"
-    save_episodes(src, {f"{c}/ep.npz": {"obs": np.ones((3, 2), np.float32), "label": np.zeros(3)} for c in CLASSES})
-    with pytest.raises(InputError, match=r"ep\.npz: has an array named 'label'.*rename the array, or convert "
+    save_episodes(src, {f"{c}/ep.npz": {"obs": np.ones((3, 2), np.float32), name: np.zeros(3)} for c in CLASSES})
+    with pytest.raises(InputError, match=rf"ep\.npz: has an array named '{name}'.*rename the array, or convert "
                                          r"without labels \(--no-class-folders"):
         convert_episode_tree(src, tmp_path / "out")
     manifest = convert_episode_tree(src, tmp_path / "out2", episode=EpisodeOptions(class_folders=False))
-    assert manifest.labels is None and "data/label" in manifest.features
+    assert manifest.labels is None and f"data/{name}" in manifest.features
 
 
 # --- a labels file ---------------------------------------------------------------------------------------------------

@@ -650,6 +650,20 @@ def test_resident_windows_of_some_features_load_records_holding_all_of_them(tmp_
     np.testing.assert_array_equal(got[np.argsort(got[:, 0])], np.stack(sorted(in_order, key=lambda e: e[0])))
 
 
+def test_resident_windows_load_records_of_many_long_feature_names(tmp_path):
+    """The keys count too: 300 features named by 250 characters make each record ~85 KB of keys around 6 KB of data,
+    more than a fixed allowance for the keys held; every ``data/<name>`` key is counted with its framing."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    names = [f"{i:03d}" + "x" * 247 for i in range(300)]
+    rng = np.random.default_rng(5)
+    episodes = {f"ep{i}.npz": {n: rng.normal(size=(5,)).astype(np.float32) for n in names} for i in range(2)}
+    save_episodes(src, episodes)
+    manifest = convert_episode_tree(src, out)
+    in_order = [episodes[e.source][names[7]] for e in sorted(manifest.splits["train"].episodes, key=lambda e: e.id)]
+    got = np.concatenate([b.numpy() for b in readers.windows(str(out), length=5, batch_size=2, features=names[7])])
+    np.testing.assert_array_equal(got[np.argsort(got[:, 0])], np.stack(sorted(in_order, key=lambda e: e[0])))
+
+
 def test_resident_windows_refuse_a_corrupt_shard_of_the_manifest_size_naming_it(chunked, tmp_path):
     """A damaged byte inside a gzip shard (its size unchanged): ``DataLossError`` naming the shard and the fix, as
     TensorFlow's reader fails; the streamed reader fails too."""

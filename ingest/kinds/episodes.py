@@ -16,7 +16,7 @@ from typing import Any
 from ...format.errors import InputError
 from ...format.labels import label_problem
 from ...format.manifest import EpisodeInfo
-from ...format.records import LABEL_NAME, episode_features
+from ...format.records import LABEL_KEY, LABEL_NAME, episode_features
 from .. import labels as labels_lib
 from ..episodes import (
     EpisodeSource,
@@ -117,12 +117,14 @@ class EpisodeJob:
         episodes = [dataclasses.replace(h, episode_id=ids[h.file.relpath], label=by_path.get(h.file.relpath))
                     for h in headers if isinstance(h, EpisodeSource)]
         schema, odd = common_schema(episodes)
-        if labels is not None and LABEL_NAME in schema:
+        taken = [name for name in (LABEL_NAME, LABEL_KEY) if name in schema] if labels is not None else []
+        if taken:
             holder = next(e for e in episodes if e.schema == schema)
             raise InputError(
-                f"{holder.file.path}: has an array named {LABEL_NAME!r}, but a labelled dataset yields each "
-                f"episode's label as {LABEL_NAME!r} (got features {sorted(schema)!r:.100}); rename the array, "
-                "or convert without labels (--no-class-folders, or drop --labels)"
+                f"{holder.file.path}: has an array named {taken[0]!r}, but a labelled dataset keeps each episode's "
+                f"label under that name (readers yield it as {LABEL_NAME!r}, records and resident arrays hold it as "
+                f"{LABEL_KEY!r}; got features {sorted(schema)!r:.100}); rename the array, or convert without labels "
+                "(--no-class-folders, or drop --labels)"
             )
         unusable = unreadable + [h for h in headers if isinstance(h, Rejection)] + odd
         # An empty episode is not an error (nothing is lost): it is always skipped, with its reason recorded.

@@ -29,7 +29,8 @@ from .layout import Concatenated, aligned_empty, pad_fill
 
 AUTOTUNE = tf.data.AUTOTUNE
 _LISTS = {"int64": "int64_list", "float32": "float_list", "string": "bytes_list"}
-MAX_CHUNK_KEYS_BYTES = 1 << 16  # a chunk record's keys and their framing besides its data and source: ~200 bytes
+MAX_CHUNK_KEYS_BYTES = 1 << 16  # a chunk record's episode/* keys, label and their framing: ~200 bytes
+MAX_FEATURE_FRAMING = 32  # the protobuf framing of one data/<name> feature around its key and bytes: at most ~26
 
 
 class _Placer:
@@ -65,14 +66,16 @@ class _Placer:
     def most_record_bytes(self, record_schema: dict) -> int:
         """The most bytes a chunk record of these episodes can hold: a whole episode of the longest one's steps of
         every feature of ``record_schema`` (the manifest's, all of them: a record holds every feature, whichever
-        ``features=`` the reader loads), plus its keys and source (``MAX_CHUNK_KEYS_BYTES``). A longer record's
-        length is refused unread: in a gzip shard, a forged one could otherwise inflate to gigabytes from a few
-        megabytes."""
+        ``features=`` the reader loads), each feature's key and framing, its source, and the episode's own keys
+        (``MAX_CHUNK_KEYS_BYTES``). A longer record's length is refused unread: in a gzip shard, a forged one could
+        otherwise inflate to gigabytes from a few megabytes."""
         longest = max((entry.length for entry, *_ in self.episodes.values()), default=0)
         source = max((len(entry.source.encode("utf-8", "surrogateescape")) for entry, *_ in self.episodes.values()),
                      default=0)
-        return longest * sum(_row_bytes(dtype, shape) for dtype, shape in record_schema.values()) + source + (
-            MAX_CHUNK_KEYS_BYTES)
+        data = longest * sum(_row_bytes(dtype, shape) for dtype, shape in record_schema.values())
+        keys = sum(len(f"{DATA_PREFIX}{name}".encode("utf-8", "surrogateescape")) + MAX_FEATURE_FRAMING
+                   for name in record_schema)
+        return data + keys + source + MAX_CHUNK_KEYS_BYTES
 
     def _error(self, episode_id: int, source: str, problem: str) -> ValueError:
         return ValueError(f"{self.where}: episode {episode_id} ({source}): {problem}; {self.fix}")
