@@ -13,9 +13,13 @@ process). Both formats are small and public:
 - A TFRecord file is a run of records, each framed as: the data length (uint64,
   little-endian), the masked CRC32C of those 8 bytes, the data, the masked
   CRC32C of the data (``tensorflow/core/lib/io/record_writer.cc``). A GZIP
-  TFRecord file is that run gzip-compressed; TensorFlow's reader, like
-  ``gzip.open``, reads a file of several gzip members as their concatenation,
-  so each item's records can be compressed on their own, in parallel.
+  TFRecord file is that run gzip-compressed, as one gzip member: each item's
+  records are compressed on their own, in parallel, as a piece of raw deflate
+  ending on a byte boundary (``deflate_piece``), and the shard writer joins the
+  pieces into the member (``GzipMember``). Not a member per item: TensorFlow's
+  reader stops, with no error and the rest of the file unread, after a member
+  whose last inflate call yields no byte once the rest of the file is in its
+  256 KiB input buffer (an empty member; a trailer that straddles that buffer).
 
 The tests pin every byte against TensorFlow's ``SerializeToString`` and
 ``tf.io.TFRecordWriter``. ``read_records`` reads the frames back, checking both
@@ -139,6 +143,47 @@ def gzip_member(data: bytes, level: int = zlib.Z_DEFAULT_COMPRESSION) -> bytes:
     """``data`` as one gzip member (no name, mtime 0), the same header TensorFlow's GZIP writer puts first."""
     compressor = zlib.compressobj(level, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     return compressor.compress(data) + compressor.flush()
+
+
+def deflate_piece(data: bytes, level: int = zlib.Z_DEFAULT_COMPRESSION) -> bytes:
+    """``data`` as a piece of raw deflate that ends on a byte boundary (a sync flush) and refers to nothing before it,
+    so pieces compressed apart, joined in order, are one deflate stream (``GzipMember``)."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+
+
+class GzipMember:
+    """One gzip member written from ``deflate_piece``s in order: ``piece(p)`` gives the bytes to write for each (the
+    header first), ``end()`` the bytes that close it (the last block, the CRC-32 and size of all the data; a member
+    of no piece is an empty gzip file). Each piece is inflated once, to check it and to sum the CRC-32 over its data.
+
+    Example:
+      member = GzipMember()
+      data = member.piece(deflate_piece(b"a")) + member.piece(deflate_piece(b"b")) + member.end()
+      gzip.decompress(data)  # b"ab"
+    """
+
+    HEADER = gzip_member(b"")[:10]  # no name, mtime 0: the header TensorFlow's GZIP writer puts first
+    LAST_BLOCK = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, -zlib.MAX_WBITS).flush()  # empty, final
+
+    def __init__(self):
+        self._started, self._crc, self._size = False, 0, 0
+
+    def piece(self, piece: bytes) -> bytes:
+        inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+        try:
+            data = inflater.decompress(piece)
+        except zlib.error:
+            data = None
+        if data is None or inflater.eof or inflater.unconsumed_tail or piece[-4:] != b"\x00\x00\xff\xff":
+            raise ValueError("not a piece of raw deflate ending in a sync flush (format.tfrecord.deflate_piece)")
+        self._crc, self._size = zlib.crc32(data, self._crc), self._size + len(data)
+        head, self._started = (b"" if self._started else self.HEADER), True
+        return head + piece
+
+    def end(self) -> bytes:
+        head = b"" if self._started else self.HEADER
+        return head + self.LAST_BLOCK + _UINT32.pack(self._crc) + _UINT32.pack(self._size & 0xFFFFFFFF)
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..format.records import DATA_PREFIX, IMAGE_FEATURES, LABEL_KEY, MULTI_LABEL_KEY, VALUE_KEY, serialize
-from ..format.tfrecord import frame_records, gzip_member
+from ..format.tfrecord import deflate_piece, frame_records
 from .episodes import PreparedEpisode
 from .images import PreparedImage
 from .scan import Rejection
@@ -25,7 +25,8 @@ class EncodedItem:
     """One input's records, ready to append to its shard.
 
     Attributes:
-      data: the framed records back to back (one gzip member when the shards are compressed).
+      data: the framed records back to back (a piece of the shard's gzip member when the shards are
+        compressed: ``format.tfrecord.deflate_piece``).
       record_sizes: each record's framed size before compression (the offsets of DALI index files).
       stats: the input's share of its shard's statistics (the kind's own type; see ``Kind.count``).
     """
@@ -43,7 +44,7 @@ def encode_item(item: Any, *, prepare: Callable, to_records: Callable,
         return prepared
     records, stats = to_records(prepared)
     data, sizes = frame_records(records)
-    return EncodedItem(gzip_member(data) if compression == "gzip" else data, sizes, stats)
+    return EncodedItem(deflate_piece(data) if compression == "gzip" else data, sizes, stats)
 
 
 def _text(value: str) -> bytes:

@@ -31,7 +31,7 @@ from ..format.errors import InputError
 from ..format.manifest import ShardInfo
 from ..format.names import TEMP_PREFIX, index_file_name
 from ..format.storage import create_new, is_url, join, write_atomic
-from ..format.tfrecord import gzip_member
+from ..format.tfrecord import GzipMember
 from .kinds.protocol import Kind
 from .options import ConvertOptions
 from .plan import ShardSpec
@@ -150,7 +150,7 @@ class ShardWriter:
     Args:
       folder: the output folder.
       file_name: the shard's final file name.
-      compression: None or ``"gzip"`` (the appended bytes are then gzip members).
+      compression: None or ``"gzip"`` (the appended bytes are then pieces of the shard's one gzip member).
       index: also write a DALI ``tfrecord2idx`` index (``<stem>.idx``: one
         "offset size" line per record); uncompressed shards only.
     """
@@ -167,6 +167,7 @@ class ShardWriter:
         self.path = join(folder, file_name)
         self.temp_path = join(folder, TEMP_PREFIX + file_name)
         self.compression = compression
+        self._gzip = GzipMember() if compression == "gzip" else None
         self.index_name = index_file_name(file_name) if index else None
         self._before_rename = before_rename
         self.records = 0
@@ -182,20 +183,24 @@ class ShardWriter:
         return self
 
     def append(self, data: bytes, record_sizes: Sequence[int]) -> None:
-        """Appends framed records (``data``) whose framed sizes before compression are ``record_sizes``."""
-        self._file.write(data)
-        self._hasher.update(data)
+        """Appends framed records (``data``) whose framed sizes before compression are ``record_sizes``; a compressed
+        shard's ``data`` is a piece of its one gzip member (``format.tfrecord.deflate_piece``)."""
         if self.index_name is not None:
             offset = self.bytes
             for size in record_sizes:
                 self._index_lines.append(f"{offset} {size}\n")
                 offset += size
-        self.bytes += len(data)
+        self._write(data if self._gzip is None else self._gzip.piece(data))
         self.records += len(record_sizes)
 
+    def _write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._hasher.update(data)
+        self.bytes += len(data)
+
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None and self.compression == "gzip" and not self.bytes:
-            self.append(gzip_member(b""), ())  # every input was rejected: still a gzip file (gzip -t, zcat)
+        if exc_type is None and self._gzip is not None:
+            self._write(self._gzip.end())  # with no record (every input rejected), still a gzip file (gzip -t, zcat)
         sha256 = self._hasher.hexdigest()
         try:
             self._file.close()  # flushes: a full disk may fail here

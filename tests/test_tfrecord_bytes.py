@@ -12,13 +12,22 @@ import hashlib
 import io
 import os
 import random
+import zlib
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from helpers import make_tree, save_episodes, tfrecord_bytes
 from tfshard.format.records import IMAGE_FEATURES, serialize
-from tfshard.format.tfrecord import CorruptRecordError, example_parts, frame_records, gzip_member, read_records
+from tfshard.format.tfrecord import (
+    CorruptRecordError,
+    GzipMember,
+    deflate_piece,
+    example_parts,
+    frame_records,
+    gzip_member,
+    read_records,
+)
 from tfshard.ingest import ConvertOptions, convert_episodes, convert_images
 from tfshard.ingest.write import Sha256Thread, ShardWriter
 
@@ -80,6 +89,42 @@ def test_gzip_members_read_back_with_tensorflow_and_gzip():
         assert list(tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator()) == records
     finally:
         os.remove(path)
+
+
+@pytest.mark.parametrize("first", [0, 262_145 - 64, 262_152 - 64, 3 * 262_144 + 3 - 64])
+def test_a_gzip_shard_is_one_member_tensorflow_reads_whole(tmp_path, first):
+    """TensorFlow's GZIP reader stops, with no error and the rest of the file unread, after a gzip member whose last
+    inflate call yields no byte once the rest of the file is in its 256 KiB input buffer (an empty member, or a
+    trailer straddling that buffer: members ending 1-8 bytes past a multiple of it lost what followed). A shard is
+    one member of the items' deflate pieces, so no member ends before the file does: TensorFlow reads every record."""
+    records = [np.random.default_rng(first).bytes(first), *(os.urandom(n) for n in (1000, 0, 70_000, 5))]
+    with ShardWriter(str(tmp_path), "train-00000-of-00001.tfrecord", "gzip") as writer:
+        for record in records:
+            framed, sizes = frame_records([[record]])
+            writer.append(deflate_piece(framed), sizes)
+    path = str(tmp_path / "train-00000-of-00001.tfrecord")
+    assert list(tf.data.TFRecordDataset(path, compression_type="GZIP").as_numpy_iterator()) == records
+    with open(path, "rb") as f:
+        data = f.read()
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    assert inflater.decompress(data) == tfrecord_bytes(records) and inflater.eof and not inflater.unused_data
+    assert data[:10] == tfrecord_bytes(records[:1], "GZIP")[:10]  # the header TensorFlow's writer puts first
+    assert writer.info.records == len(records) and writer.info.bytes == len(data)
+
+
+def test_an_empty_gzip_shard_is_an_empty_gzip_file(tmp_path):
+    with ShardWriter(str(tmp_path), "train-00000-of-00001.tfrecord", "gzip") as writer:
+        pass
+    data = (tmp_path / "train-00000-of-00001.tfrecord").read_bytes()
+    assert gzip.decompress(data) == b"" and writer.info.records == 0
+    assert list(tf.data.TFRecordDataset(str(tmp_path / "train-00000-of-00001.tfrecord"), compression_type="GZIP")) == []
+
+
+def test_a_gzip_member_refuses_what_is_not_a_deflate_piece():
+    member = GzipMember()
+    for wrong in (gzip_member(b"abc"), zlib.compress(b"abc"), deflate_piece(b"abc")[:-4]):
+        with pytest.raises(ValueError, match="not a piece of raw deflate ending in a sync flush"):
+            member.piece(wrong)
 
 
 def test_read_records_reads_what_tensorflow_writes_plain_and_gzip():

@@ -209,23 +209,25 @@ def test_corruption_is_named_with_its_shard(dataset, cli, corrupt):
         assert f"error: {problem}" in result.stderr.splitlines()
 
 
-@pytest.mark.parametrize("damage", ["truncate", "truncate at a member", "flip"])
+@pytest.mark.parametrize("damage", ["truncate", "truncate at a piece", "flip"])
 def test_damaged_gzip_shard_is_caught(tmp_path, image_tree, damage):
-    """A gzip shard is one gzip member per input (compressed by the workers); TensorFlow reads a file cut inside a
-    member as a bad record, and one cut between members as fewer records: verify names both."""
+    """A gzip shard is one gzip member of a deflate piece per input (compressed by the workers, each ending in a sync
+    flush); TensorFlow reads a file cut inside a piece as a bad record, and one cut between pieces as fewer records:
+    verify names both."""
     src, _ = image_tree
     out = str(tmp_path / "out")
     convert_images(src, out, ConvertOptions(num_shards=2, compression="gzip"), workers=0, progress=False)
     path = os.path.join(out, shard_name(0, 2, ".tfrecord.gz"))
     with open(path, "rb") as f:
         data = bytearray(f.read())
-    members = [m.start() for m in re.finditer(re.escape(bytes.fromhex("1f8b0800000000000003")), bytes(data))]
-    assert len(members) == 6  # one per image
+    assert len(re.findall(re.escape(bytes.fromhex("1f8b08")), bytes(data))) == 1  # one member
+    pieces = [m.end() for m in re.finditer(re.escape(b"\x00\x00\xff\xff"), bytes(data))]
+    assert len(pieces) == 6  # a sync flush ends each image's piece
     if damage == "truncate":
-        data = data[: (members[2] + members[3]) // 2]
+        data = data[: (pieces[2] + pieces[3]) // 2]
         expected = "truncated shard"
-    elif damage == "truncate at a member":
-        data = data[: members[3]]
+    elif damage == "truncate at a piece":
+        data = data[: pieces[2]]
         expected = "truncated shard"
     else:
         data[len(data) // 2] ^= 0xFF  # inside the deflate stream
@@ -237,7 +239,7 @@ def test_damaged_gzip_shard_is_caught(tmp_path, image_tree, damage):
     problems = caught.value.problems
     assert len(problems) == 2, problems
     assert problems[0].startswith(f"{path}: {expected}"), problems
-    second = "3 records, manifest says 6" if damage == "truncate at a member" else "unreadable record"
+    second = "3 records, manifest says 6" if damage == "truncate at a piece" else "unreadable record"
     assert problems[1].startswith(f"{path}: {second}"), problems
 
 
