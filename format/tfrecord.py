@@ -16,7 +16,8 @@ process). Both formats are small and public:
   TFRecord file is that run gzip-compressed, as one gzip member: each item's
   records are compressed on their own, in parallel, as a piece of raw deflate
   ending on a byte boundary (``deflate_piece``), and the shard writer joins the
-  pieces into the member (``GzipMember``). Not a member per item: TensorFlow's
+  pieces into the member (``GzipMember``, its CRC-32 summed from the pieces'
+  with ``crc32_combine``). Not a member per item: TensorFlow's
   reader stops, with no error and the rest of the file unread, after a member
   whose last inflate call yields no byte once the rest of the file is in its
   256 KiB input buffer (an empty member; a trailer that straddles that buffer).
@@ -34,6 +35,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import struct
@@ -145,17 +147,27 @@ def gzip_member(data: bytes, level: int = zlib.Z_DEFAULT_COMPRESSION) -> bytes:
     return compressor.compress(data) + compressor.flush()
 
 
-def deflate_piece(data: bytes, level: int = zlib.Z_DEFAULT_COMPRESSION) -> bytes:
-    """``data`` as a piece of raw deflate that ends on a byte boundary (a sync flush) and refers to nothing before it,
-    so pieces compressed apart, joined in order, are one deflate stream (``GzipMember``)."""
+@dataclasses.dataclass(frozen=True)
+class DeflatePiece:
+    """Some bytes as a piece of raw deflate that ends on a byte boundary (a sync flush) and refers to nothing before
+    it, with the CRC-32 and size of those bytes: pieces compressed apart, joined in order, make one gzip member
+    (``GzipMember``) without inflating them again."""
+
+    data: bytes
+    crc32: int
+    size: int
+
+
+def deflate_piece(data: bytes, level: int = zlib.Z_DEFAULT_COMPRESSION) -> DeflatePiece:
+    """``data`` as a ``DeflatePiece``."""
     compressor = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
-    return compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    return DeflatePiece(compressor.compress(data) + compressor.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(data), len(data))
 
 
 class GzipMember:
-    """One gzip member written from ``deflate_piece``s in order: ``piece(p)`` gives the bytes to write for each (the
-    header first), ``end()`` the bytes that close it (the last block, the CRC-32 and size of all the data; a member
-    of no piece is an empty gzip file). Each piece is inflated once, to check it and to sum the CRC-32 over its data.
+    """One gzip member written from ``DeflatePiece``s in order: ``piece(p)`` gives the bytes to write for each (the
+    header first), ``end()`` the bytes that close it (the last block, the CRC-32 and size of all the data, summed
+    from the pieces' own; a member of no piece is an empty gzip file).
 
     Example:
       member = GzipMember()
@@ -169,21 +181,54 @@ class GzipMember:
     def __init__(self):
         self._started, self._crc, self._size = False, 0, 0
 
-    def piece(self, piece: bytes) -> bytes:
-        inflater = zlib.decompressobj(-zlib.MAX_WBITS)
-        try:
-            data = inflater.decompress(piece)
-        except zlib.error:
-            data = None
-        if data is None or inflater.eof or inflater.unconsumed_tail or piece[-4:] != b"\x00\x00\xff\xff":
+    def piece(self, piece: DeflatePiece) -> bytes:
+        if not piece.data.endswith(b"\x00\x00\xff\xff"):
             raise ValueError("not a piece of raw deflate ending in a sync flush (format.tfrecord.deflate_piece)")
-        self._crc, self._size = zlib.crc32(data, self._crc), self._size + len(data)
+        self._crc, self._size = crc32_combine(self._crc, piece.crc32, piece.size), self._size + piece.size
         head, self._started = (b"" if self._started else self.HEADER), True
-        return head + piece
+        return head + piece.data
 
     def end(self) -> bytes:
         head = b"" if self._started else self.HEADER
         return head + self.LAST_BLOCK + _UINT32.pack(self._crc) + _UINT32.pack(self._size & 0xFFFFFFFF)
+
+
+# CRC-32 of two runs of bytes joined, from each run's CRC-32: zlib's crc32_combine, which Python's zlib does not
+# offer. CRCs are polynomials over GF(2) in zlib's reflected bit order: appending n zero bytes multiplies the first
+# run's CRC by x^(8n) mod the CRC polynomial, and x^(8n) is a product of the powers x^(2^k) for the bits of 8n.
+_CRC32_POLY = 0xEDB88320  # the CRC-32 polynomial, reflected
+_X1 = 1 << 30  # the polynomial x, reflected (bit 31 is x^0)
+
+
+def _multiply_mod_p(a: int, b: int) -> int:
+    """a(x) * b(x) modulo the CRC-32 polynomial, both reflected."""
+    product = 0
+    for bit in range(31, -1, -1):
+        if a & (1 << bit):
+            product ^= b
+        b = (b >> 1) ^ _CRC32_POLY if b & 1 else b >> 1
+    return product
+
+
+def _powers_of_x() -> list[int]:
+    """x^(2^k) mod the CRC-32 polynomial for k in 0..31 (x^(2^k) repeats with period 32 past k = 3 or so)."""
+    powers = [_X1]
+    for _ in range(31):
+        powers.append(_multiply_mod_p(powers[-1], powers[-1]))
+    return powers
+
+
+_X_TO_2_TO_K = _powers_of_x()
+
+
+def crc32_combine(crc1: int, crc2: int, size2: int) -> int:
+    """The CRC-32 (``zlib.crc32``) of ``a + b`` from ``crc1 = crc32(a)``, ``crc2 = crc32(b)`` and ``size2 = len(b)``."""
+    shift, bits, k = 1 << 31, size2 * 8, 0  # shift: x^(8 * size2) mod p, starting from 1 (x^0)
+    while bits:
+        if bits & 1:
+            shift = _multiply_mod_p(_X_TO_2_TO_K[k % 32], shift)
+        bits, k = bits >> 1, k + 1
+    return _multiply_mod_p(shift, crc1) ^ crc2
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..format.records import DATA_PREFIX, IMAGE_FEATURES, LABEL_KEY, MULTI_LABEL_KEY, VALUE_KEY, serialize
-from ..format.tfrecord import deflate_piece, frame_records
+from ..format.tfrecord import DeflatePiece, deflate_piece, frame_records
 from .episodes import PreparedEpisode
 from .images import PreparedImage
 from .scan import Rejection
@@ -25,13 +25,13 @@ class EncodedItem:
     """One input's records, ready to append to its shard.
 
     Attributes:
-      data: the framed records back to back (a piece of the shard's gzip member when the shards are
-        compressed: ``format.tfrecord.deflate_piece``).
+      data: the framed records back to back; when the shards are compressed, as a piece of the shard's gzip
+        member (``format.tfrecord.DeflatePiece``).
       record_sizes: each record's framed size before compression (the offsets of DALI index files).
       stats: the input's share of its shard's statistics (the kind's own type; see ``Kind.count``).
     """
 
-    data: bytes
+    data: bytes | DeflatePiece
     record_sizes: tuple[int, ...]
     stats: Any
 

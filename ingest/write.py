@@ -14,6 +14,7 @@ with SHA-NI (~22,000 images of 83 KB a second, ``benchmarks/ingest.py``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -31,7 +32,7 @@ from ..format.errors import InputError
 from ..format.manifest import ShardInfo
 from ..format.names import TEMP_PREFIX, index_file_name
 from ..format.storage import create_new, is_url, join, write_atomic
-from ..format.tfrecord import GzipMember
+from ..format.tfrecord import DeflatePiece, GzipMember
 from .kinds.protocol import Kind
 from .options import ConvertOptions
 from .plan import ShardSpec
@@ -182,9 +183,12 @@ class ShardWriter:
         self._hasher = Sha256Thread()
         return self
 
-    def append(self, data: bytes, record_sizes: Sequence[int]) -> None:
+    def append(self, data: bytes | DeflatePiece, record_sizes: Sequence[int]) -> None:
         """Appends framed records (``data``) whose framed sizes before compression are ``record_sizes``; a compressed
         shard's ``data`` is a piece of its one gzip member (``format.tfrecord.deflate_piece``)."""
+        if (self._gzip is None) != isinstance(data, bytes):
+            raise TypeError(f"{self.file_name}: a {'compressed' if self._gzip else 'plain'} shard appends "
+                            f"{'DeflatePiece' if self._gzip else 'bytes'}, not {type(data).__name__}")
         if self.index_name is not None:
             offset = self.bytes
             for size in record_sizes:
@@ -199,8 +203,15 @@ class ShardWriter:
         self.bytes += len(data)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None and self._gzip is not None:
-            self._write(self._gzip.end())  # with no record (every input rejected), still a gzip file (gzip -t, zcat)
+        try:
+            if exc_type is None and self._gzip is not None:
+                self._write(self._gzip.end())  # with no record (every input rejected), still a gzip file (gzip -t)
+        except (OSError, tf.errors.OpError):  # as a failed close below: no file left, the hashing thread ended
+            self._hasher.hexdigest()
+            with contextlib.suppress(OSError, tf.errors.OpError):
+                self._file.close()
+            remove_if_exists(self.temp_path)
+            raise
         sha256 = self._hasher.hexdigest()
         try:
             self._file.close()  # flushes: a full disk may fail here

@@ -21,7 +21,9 @@ from helpers import make_tree, save_episodes, tfrecord_bytes
 from tfshard.format.records import IMAGE_FEATURES, serialize
 from tfshard.format.tfrecord import (
     CorruptRecordError,
+    DeflatePiece,
     GzipMember,
+    crc32_combine,
     deflate_piece,
     example_parts,
     frame_records,
@@ -122,9 +124,33 @@ def test_an_empty_gzip_shard_is_an_empty_gzip_file(tmp_path):
 
 def test_a_gzip_member_refuses_what_is_not_a_deflate_piece():
     member = GzipMember()
-    for wrong in (gzip_member(b"abc"), zlib.compress(b"abc"), deflate_piece(b"abc")[:-4]):
+    piece = deflate_piece(b"abc")
+    for wrong in (gzip_member(b"abc"), zlib.compress(b"abc"), piece.data[:-4]):
         with pytest.raises(ValueError, match="not a piece of raw deflate ending in a sync flush"):
-            member.piece(wrong)
+            member.piece(DeflatePiece(wrong, piece.crc32, piece.size))
+
+
+def test_crc32_combine_is_zlibs_crc_of_the_joined_bytes():
+    rng = random.Random(0)
+    for _ in range(300):
+        a, b = (rng.randbytes(rng.choice([0, 1, 7, 100, 70_000])) for _ in range(2))
+        assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+def test_a_shard_whose_gzip_trailer_cannot_be_written_leaves_no_file(tmp_path, monkeypatch):
+    """The trailer is written as the shard closes: a full disk there leaves no temporary file behind and ends the
+    hashing thread, as a failed close does."""
+    writer = ShardWriter(str(tmp_path), "train-00000-of-00001.tfrecord", "gzip")
+    with pytest.raises(OSError, match="No space left"):
+        with writer:
+            writer.append(deflate_piece(frame_records([[b"abc"]])[0]), (19,))
+
+            def full(data):
+                raise OSError(28, "No space left on device")
+
+            monkeypatch.setattr(writer._file, "write", full)
+    assert os.listdir(tmp_path) == [] and writer.info is None
+    assert not writer._hasher._thread.is_alive()
 
 
 def test_read_records_reads_what_tensorflow_writes_plain_and_gzip():
