@@ -211,7 +211,8 @@ def _multiply_mod_p(a: int, b: int) -> int:
 
 
 def _powers_of_x() -> list[int]:
-    """x^(2^k) mod the CRC-32 polynomial for k in 0..31 (x^(2^k) repeats with period 32 past k = 3 or so)."""
+    """x^(2^k) mod the CRC-32 polynomial for k in 0..31: they repeat with period 32 (x^(2^32) = x modulo it, as
+    zlib's own table relies on; checked for a 512 MB second run)."""
     powers = [_X1]
     for _ in range(31):
         powers.append(_multiply_mod_p(powers[-1], powers[-1]))
