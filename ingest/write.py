@@ -14,7 +14,6 @@ with SHA-NI (~22,000 images of 83 KB a second, ``benchmarks/ingest.py``).
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -203,18 +202,13 @@ class ShardWriter:
         self.bytes += len(data)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None and self._gzip is not None:
-                self._write(self._gzip.end())  # with no record (every input rejected), still a gzip file (gzip -t)
-        except (OSError, tf.errors.OpError):  # as a failed close below: no file left, the hashing thread ended
-            self._hasher.hexdigest()
-            with contextlib.suppress(OSError, tf.errors.OpError):
+        try:  # a full disk may fail the gzip trailer's write or the flush at the close
+            try:
+                if exc_type is None and self._gzip is not None:
+                    self._write(self._gzip.end())  # with no record (every input rejected), still a gzip file
+            finally:
+                sha256 = self._hasher.hexdigest()  # ends the hashing thread, whatever failed
                 self._file.close()
-            remove_if_exists(self.temp_path)
-            raise
-        sha256 = self._hasher.hexdigest()
-        try:
-            self._file.close()  # flushes: a full disk may fail here
         except (OSError, tf.errors.OpError):
             remove_if_exists(self.temp_path)
             if exc_type is None:
